@@ -1,0 +1,144 @@
+"""The command line: thin. Parse, call, print; one clear line and a non-zero exit on bad input."""
+
+from __future__ import annotations
+
+import collections
+import sys
+from typing import Callable
+
+import click
+
+from . import space as sp
+from .errors import GemvtuneError, UsageError
+from .shapes import Shape, parse_batches, parse_shape
+
+
+def _shape_opt(f: Callable) -> Callable:
+    return click.option("--shape", "shape_text", required=True, help="M x d, e.g. 14336x4096")(f)
+
+
+def _shapes(shape_text: str, batch: str = "1") -> list[Shape]:
+    return [parse_shape(shape_text, n) for n in parse_batches(batch)]
+
+
+def select_configs(spec: str, shape: Shape, seed: int = 0) -> list[sp.GemvConfig]:
+    """``all`` | ``sample:N`` | ``llama`` | a JSON file of configs | one inline config."""
+    if spec == "all":
+        return sp.valid_configs(shape)
+    if spec.startswith("sample:"):
+        k = spec.split(":", 1)[1]
+        if not k.isdigit() or int(k) < 1:
+            raise UsageError(f"bad --configs {spec!r}: expected sample:N with N >= 1")
+        return sp.sample_configs(shape, int(k), seed)
+    if spec.endswith(".json"):
+        return sp.load_configs(spec)
+    return [sp.parse_config(spec)]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="gemvtune")
+def cli() -> None:
+    """gemvtune: find the fastest FP16 GEMV (y = W x, LLM decode) for your shapes on your GPU."""
+
+
+@cli.command()
+@_shape_opt
+@click.option("--batch", default="1", show_default=True, help="batch sizes n, e.g. 1,2,4")
+def space(shape_text: str, batch: str) -> None:
+    """Summarize the valid configs for a shape and why the others are invalid."""
+    for shape in _shapes(shape_text, batch):
+        total, valid, reasons = 0, 0, collections.Counter()
+        per_param: dict[str, collections.Counter] = {k: collections.Counter() for k in sp.DOMAINS}
+        for c in sp.all_configs():
+            total += 1
+            r = c.invalid_reasons(shape)
+            if r:
+                reasons[_reason_kind(r[0])] += 1
+            else:
+                valid += 1
+                for k, v in c.to_dict().items():
+                    per_param[k][v] += 1
+        click.echo(f"shape {shape} (M={shape.M}, d={shape.d}, n={shape.n}): {valid} valid of {total} gemv configs")
+        llama = sp.LLAMA_CPP.invalid_reasons(shape)
+        click.echo(f"  llama.cpp config {sp.LLAMA_CPP.label}: {'valid' if not llama else 'INVALID: ' + llama[0]}")
+        click.echo("  valid configs per parameter value:")
+        for k, cnt in per_param.items():
+            click.echo(f"    {k:8s} " + "  ".join(f"{v}:{cnt.get(v, 0)}" for v in sp.DOMAINS[k]))
+        if reasons:
+            click.echo("  invalid, by first reason:")
+            for kind, n in reasons.most_common():
+                click.echo(f"    {n:7d}  {kind}")
+
+
+def _reason_kind(reason: str) -> str:
+    """Group reasons by their wording with the numbers taken out."""
+    import re
+
+    return re.sub(r"\d+", "N", reason)
+
+
+@cli.command()
+@_shape_opt
+@click.option("--config", "config_text", default="llama", show_default=True,
+              help="preset (llama), JSON object, or key=value,... over the llama.cpp point")
+def render(shape_text: str, config_text: str) -> None:
+    """Print the CUDA source of one variant."""
+    from .render import render as render_source
+
+    click.echo(render_source(sp.parse_config(config_text), parse_shape(shape_text)), nl=False)
+
+
+@cli.command("compile-check")
+@_shape_opt
+@click.option("--configs", "spec", default="sample:32", show_default=True,
+              help="all | sample:N | llama | FILE.json | one inline config")
+@click.option("--arch", default="sm_90", show_default=True)
+@click.option("--jobs", type=click.IntRange(1, 256), default=None, help="parallel NVRTC compiles (default: cores)")
+@click.option("--seed", default=0, show_default=True)
+def compile_check(shape_text: str, spec: str, arch: str, jobs: int | None, seed: int) -> None:
+    """Compile variants with NVRTC (no GPU needed) and print their resources."""
+    from .compile import CompileError, compile_many
+    from .render import render as render_source
+
+    shape = parse_shape(shape_text)
+    configs = select_configs(spec, shape, seed)
+    items, skipped = [], 0
+    for c in configs:
+        why = c.invalid_reasons(shape)
+        if why:
+            click.echo(f"  skip {c.label}: {why[0]}")
+            skipped += 1
+        else:
+            items.append((c, render_source(c, shape)))
+    results = compile_many([(c.label.replace(".", "_"), s) for c, s in items], arch=arch, jobs=jobs)
+    failed = 0
+    click.echo(f"{'config':48s} {'regs':>4s} {'spill':>5s} {'stack':>5s} {'smem':>6s} {'s':>6s}")
+    for (c, _), r in zip(items, results):
+        if isinstance(r, CompileError):
+            failed += 1
+            click.echo(f"{c.label:48s} FAILED: {r}")
+            continue
+        res = r.resources
+        click.echo(f"{c.label:48s} {res.registers:4d} {res.spill_stores:5d} {res.stack_bytes:5d} "
+                   f"{res.smem_bytes:6d} {r.compile_s:6.2f}{' (cached)' if r.cached else ''}")
+    click.echo(f"{len(items) - failed} compiled, {failed} failed, {skipped} invalid for {shape} ({arch})")
+    if failed:
+        sys.exit(1)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: every GemvtuneError becomes one line on stderr and its exit code."""
+    try:
+        cli.main(args=argv, prog_name="gemvtune", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("gemvtune: interrupted", err=True)
+        sys.exit(130)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+    except GemvtuneError as e:
+        click.echo(f"gemvtune: error: {e}", err=True)
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        click.echo("gemvtune: interrupted", err=True)
+        sys.exit(130)

@@ -1,0 +1,57 @@
+"""Templates -> CUDA source. Pure and deterministic: the same (config, shape) gives the same bytes."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from pathlib import Path
+
+from .errors import UsageError
+from .shapes import Shape
+from .space import GemvConfig
+
+KERNEL_NAME = "gemv"
+
+
+def templates_dir() -> Path:
+    """templates/ inside an installed wheel (gemvtune/templates), else the checkout's top level."""
+    here = Path(__file__).resolve().parent
+    for cand in (here / "templates", here.parent / "templates"):
+        if (cand / "gemv.cu.j2").is_file():
+            return cand
+    raise FileNotFoundError(f"gemvtune templates not found next to {here}")
+
+
+@functools.lru_cache(maxsize=1)
+def _env():
+    import jinja2
+
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_dir())),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+
+
+def render(config: GemvConfig, shape: Shape) -> str:
+    """CUDA source of one variant. Only validated, typed values reach the template."""
+    if not isinstance(config, GemvConfig):
+        raise UsageError(f"render needs a GemvConfig, got {type(config).__name__}")
+    reasons = config.invalid_reasons(shape)
+    if reasons:
+        raise UsageError(f"config {config.label} is invalid for {shape}: " + "; ".join(reasons))
+    values = dict(config.to_dict())
+    values.update(
+        label=config.label,
+        vec_elems=config.vec_elems,
+        rows=config.rows_per_block,
+        d=int(shape.d),
+    )
+    return _env().get_template("gemv.cu.j2").render(**values)
+
+
+def source_hash(source: str, options: tuple[str, ...] = ()) -> str:
+    h = hashlib.sha256(source.encode())
+    h.update("\0".join(options).encode())
+    return h.hexdigest()[:20]

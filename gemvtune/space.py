@@ -1,0 +1,197 @@
+"""The GEMV family's parameter space: a frozen config, its domains, and validity with reasons."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Iterator
+
+from .errors import UsageError
+from .shapes import Shape
+
+VEC_ELEMS = {"half": 1, "half2": 2, "half4": 4, "half8": 8}
+SMEM_X_LIMIT = 48 * 1024  # static shared memory a block may take without an opt-in
+MAX_GRID_Y = 65535
+
+# Every tunable and its domain, in the order they are shown and searched.
+DOMAINS: dict[str, tuple[Any, ...]] = {
+    "block": (32, 64, 128, 256, 512, 1024),          # threads per block
+    "vec": tuple(VEC_ELEMS),                           # bytes per W load: 2, 4, 8, 16
+    "acc": ("fp32", "fp16"),                           # per-thread accumulator type
+    "tpr": (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024),  # threads per row (rows per block = block/tpr)
+    "unroll": (1, 2, 4, 8),                            # independent W loads in flight per thread
+    "split_k": (1, 2, 4, 8, 16),                       # d split across blocks (grid.y)
+    "hint": ("default", "nc", "evict_first"),          # cache hint on W loads
+    "x_load": ("ldg", "smem"),                         # x read through L1/__ldg, or staged in smem
+}
+
+
+@dataclass(frozen=True, order=True)
+class GemvConfig:
+    """One point of the GEMV family. Hashable, so measurements are ``dict[GemvConfig, ...]``."""
+
+    block: int = 256
+    vec: str = "half2"
+    acc: str = "fp32"
+    tpr: int = 256
+    unroll: int = 1
+    split_k: int = 1
+    hint: str = "default"
+    x_load: str = "ldg"
+
+    family = "gemv"
+
+    # ---- derived values -------------------------------------------------------------------
+    @property
+    def vec_elems(self) -> int:
+        return VEC_ELEMS[self.vec]
+
+    @property
+    def rows_per_block(self) -> int:
+        return self.block // self.tpr
+
+    def grid(self, shape: Shape) -> tuple[int, int, int]:
+        rows = self.rows_per_block
+        return ((shape.M + rows - 1) // rows, self.split_k, 1)
+
+    def vectors_per_split(self, d: int) -> int:
+        nvec = d // self.vec_elems
+        return (nvec + self.split_k - 1) // self.split_k
+
+    def fp16_chain(self, d: int) -> int:
+        """Most sequential roundings one accumulator lane makes (sets the FP16 error bound)."""
+        lanes = 1 if self.vec == "half" else 2
+        per_thread = -(-self.vectors_per_split(d) // self.tpr) * self.vec_elems
+        return max(1, -(-per_thread // lanes))
+
+    # ---- validity -------------------------------------------------------------------------
+    def domain_errors(self) -> list[str]:
+        errs = []
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if v not in DOMAINS[f.name] or isinstance(v, bool):
+                errs.append(f"{f.name}={v!r} is not one of {list(DOMAINS[f.name])}")
+        return errs
+
+    def invalid_reasons(self, shape: Shape) -> list[str]:
+        """Why this config cannot run ``shape`` (empty: valid). Each reason is one short line."""
+        errs = self.domain_errors()
+        if errs:
+            return errs
+        r: list[str] = []
+        if shape.n != 1:
+            r.append(f"batch n={shape.n}: the gemv family computes one column (n=1)")
+        ve = self.vec_elems
+        if shape.d % ve:
+            r.append(f"d={shape.d} is not divisible by the {self.vec} width ({ve} halves)")
+            return r
+        if self.tpr > self.block:
+            r.append(f"tpr={self.tpr} threads per row exceed the block of {self.block}")
+            return r
+        nvec = shape.d // ve
+        if self.split_k > nvec:
+            r.append(f"split_k={self.split_k} exceeds the {nvec} {self.vec} vectors of a row")
+            return r
+        vps = self.vectors_per_split(shape.d)
+        if self.split_k > 1 and vps < self.tpr:
+            r.append(f"split_k={self.split_k} leaves {vps} vectors per split for {self.tpr} threads per row")
+        if self.unroll > 1 and self.unroll * self.tpr > vps:
+            r.append(
+                f"unroll={self.unroll} x tpr={self.tpr} needs {self.unroll * self.tpr} vectors per split, "
+                f"the row has {vps}: the unrolled loop would never run"
+            )
+        if self.x_load == "smem" and vps * ve * 2 > SMEM_X_LIMIT:
+            r.append(f"x slice of {vps * ve * 2} B does not fit the {SMEM_X_LIMIT // 1024} KiB of shared memory")
+        return r
+
+    def is_valid(self, shape: Shape) -> bool:
+        return not self.invalid_reasons(shape)
+
+    # ---- (de)serialization ----------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "GemvConfig":
+        if not isinstance(data, dict):
+            raise UsageError(f"a gemv config must be a JSON object, got {type(data).__name__}")
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - names - {"family"})
+        if unknown:
+            raise UsageError(f"unknown gemv parameter(s) {', '.join(unknown)}; known: {', '.join(DOMAINS)}")
+        if data.get("family", "gemv") != "gemv":
+            raise UsageError(f"config family {data['family']!r} is not 'gemv'")
+        cfg = cls(**{k: v for k, v in data.items() if k != "family"})
+        errs = cfg.domain_errors()
+        if errs:
+            raise UsageError("bad gemv config: " + "; ".join(errs))
+        return cfg
+
+    @property
+    def label(self) -> str:
+        return (
+            f"b{self.block}.{self.vec}.{self.acc}.t{self.tpr}.u{self.unroll}.k{self.split_k}"
+            f".{self.hint}.{self.x_load}"
+        )
+
+
+# The llama.cpp kernel (seed 000): 256 threads on one row, half2 loads, FP32 accumulation, no split.
+LLAMA_CPP = GemvConfig(block=256, vec="half2", acc="fp32", tpr=256, unroll=1, split_k=1,
+                       hint="default", x_load="ldg")
+PRESETS = {"llama": LLAMA_CPP, "llama.cpp": LLAMA_CPP}
+
+
+def all_configs() -> Iterator[GemvConfig]:
+    for values in itertools.product(*DOMAINS.values()):
+        yield GemvConfig(*values)
+
+
+def valid_configs(shape: Shape) -> list[GemvConfig]:
+    return [c for c in all_configs() if c.is_valid(shape)]
+
+
+def sample_configs(shape: Shape, k: int, seed: int = 0) -> list[GemvConfig]:
+    """The llama.cpp config (if valid) then k-1 distinct valid configs drawn uniformly, seeded."""
+    valid = valid_configs(shape)
+    rng = random.Random(seed)
+    out = [LLAMA_CPP] if LLAMA_CPP in valid else []
+    rest = [c for c in valid if c != LLAMA_CPP]
+    out += rng.sample(rest, min(max(k - len(out), 0), len(rest)))
+    return out
+
+
+def parse_config(text: str) -> GemvConfig:
+    """A preset name (``llama``), a JSON object, or ``key=value,key=value`` over the llama.cpp point."""
+    t = text.strip()
+    if t in PRESETS:
+        return PRESETS[t]
+    if t.startswith("{"):
+        try:
+            return GemvConfig.from_dict(json.loads(t))
+        except json.JSONDecodeError as e:
+            raise UsageError(f"config is not valid JSON: {e.msg} at column {e.colno}") from None
+    data: dict[str, Any] = LLAMA_CPP.to_dict()
+    for item in filter(None, (p.strip() for p in t.split(","))):
+        if "=" not in item:
+            raise UsageError(f"malformed config item {item!r}: expected key=value, a JSON object or a preset "
+                             f"({', '.join(PRESETS)})")
+        k, v = (s.strip() for s in item.split("=", 1))
+        data[k] = int(v) if v.lstrip("-").isdigit() else v
+    return GemvConfig.from_dict(data)
+
+
+def load_configs(path: str) -> list[GemvConfig]:
+    """A JSON file holding a list of config objects (or one object)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        raise UsageError(f"config file {path} does not exist") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UsageError(f"config file {path} is not valid JSON: {e}") from None
+    items = data if isinstance(data, list) else [data]
+    if not items:
+        raise UsageError(f"config file {path} holds no configs")
+    return [GemvConfig.from_dict(x) for x in items]

@@ -1,0 +1,48 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _cuda_device_reason() -> str | None:
+    """None if a CUDA device answers, else why not (shown in the skip line)."""
+    try:
+        import cupy
+
+        n = cupy.cuda.runtime.getDeviceCount()
+        return None if n > 0 else "no CUDA device (device count 0)"
+    except Exception as e:  # no driver, no device, no cupy
+        return f"no CUDA device answers: {str(e).splitlines()[0][:120]}"
+
+
+_GPU_REASON: list = []
+
+
+def pytest_collection_modifyitems(config, items):
+    if not any("gpu" in it.keywords for it in items):
+        return
+    if not _GPU_REASON:
+        _GPU_REASON.append(_cuda_device_reason())
+    reason = _GPU_REASON[0]
+    if reason:
+        skip = pytest.mark.skip(reason=reason)
+        for it in items:
+            if "gpu" in it.keywords:
+                it.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path_factory, monkeypatch):
+    # One compile cache per test session, never the user's.
+    monkeypatch.setenv("GEMVTUNE_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
+
+
+def run_cli(*args: str, cwd: Path = ROOT, env: dict | None = None) -> subprocess.CompletedProcess:
+    e = dict(os.environ)
+    e.update(env or {})
+    return subprocess.run([sys.executable, "-m", "gemvtune", *args], cwd=cwd, env=e,
+                          capture_output=True, text=True, timeout=600)

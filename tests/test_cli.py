@@ -1,0 +1,50 @@
+import pytest
+
+from conftest import run_cli
+
+
+def test_help_lists_commands():
+    r = run_cli("--help")
+    assert r.returncode == 0
+    for cmd in ("space", "render", "compile-check"):
+        assert cmd in r.stdout
+
+
+@pytest.mark.parametrize("shape", ["14336", "14336x", "x4096", "0x4096", "-8x4096", "1.5x4096", "abcxdef",
+                                   "14336x4096x", "9999999x9999999"])
+@pytest.mark.parametrize("cmd", ["space", "render"])
+def test_bad_shape_one_line_exit_2(cmd, shape):
+    r = run_cli(cmd, "--shape", shape)
+    assert r.returncode == 2, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert r.stdout == ""
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["space", "--shape", "64x64", "--batch", "0"], "batch"),
+    (["render", "--shape", "64x4100", "--config", "vec=half8"], "not divisible"),
+    (["render", "--shape", "64x64", "--config", "colour=red"], "unknown gemv parameter"),
+    (["compile-check", "--shape", "64x64", "--configs", "sample:0"], "sample:N"),
+    (["compile-check", "--shape", "64x64", "--configs", "nope.json"], "does not exist"),
+])
+def test_bad_args_one_line_exit_2(args, needle):
+    r = run_cli(*args)
+    assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_space_summary():
+    r = run_cli("space", "--shape", "14336x4096")
+    assert r.returncode == 0
+    assert "valid of 57600" in r.stdout and "llama.cpp config" in r.stdout and "invalid, by first reason" in r.stdout
+
+
+def test_render_prints_source():
+    r = run_cli("render", "--shape", "4096x4096", "--config", "vec=half8,tpr=32,unroll=2")
+    assert r.returncode == 0 and 'extern "C" __global__' in r.stdout and "typedef uint4 wvec_t;" in r.stdout
+
+
+def test_compile_check_runs_nvrtc():
+    r = run_cli("compile-check", "--shape", "4104x4104", "--configs", "sample:4")
+    assert r.returncode == 0, r.stderr
+    assert "4 compiled, 0 failed" in r.stdout

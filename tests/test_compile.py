@@ -1,0 +1,81 @@
+"""NVRTC compiles on the CPU (explicit sm_90): these run on CI, never skipped."""
+
+import itertools
+import random
+
+import pytest
+
+from gemvtune import LLAMA_CPP, GemvConfig, Shape
+from gemvtune.compile import CompileError, Resources, compile_many, compile_source
+from gemvtune.render import render
+from gemvtune.space import DOMAINS, valid_configs
+
+
+def representative_subset() -> list[tuple[GemvConfig, Shape]]:
+    """Every (vec, acc, hint, x_load) combination (48) with seeded random block/tpr/unroll/split_k,
+    on tail shapes; every split_k value; every block and tpr value; and the llama.cpp point."""
+    rng = random.Random(7)
+    out = [(LLAMA_CPP, Shape(4096, 4096))]
+    shapes = [Shape(7, 4104), Shape(129, 72), Shape(4096, 14336)]
+    for i, (vec, acc, hint, xl) in enumerate(itertools.product(DOMAINS["vec"], DOMAINS["acc"], DOMAINS["hint"],
+                                                               DOMAINS["x_load"])):
+        s = shapes[i % len(shapes)]
+        pool = [c for c in valid_configs(s) if (c.vec, c.acc, c.hint, c.x_load) == (vec, acc, hint, xl)]
+        out.append((rng.choice(pool), s))
+    s = Shape(1024, 16384)
+    v = valid_configs(s)
+    for key in ("split_k", "block", "tpr", "unroll"):
+        for val in DOMAINS[key]:
+            pool = [c for c in v if getattr(c, key) == val]
+            out.append((rng.choice(pool), s))
+    return list(dict.fromkeys(out))
+
+
+SUBSET = representative_subset()
+
+
+def test_subset_covers_the_space():
+    cfgs = [c for c, _ in SUBSET]
+    for k, values in DOMAINS.items():
+        assert {getattr(c, k) for c in cfgs} == set(values), k
+    assert LLAMA_CPP in cfgs
+
+
+def test_subset_compiles_for_sm90():
+    results = compile_many([(c.label.replace(".", "_"), render(c, s)) for c, s in SUBSET], arch="sm_90")
+    failures = [(c.label, str(r)) for (c, _), r in zip(SUBSET, results) if isinstance(r, CompileError)]
+    assert not failures
+    for (c, s), r in zip(SUBSET, results):
+        assert r.resources.registers > 0, c.label
+        assert r.resources.spill_stores == 0 and r.resources.stack_bytes == 0, (c.label, r.resources)
+        assert r.resources.registers <= 255
+
+
+def test_cache_hits(tmp_path, monkeypatch):
+    monkeypatch.setenv("GEMVTUNE_CACHE_DIR", str(tmp_path))
+    src = render(LLAMA_CPP, Shape(64, 4096))
+    a = compile_source(src)
+    b = compile_source(src)
+    assert not a.cached and b.cached and a.key == b.key and a.resources == b.resources
+    assert open(b.cubin_path, "rb").read(4) == b"\x7fELF"
+
+
+def test_compile_error_carries_source_and_options():
+    src = render(LLAMA_CPP, Shape(64, 4096)).replace("acc_init(s);", "acc_init(s) this is not C++;")
+    with pytest.raises(CompileError) as e:
+        compile_source(src, "broken")
+    assert "error" in str(e.value) and "\n" not in str(e.value)
+    d = e.value.details()
+    assert "-arch=sm_90" in d and "acc_init(s) this is not C++" in d
+    assert any(line.lstrip().split("  ")[0].isdigit() for line in d.splitlines()[-20:])
+
+
+def test_resources_parse():
+    log = """ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function 'gemv' for 'sm_90'
+ptxas info    : Function properties for gemv
+ptxas         .     8 bytes stack frame, 12 bytes spill stores, 4 bytes spill loads
+ptxas info    : Used 40 registers, used 1 barriers, 8 bytes cumulative stack size, 4105 bytes smem
+"""
+    r = Resources.parse(log, "gemv")
+    assert r == Resources(registers=40, spill_stores=12, spill_loads=4, stack_bytes=8, smem_bytes=4105)
