@@ -126,6 +126,89 @@ def compile_check(shape_text: str, spec: str, arch: str, jobs: int | None, seed:
         sys.exit(1)
 
 
+def _gpu_check() -> None:
+    from .errors import NoDeviceError
+    from .runners.cuda import cuda_available
+
+    why = cuda_available()
+    if why:
+        raise NoDeviceError(why)
+
+
+@cli.command()
+@click.option("--gib", default=1.0, show_default=True, type=click.FloatRange(0.0625, 64), help="buffer size")
+def ceiling(gib: float) -> None:
+    """Measure the GPU's read bandwidth (the denominator of every % of ceiling) and the launch floor."""
+    _gpu_check()
+    from .runners.cuda import CudaRunner
+
+    r = CudaRunner()
+    dev = r.device_info()
+    c = r.ceiling(gib=gib)
+    click.echo(f"{dev['name']} (driver {dev['driver']}, {dev['sm_count']} SMs, L2 {dev['l2_bytes'] / 2**20:.0f} MiB)")
+    click.echo(f"read ceiling   {c['read_gbps']:8.0f} GB/s  (min..max over replays {c['read_gbps_min']:.0f}.."
+               f"{c['read_gbps_max']:.0f}; {c['read_blocks_per_sm']} blocks/SM; {c['read_bytes'] / 2**30:.2f} GiB x 2)")
+    click.echo(f"launch floor   {c['launch_floor_us']:8.3f} µs per empty kernel in a CUDA graph")
+
+
+@cli.command()
+@click.option("--shape", "shape_texts", multiple=True, help="M x d (repeatable)")
+@click.option("--suite", type=click.Choice(["decode"]), default=None, help="the decode suite of shapes")
+@click.option("--model", default=None, help="every linear-layer shape of a model preset")
+@click.option("--configs", "spec", default="sample:64", show_default=True,
+              help="all | sample:N | llama | FILE.json | one inline config")
+@click.option("--seed", default=0, show_default=True)
+@click.option("--out", "out_dir", default=None, help="output folder (default results/<gpu>/)")
+@click.option("--no-spin-check", is_flag=True, help="skip timing llama.cpp with the spin method too")
+def bench(shape_texts: tuple[str, ...], suite: str | None, model: str | None, spec: str, seed: int,
+          out_dir: str | None, no_spin_check: bool) -> None:
+    """Measure variants and the baselines (llama.cpp config, cuBLAS) per shape; print a table, write a CSV."""
+    from .shapes import DECODE_SUITE, model_shapes
+
+    shapes = [parse_shape(t) for t in shape_texts]
+    if suite == "decode":
+        shapes += [Shape(M, d) for M, d in DECODE_SUITE]
+    if model:
+        shapes += model_shapes(model)
+    if not shapes:
+        raise UsageError("bench needs --shape, --suite or --model")
+    shapes = list(dict.fromkeys(shapes))
+    for s in shapes:
+        select_configs(spec, s, seed)  # bad --configs fails before any GPU work
+    _gpu_check()
+    from .bench import run_bench
+
+    run_bench(shapes, lambda s: select_configs(spec, s, seed), out_dir, echo=click.echo,
+              spin_check=not no_spin_check)
+
+
+@cli.command()
+@click.option("--shape", "shape_texts", multiple=True, required=True, help="M x d (repeatable)")
+@click.option("--configs", "spec", default="sample:16", show_default=True,
+              help="all | sample:N | llama | FILE.json | one inline config")
+@click.option("--seed", default=0, show_default=True)
+def verify(shape_texts: tuple[str, ...], spec: str, seed: int) -> None:
+    """Check variants against a float64 reference on fresh random inputs (no timing). Exit 1 if any is wrong."""
+    shapes = [parse_shape(t) for t in shape_texts]
+    picks = {s: select_configs(spec, s, seed) for s in shapes}
+    _gpu_check()
+    from .runners.cuda import CudaRunner
+
+    r = CudaRunner()
+    bad = total = 0
+    for s, configs in picks.items():
+        for c in configs:
+            m = r.measure(c, s, timed=False)
+            total += 1
+            if m.status not in ("ok", "invalid"):
+                bad += 1
+            click.echo(f"{s!s:>14s} {c.label:46s} {m.status:13s} relerr {m.relerr:9.2e} "
+                       f"(bound {m.bound:8.2e}) {m.error[:70]}")
+    click.echo(f"{total - bad} of {total} verified or invalid, {bad} failed")
+    if bad:
+        sys.exit(1)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: every GemvtuneError becomes one line on stderr and its exit code."""
     try:

@@ -1,0 +1,433 @@
+"""The CUDA runner: the only module that imports cupy.
+
+Compiles with NVRTC (gemvtune.compile, cached on disk by source hash) and loads the cubin with
+``cupy.RawModule``; verifies every variant on fresh random inputs against a float64 reference before
+timing it; times like real decode: CUDA graphs of many launches over rotating weight copies whose
+working set is >= 3x L2, replayed several times between events.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from ..compile import CompileError, compile_source
+from ..errors import NoDeviceError
+from ..render import render
+from ..shapes import Shape
+from ..space import GemvConfig
+from ..timing import ROW_FACTOR, copies_for, error_bound, gbps, launches_for, summarize
+from .base import Measurement, Status
+
+try:
+    import cupy as cp
+except Exception as _e:  # pragma: no cover - depends on the host
+    cp = None
+    _IMPORT_ERROR = str(_e)
+
+_AUX_SRC = r"""
+extern "C" __global__ void read_stream(const uint4* __restrict__ p, unsigned long long n, unsigned int* out) {
+    uint4 a = make_uint4(0u, 0u, 0u, 0u);
+    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+    for (; i + 3 * stride < n; i += 4 * stride) {
+        uint4 v[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u)
+            asm volatile("ld.global.nc.L1::no_allocate.v4.b32 {%0,%1,%2,%3}, [%4];"
+                         : "=r"(v[u].x), "=r"(v[u].y), "=r"(v[u].z), "=r"(v[u].w) : "l"(p + i + u * stride));
+#pragma unroll
+        for (int u = 0; u < 4; ++u) { a.x ^= v[u].x; a.y ^= v[u].y; a.z ^= v[u].z; a.w ^= v[u].w; }
+    }
+    for (; i < n; i += stride) { uint4 v = p[i]; a.x ^= v.x; a.y ^= v.y; a.z ^= v.z; a.w ^= v.w; }
+    if ((a.x ^ a.y ^ a.z ^ a.w) == 0x9e3779b9u) out[0] = 1u;   // keeps the loads; practically never true
+}
+extern "C" __global__ void empty_kernel() {}
+extern "C" __global__ void spin(unsigned long long ns) {
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < ns);
+}
+"""
+
+
+def cuda_available() -> str | None:
+    """None if a CUDA device answers, else the reason (one line)."""
+    if cp is None:
+        return f"cupy cannot be imported: {_IMPORT_ERROR.splitlines()[0]}"
+    try:
+        n = cp.cuda.runtime.getDeviceCount()
+    except Exception as e:
+        return f"no CUDA device answers ({str(e).splitlines()[0]})"
+    return None if n > 0 else "no CUDA device answers (device count 0)"
+
+
+@dataclass
+class _ShapeBuffers:
+    shape: Shape
+    W: list
+    x: list
+    y: list
+    copies: int
+
+
+def _rand_half(shape, rng) -> "cp.ndarray":
+    """Uniform in [-1, 1), never zeros as a whole."""
+    return (rng.random(shape, dtype=cp.float32) * 2 - 1).astype(cp.float16)
+
+
+class CudaRunner:
+    def __init__(self, device: int = 0, replays: int = 15, warmup: int = 3, target_us: float = 2000.0,
+                 seed: int = 0):
+        why = cuda_available()
+        if why:
+            raise NoDeviceError(why)
+        self.device_id = device
+        cp.cuda.Device(device).use()
+        self.props = cp.cuda.runtime.getDeviceProperties(device)
+        self.arch = f"sm_{self.props['major']}{self.props['minor']}"
+        self.replays, self.warmup, self.target_us = replays, warmup, target_us
+        self.rng = cp.random.default_rng(seed)
+        if os.environ.get("GEMVTUNE_NO_POOL"):
+            cp.cuda.set_allocator(None)  # every array its own cudaMalloc: compute-sanitizer sees exact bounds
+        self.stream = cp.cuda.Stream(non_blocking=True)
+        self._functions: dict[tuple[str, str], Any] = {}
+        self._bufs: _ShapeBuffers | None = None
+        self._ceiling_gbps: float | None = None
+        aux = compile_source(_AUX_SRC, "aux", self.arch, kernel="read_stream")
+        self._read_stream = self._function(aux.cubin_path, "read_stream")
+        self._empty = self._function(aux.cubin_path, "empty_kernel")
+        self._spin = self._function(aux.cubin_path, "spin")
+
+    # ---- device ------------------------------------------------------------------------------
+    def device_info(self) -> dict[str, Any]:
+        p = self.props
+        try:
+            drv = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader",
+                                  f"--id={self.device_id}"], capture_output=True, text=True, timeout=20).stdout.strip()
+        except Exception:
+            drv = ""
+        return {
+            "name": p["name"].decode() if isinstance(p["name"], bytes) else str(p["name"]),
+            "compute_capability": f"{p['major']}.{p['minor']}",
+            "sm_count": int(p["multiProcessorCount"]),
+            "l2_bytes": int(p["l2CacheSize"]),
+            "memory_bytes": int(p["totalGlobalMem"]),
+            "driver": drv or str(cp.cuda.runtime.driverGetVersion()),
+            "cuda_driver_api": cp.cuda.runtime.driverGetVersion(),
+            "cuda_runtime": cp.cuda.runtime.runtimeGetVersion(),
+            "cupy": cp.__version__,
+            "device": self.device_id,
+        }
+
+    @property
+    def l2_bytes(self) -> int:
+        return int(self.props["l2CacheSize"])
+
+    @property
+    def sm_count(self) -> int:
+        return int(self.props["multiProcessorCount"])
+
+    def _function(self, cubin_path: str, name: str):
+        key = (cubin_path, name)
+        if key not in self._functions:
+            self._functions[key] = cp.RawModule(path=cubin_path).get_function(name)
+        return self._functions[key]
+
+    # ---- timing primitives ---------------------------------------------------------------------
+    def time_graph(self, launch: Callable[[int], None], n: int) -> list[float]:
+        """Capture n launches (launch(i) enqueues the i-th) in a graph; µs per launch per replay."""
+        s = self.stream
+        with s:
+            s.begin_capture()
+            try:
+                for i in range(n):
+                    launch(i)
+            finally:
+                g = s.end_capture()
+            for _ in range(self.warmup):
+                g.launch(s)
+            e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+            out = []
+            for _ in range(self.replays):
+                e0.record(s)
+                g.launch(s)
+                e1.record(s)
+                e1.synchronize()
+                out.append(cp.cuda.get_elapsed_time(e0, e1) * 1000.0 / n)
+        return out
+
+    def time_spin(self, op: Callable[[int], None], n: int) -> list[float]:
+        """Time n calls of op (each enqueues GPU work from Python) behind a spin kernel, so the GPU
+        never waits for the CPU: the launches queue up while the spin runs, then run back to back."""
+        s = self.stream
+        with s:
+            for i in range(min(n, 8)):
+                op(i)
+            s.synchronize()
+            t0 = time.perf_counter()
+            for i in range(n):
+                op(i)
+            cpu_s = time.perf_counter() - t0
+            s.synchronize()
+            spin_ns = int(cpu_s * 1e9 * 2 + 500_000)
+            e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+            out = []
+            for _ in range(self.replays):
+                self._spin((1,), (1,), (np.uint64(spin_ns),))
+                e0.record(s)
+                t0 = time.perf_counter()
+                for i in range(n):
+                    op(i)
+                enq = time.perf_counter() - t0
+                e1.record(s)
+                e1.synchronize()
+                if enq * 1e9 > spin_ns:  # the CPU fell behind the spin: this sample timed the CPU
+                    continue
+                out.append(cp.cuda.get_elapsed_time(e0, e1) * 1000.0 / n)
+        if not out:
+            raise RuntimeError("spin timing: the CPU never stayed ahead of the GPU")
+        return out
+
+    # ---- buffers --------------------------------------------------------------------------------
+    def buffers(self, shape: Shape) -> _ShapeBuffers:
+        if self._bufs is None or self._bufs.shape != shape:
+            self._bufs = None
+            cp.get_default_memory_pool().free_all_blocks()
+            c = copies_for(shape.weight_bytes, self.l2_bytes)
+            self._bufs = _ShapeBuffers(
+                shape,
+                [_rand_half((shape.M, shape.d), self.rng) for _ in range(c)],
+                [_rand_half((shape.d,), self.rng) for _ in range(c)],
+                [cp.full(shape.M, cp.nan, dtype=cp.float32) for _ in range(c)],
+                c,
+            )
+        return self._bufs
+
+    def release(self) -> None:
+        self._bufs = None
+        cp.get_default_memory_pool().free_all_blocks()
+
+    # ---- ceiling and floor ------------------------------------------------------------------------
+    def ceiling(self, gib: float = 1.0, copies: int = 2) -> dict[str, float]:
+        """Read bandwidth of a streaming kernel (16-byte nc loads, 4 in flight, grid-stride; the best
+        of a few grid sizes) and the launch floor (empty kernel in a graph)."""
+        nbytes = int(gib * 2**30) // 16 * 16
+        bufs = [self.rng.random(nbytes // 4, dtype=cp.float32) for _ in range(copies)]
+        sink = cp.zeros(1, dtype=cp.uint32)
+        best: tuple[float, Any] | None = None
+        per_grid = {}
+        for blocks_per_sm in (2, 4, 8, 16):
+            grid = (self.sm_count * blocks_per_sm,)
+            n = 8 * copies
+            t = self.time_graph(lambda i: self._read_stream(grid, (256,), (bufs[i % copies], np.uint64(nbytes // 16),
+                                                                         sink)), n)
+            st = summarize(t)
+            per_grid[blocks_per_sm] = nbytes / (st.median * 1e-6) / 1e9
+            if best is None or st.median < best[0].median:
+                best = (st, blocks_per_sm)
+        st, bps = best
+        t_empty = summarize(self.time_graph(lambda i: self._empty((1,), (32,), ()), 2000))
+        self._ceiling_gbps = nbytes / (st.median * 1e-6) / 1e9
+        del bufs
+        cp.get_default_memory_pool().free_all_blocks()
+        return {
+            "read_gbps": self._ceiling_gbps,
+            "read_gbps_min": nbytes / (st.max * 1e-6) / 1e9,
+            "read_gbps_max": nbytes / (st.min * 1e-6) / 1e9,
+            "read_bytes": nbytes,
+            "read_blocks_per_sm": bps,
+            **{f"read_gbps_grid{k}": v for k, v in per_grid.items()},
+            "launch_floor_us": t_empty.median,
+            "launch_floor_us_min": t_empty.min,
+            "launch_floor_us_max": t_empty.max,
+        }
+
+    @property
+    def ceiling_gbps(self) -> float:
+        if self._ceiling_gbps is None:
+            self.ceiling()
+        return self._ceiling_gbps  # type: ignore[return-value]
+
+    # ---- verification -------------------------------------------------------------------------
+    def reference(self, W, x) -> tuple[Any, Any]:
+        """float64 y = W x and the per-row scale ||W_i * x|| (row-chunked to bound memory)."""
+        M, d = W.shape
+        ref = cp.empty(M, dtype=cp.float64)
+        scale = cp.empty(M, dtype=cp.float64)
+        x64 = x.astype(cp.float64)
+        rows = max(1, (1 << 26) // d)
+        for r0 in range(0, M, rows):
+            p = W[r0:r0 + rows].astype(cp.float64) * x64
+            ref[r0:r0 + rows] = p.sum(axis=1)
+            scale[r0:r0 + rows] = cp.sqrt((p * p).sum(axis=1))
+        return ref, scale
+
+    @staticmethod
+    def check(y, ref, scale, bound: float) -> tuple[bool, float, float, str]:
+        """(passed, relerr, rowerr, reason). NaN anywhere (the poison) fails."""
+        y64 = y.astype(cp.float64).ravel()
+        bad = int((~cp.isfinite(y64)).sum())
+        if bad:
+            return False, math.nan, math.nan, f"{bad} of {y64.size} outputs NaN/inf (unwritten or overflow)"
+        diff = y64 - ref.ravel()
+        relerr = float(cp.linalg.norm(diff) / cp.linalg.norm(ref))
+        rowerr = float(cp.max(cp.abs(diff) / cp.maximum(scale.ravel(), 1e-30)))
+        if relerr > bound:
+            return False, relerr, rowerr, f"relative error {relerr:.3g} above the bound {bound:.3g}"
+        if rowerr > ROW_FACTOR * bound:
+            worst = int(cp.argmax(cp.abs(diff) / cp.maximum(scale.ravel(), 1e-30)))
+            return False, relerr, rowerr, f"row {worst}: error {rowerr:.3g} x its scale, above {ROW_FACTOR * bound:.3g}"
+        return True, relerr, rowerr, ""
+
+    # ---- variants -------------------------------------------------------------------------------
+    def prepare(self, config: GemvConfig, shape: Shape) -> tuple[Any, Any]:
+        """Compile (or fetch) one variant; returns (compiled, function)."""
+        compiled = compile_source(render(config, shape), config.label.replace(".", "_"), self.arch)
+        return compiled, self._function(compiled.cubin_path, "gemv")
+
+    def _launcher(self, fn, config: GemvConfig, shape: Shape):
+        grid, block = config.grid(shape), (config.block,)
+        ws = cp.empty(max(1, config.split_k * shape.M), dtype=cp.float32)
+        counters = cp.zeros(max(1, grid[0]), dtype=cp.uint32)
+        M = np.int32(shape.M)
+
+        def launch(W, x, y):
+            fn(grid, block, (W, x, y, ws, counters, M))
+        return launch
+
+    def measure(self, config: GemvConfig, shape: Shape, kind: str = "variant", verify: bool = True,
+                timed: bool = True, source: str | None = None, name: str | None = None) -> Measurement:
+        """Compile, verify on fresh inputs, then time. ``source`` replaces the rendered source (used
+        to plant faulty kernels: the check must catch them). Nothing raises out of here."""
+        m = Measurement(name or config.label, kind, shape.M, shape.d, shape.n, Status.OK, params=config.to_dict())
+        why = config.invalid_reasons(shape)
+        if why:
+            m.status, m.error = Status.INVALID, "; ".join(why)
+            return m
+        try:
+            src = source if source is not None else render(config, shape)
+            compiled = compile_source(src, (name or config.label).replace(".", "_"), self.arch)
+            fn = self._function(compiled.cubin_path, "gemv")
+        except CompileError as e:
+            m.status, m.error = Status.COMPILE_ERROR, str(e)
+            return m
+        except Exception as e:  # module load failure (bad image, too many resources)
+            m.status, m.error = Status.LAUNCH_ERROR, f"load: {str(e).splitlines()[0]}"
+            return m
+        r = compiled.resources
+        m.registers, m.spill_bytes, m.smem_bytes, m.compile_s = r.registers, r.spill_stores, r.smem_bytes, compiled.compile_s
+        m.bound = error_bound(config.acc, shape.d)
+        try:
+            launch = self._launcher(fn, config, shape)
+            if verify:
+                ok, m.relerr, m.rowerr, reason = self._verify(lambda W, x, y: launch(W, x, y), shape, m.bound)
+                if not ok:
+                    m.status, m.error = Status.WRONG, reason
+                    return m
+            if not timed:
+                return m
+            b = self.buffers(shape)
+            est = shape.bytes_moved / (self.ceiling_gbps * 1e3) + 1.0
+            n = launches_for(est, b.copies, self.target_us)
+            t = self.time_graph(lambda i: launch(b.W[i % b.copies], b.x[i % b.copies], b.y[i % b.copies]), n)
+        except Exception as e:
+            m.status, m.error = Status.LAUNCH_ERROR, (str(e).splitlines() or [type(e).__name__])[0]
+            return m
+        self._fill_times(m, t, shape, "graph", n, b.copies)
+        return m
+
+    def _verify(self, run: Callable[[Any, Any, Any], Any], shape: Shape, bound: float) -> tuple[bool, float, float, str]:
+        """Fresh random W and x, y poisoned with NaN, one launch, float64 reference."""
+        W, x = _rand_half((shape.M, shape.d), self.rng), _rand_half((shape.d,), self.rng)
+        y = cp.full(shape.M, cp.nan, dtype=cp.float32)
+        with self.stream:
+            out = run(W, x, y)
+            self.stream.synchronize()
+            ref, scale = self.reference(W, x)
+            return self.check(y if out is None else out, ref, scale, bound)
+
+    def _fill_times(self, m: Measurement, t: list[float], shape: Shape, method: str, n: int, copies: int) -> None:
+        st = summarize(t)
+        m.us_median, m.us_min, m.us_max = st.median, st.min, st.max
+        m.gbps = gbps(shape.bytes_moved, st.median)
+        m.pct_ceiling = 100.0 * m.gbps / self.ceiling_gbps
+        m.method, m.launches, m.samples, m.copies = method, n, st.n, copies
+
+    def measure_spin(self, config: GemvConfig, shape: Shape) -> Measurement:
+        """The same variant timed with the spin method (to show it agrees with the graph method)."""
+        m = Measurement(config.label, "spin-check", shape.M, shape.d, shape.n, Status.OK, params=config.to_dict())
+        _, fn = self.prepare(config, shape)
+        launch = self._launcher(fn, config, shape)
+        b = self.buffers(shape)
+        n = launches_for(shape.bytes_moved / (self.ceiling_gbps * 1e3) + 1.0, b.copies, self.target_us, cap=400)
+        t = self.time_spin(lambda i: launch(b.W[i % b.copies], b.x[i % b.copies], b.y[i % b.copies]), n)
+        self._fill_times(m, t, shape, "spin", n, b.copies)
+        return m
+
+    # ---- baselines ----------------------------------------------------------------------------
+    def measure_cublas(self, shape: Shape) -> Measurement:
+        """cuBLAS through cupy.matmul (FP16 in, FP32 compute, FP16 out), timed with the spin method
+        (CuPy refuses cuBLAS inside graph capture). Verified like every variant."""
+        m = Measurement("cublas (cupy.matmul)", "cublas", shape.M, shape.d, shape.n, Status.OK)
+        m.bound = error_bound("fp16", shape.d)  # its output is FP16: one final rounding to 2^-11
+        try:
+            ok, m.relerr, m.rowerr, reason = self._verify(lambda W, x, y: cp.matmul(W, x), shape, m.bound)
+            if not ok:
+                m.status, m.error = Status.WRONG, reason
+                return m
+            b = self.buffers(shape)
+            n = launches_for(shape.bytes_moved / (self.ceiling_gbps * 1e3) + 1.0, b.copies, self.target_us, cap=400)
+            t = self.time_spin(lambda i: cp.matmul(b.W[i % b.copies], b.x[i % b.copies]), n)
+        except Exception as e:
+            m.status, m.error = Status.LAUNCH_ERROR, str(e).splitlines()[0]
+            return m
+        self._fill_times(m, t, shape, "spin", n, b.copies)
+        return m
+
+    def measure_torch_linear(self, shape: Shape) -> Measurement | None:
+        """cuBLAS through torch.nn.functional.linear (what MEASURING.md's references used), in a
+        CUDA graph over the same rotating copies. None where torch is not installed."""
+        try:
+            import torch
+        except Exception:
+            return None
+        m = Measurement("cublas (torch F.linear)", "cublas-torch", shape.M, shape.d, shape.n, Status.OK)
+        try:
+            b = self.buffers(shape)
+            Wt = [torch.from_dlpack(w) for w in b.W]
+            xt = [torch.from_dlpack(x).view(1, -1) for x in b.x]
+            n = launches_for(shape.bytes_moved / (self.ceiling_gbps * 1e3) + 1.0, b.copies, self.target_us)
+            cp.cuda.Device().synchronize()
+            side = torch.cuda.Stream()
+            with torch.cuda.stream(side):
+                for i in range(3):
+                    torch.nn.functional.linear(xt[i % b.copies], Wt[i % b.copies])
+            torch.cuda.synchronize()
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                for i in range(n):
+                    torch.nn.functional.linear(xt[i % b.copies], Wt[i % b.copies])
+            for _ in range(self.warmup):
+                g.replay()
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            t = []
+            for _ in range(self.replays):
+                e0.record()
+                g.replay()
+                e1.record()
+                e1.synchronize()
+                t.append(e0.elapsed_time(e1) * 1000.0 / n)
+            del g
+            torch.cuda.empty_cache()
+        except Exception as e:
+            m.status, m.error = Status.LAUNCH_ERROR, str(e).splitlines()[0]
+            return m
+        self._fill_times(m, t, shape, "graph", n, b.copies)
+        return m
