@@ -28,6 +28,12 @@ DOMAINS: dict[str, tuple[Any, ...]] = {
 }
 
 
+def fp16_max_chain(d: int) -> int:
+    """Longest FP16 accumulation chain allowed: its expected relative error u*sqrt(L/6) (u = 2^-11)
+    then stays at half of the FP16 error bound 4*u*sqrt(1 + d/3072) (see timing.error_bound)."""
+    return max(16, d // 128)
+
+
 @dataclass(frozen=True, order=True)
 class GemvConfig:
     """One point of the GEMV family. Hashable, so measurements are ``dict[GemvConfig, ...]``."""
@@ -61,10 +67,15 @@ class GemvConfig:
         return (nvec + self.split_k - 1) // self.split_k
 
     def fp16_chain(self, d: int) -> int:
-        """Most sequential roundings one accumulator lane makes (sets the FP16 error bound)."""
+        """Most sequential additions into one accumulator lane (what sets the FP16 error).
+
+        A thread loads ceil(vps / tpr) vectors; the unrolled loop spreads them over ``unroll``
+        accumulators, the remainder goes to the first one; each vector adds vec/lanes terms per lane."""
         lanes = 1 if self.vec == "half" else 2
-        per_thread = -(-self.vectors_per_split(d) // self.tpr) * self.vec_elems
-        return max(1, -(-per_thread // lanes))
+        per_thread = -(-self.vectors_per_split(d) // self.tpr)
+        main = per_thread // self.unroll if self.unroll > 1 and self.unroll * self.tpr <= self.vectors_per_split(d) else 0
+        slot0 = main + (per_thread - main * self.unroll)
+        return max(1, slot0 * self.vec_elems // lanes)
 
     # ---- validity -------------------------------------------------------------------------
     def domain_errors(self) -> list[str]:
@@ -102,6 +113,10 @@ class GemvConfig:
                 f"unroll={self.unroll} x tpr={self.tpr} needs {self.unroll * self.tpr} vectors per split, "
                 f"the row has {vps}: the unrolled loop would never run"
             )
+        if self.acc == "fp16" and self.fp16_chain(shape.d) > fp16_max_chain(shape.d):
+            r.append(f"fp16 accumulation chains of {self.fp16_chain(shape.d)} terms exceed {fp16_max_chain(shape.d)} "
+                     f"(max(16, d/128)): the error would pass the fp16 bound; use more threads per row, "
+                     f"more unroll, or fp32")
         if self.x_load == "smem" and vps * ve * 2 > SMEM_X_LIMIT:
             r.append(f"x slice of {vps * ve * 2} B does not fit the {SMEM_X_LIMIT // 1024} KiB of shared memory")
         return r

@@ -61,12 +61,12 @@ def test_cache_hits(tmp_path, monkeypatch):
 
 
 def test_compile_error_carries_source_and_options():
-    src = render(LLAMA_CPP, Shape(64, 4096)).replace("acc_init(s);", "acc_init(s) this is not C++;")
+    src = render(LLAMA_CPP, Shape(64, 4096)).replace("acc_init(s[u]);", "acc_init(s[u]) this is not C++;")
     with pytest.raises(CompileError) as e:
         compile_source(src, "broken")
     assert "error" in str(e.value) and "\n" not in str(e.value)
     d = e.value.details()
-    assert "-arch=sm_90" in d and "acc_init(s) this is not C++" in d
+    assert "-arch=sm_90" in d and "acc_init(s[u]) this is not C++" in d
     assert any(line.lstrip().split("  ")[0].isdigit() for line in d.splitlines()[-20:])
 
 

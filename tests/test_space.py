@@ -31,6 +31,7 @@ def test_domains_cover_issue():
     (GemvConfig(x_load="smem", vec="half8", tpr=32), Shape(64, 32768), "shared memory"),
     (GemvConfig(), Shape(64, 4096, 2), "n=1"),
     (GemvConfig(split_k=4, vec="half8", tpr=2), Shape(8, 16), "split_k=4 exceeds"),
+    (GemvConfig(acc="fp16", tpr=4, block=32, vec="half8"), Shape(64, 4096), "fp16 accumulation chains"),
 ])
 def test_invalid_reasons(cfg, shape, needle):
     r = cfg.invalid_reasons(shape)
@@ -105,3 +106,6 @@ def test_fp16_chain():
     # llama.cpp point at d=4096: 2048 half2 vectors over 256 threads -> 8 per thread, 8 FMAs per lane.
     assert LLAMA_CPP.fp16_chain(4096) == 8
     assert GemvConfig(vec="half", tpr=4, block=32).fp16_chain(4096) == 1024
+    # unroll spreads the loads over independent accumulators: 32 vectors per thread / 4 slots
+    assert GemvConfig(unroll=4, tpr=64).fp16_chain(4096) == 8
+    assert GemvConfig(acc="fp16", unroll=4, tpr=64).is_valid(Shape(64, 4096))
