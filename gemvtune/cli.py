@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import sys
+from pathlib import Path
 from typing import Callable
 
 import click
@@ -207,6 +208,22 @@ def verify(shape_texts: tuple[str, ...], spec: str, seed: int) -> None:
     click.echo(f"{total - bad} of {total} verified or invalid, {bad} failed")
     if bad:
         sys.exit(1)
+
+
+@cli.command()
+@click.argument("csv_path", type=click.Path(exists=True, dir_okay=False))
+@click.option("--md", "md_path", default=None, help="also write the markdown here")
+def summarize(csv_path: str, md_path: str | None) -> None:
+    """Summarize a bench CSV (baselines, best variant per shape, spin vs graph, reference numbers)."""
+    from .summary import summarize_bench
+
+    try:
+        text = summarize_bench(csv_path)
+    except (ValueError, KeyError, OSError) as e:
+        raise UsageError(f"cannot summarize {csv_path}: {e}") from None
+    click.echo(text, nl=False)
+    if md_path:
+        Path(md_path).write_text(text)
 
 
 def main(argv: list[str] | None = None) -> None:
