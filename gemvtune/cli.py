@@ -226,6 +226,67 @@ def summarize(csv_path: str, md_path: str | None) -> None:
         Path(md_path).write_text(text)
 
 
+def _writable_dir(path: str) -> Path:
+    p = Path(path)
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+        probe = p / ".gemvtune-write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise UsageError(f"results directory {p} is not writable: {e.strerror or e}") from None
+    return p
+
+
+@cli.command()
+@click.option("--shape", "shape_texts", multiple=True, help="M x d (repeatable)")
+@click.option("--model", default=None, help="tune every linear-layer shape of a model preset")
+@click.option("--sampler", default="tpe", show_default=True, help="tpe | random | gp | exhaustive")
+@click.option("--trials", default="100", show_default=True, help="measured trials per shape (the study's total)")
+@click.option("--timeout", default=None, type=float, help="seconds of search per shape in this run")
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--storage", default=None, help="Optuna storage: journal:PATH (default under --results) or a DB URL")
+@click.option("--results", "results_dir", default=None, help="results folder (default results/<gpu>/)")
+@click.option("--table", "table_path", default=None, help="table to update (default <results>/table.json)")
+@click.option("--top-k", default=3, show_default=True, type=int, help="candidates re-measured before a winner")
+@click.option("--rounds", default=5, show_default=True, type=int, help="interleaved re-measurement rounds")
+def search(shape_texts, model, sampler, trials, timeout, seed, storage, results_dir, table_path, top_k, rounds) -> None:
+    """Find the fastest correct GEMV per shape with Optuna; record it in the GPU's table."""
+    from .shapes import model_shapes
+
+    shapes = [parse_shape(t) for t in shape_texts] + (model_shapes(model) if model else [])
+    if not shapes:
+        raise UsageError("search needs --shape or --model")
+    if not str(trials).lstrip("-").isdigit():
+        raise UsageError(f"--trials must be a positive integer, got {trials!r}")
+    from .search import SearchOptions
+
+    opts = SearchOptions(sampler=sampler, trials=int(trials), timeout=timeout, seed=seed, storage=storage,
+                         top_k=top_k, rounds=rounds)
+    _gpu_check()
+    from .runners.cuda import CudaRunner
+    from .search_cli import run_searches
+
+    runner = CudaRunner()
+    run_searches(runner, list(dict.fromkeys(shapes)), opts, results_dir, table_path, echo=click.echo,
+                 writable=_writable_dir)
+
+
+@cli.command()
+@click.option("--table", "table_path", required=True, help="a table.json written by search")
+@click.option("--csv", "csv_path", default=None, help="write the table's contents as CSV here")
+def report(table_path: str, csv_path: str | None) -> None:
+    """Render a table's contents as CSV and a short terminal summary."""
+    from .table import load_table
+    from .tablereport import table_frame, table_summary
+
+    t = load_table(table_path)
+    click.echo(table_summary(t))
+    if csv_path:
+        table_frame(t).to_csv(csv_path, index=False, float_format="%.6g")
+        click.echo(f"wrote {csv_path}")
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: every GemvtuneError becomes one line on stderr and its exit code."""
     try:

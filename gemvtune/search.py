@@ -1,0 +1,289 @@
+"""Optuna glue: one study per (M, d, n), the llama.cpp config first, invalid configs pruned without GPU
+time, duplicates served from the study, then the top few re-measured interleaved before a winner."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import optuna
+
+from .errors import UsageError
+from .runners.base import Measurement, Status
+from .shapes import Shape
+from .space import DOMAINS, LLAMA_CPP, GemvConfig
+
+SAMPLERS = ("tpe", "random", "gp", "exhaustive")
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+@dataclass
+class SearchOptions:
+    sampler: str = "tpe"
+    trials: int = 100              # measured trials (GPU time) in the study, in total
+    timeout: float | None = None   # seconds for this invocation's search phase
+    seed: int = 0
+    storage: str | None = None
+    top_k: int = 3
+    rounds: int = 5
+    n_startup: int = 10
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.sampler not in SAMPLERS:
+            raise UsageError(f"unknown sampler {self.sampler!r}; choose one of {', '.join(SAMPLERS)}")
+        if isinstance(self.trials, bool) or not isinstance(self.trials, int) or self.trials < 1:
+            raise UsageError(f"--trials must be a positive integer, got {self.trials!r}")
+        if self.timeout is not None and not self.timeout > 0:
+            raise UsageError(f"--timeout must be positive seconds, got {self.timeout!r}")
+        if self.top_k < 1 or self.rounds < 1:
+            raise UsageError("top_k and rounds must be >= 1")
+
+
+@dataclass
+class SearchResult:
+    shape: Shape
+    study_name: str
+    winner: Measurement
+    tie: bool
+    candidates: list[dict[str, Any]]
+    baselines: dict[str, Measurement]
+    trials: list[dict[str, Any]]
+    measured: int
+    new_measured: int
+    entry: dict[str, Any] = field(default_factory=dict)
+
+
+def make_sampler(name: str, seed: int, n_startup: int = 10) -> optuna.samplers.BaseSampler:
+    if name == "tpe":
+        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=n_startup, multivariate=True,
+                                          warn_independent_sampling=False)
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if name == "gp":
+        try:
+            import torch  # noqa: F401  (Optuna's GP sampler runs on torch)
+        except ImportError:
+            raise UsageError("the gp sampler needs torch (pip install torch)") from None
+        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=n_startup)
+    if name == "exhaustive":
+        return optuna.samplers.BruteForceSampler(seed=seed)
+    raise UsageError(f"unknown sampler {name!r}; choose one of {', '.join(SAMPLERS)}")
+
+
+def make_storage(url: str) -> Any:
+    """``journal:PATH`` (the default kind: a file, safe for several processes on one host), or any
+    SQLAlchemy URL Optuna's RDB storage takes (sqlite:///..., postgresql://...)."""
+    if not isinstance(url, str) or not url.strip():
+        raise UsageError("empty --storage URL")
+    if url.startswith("journal:"):
+        from optuna.storages import JournalStorage
+        from optuna.storages.journal import JournalFileBackend
+
+        path = url[len("journal:"):]
+        if not path:
+            raise UsageError("--storage journal:PATH needs a path")
+        try:
+            return JournalStorage(JournalFileBackend(path))
+        except OSError as e:
+            raise UsageError(f"cannot open journal storage {path}: {e}") from None
+    if "://" not in url:
+        raise UsageError(f"malformed --storage {url!r}: expected journal:PATH or a URL like sqlite:///file.db")
+    try:
+        return optuna.storages.RDBStorage(url, heartbeat_interval=60, grace_period=180)
+    except Exception as e:
+        raise UsageError(f"cannot open storage {url}: {str(e).splitlines()[0]}") from None
+
+
+def study_name(shape: Shape, gpu_slug: str) -> str:
+    return f"gemvtune-{gpu_slug}-{shape.M}x{shape.d}x{shape.n}"
+
+
+def complexity(c: GemvConfig) -> tuple:
+    """Smaller is simpler: fewer levers away from the llama.cpp point, then smaller unroll/split."""
+    levers = (c.split_k > 1) + (c.unroll > 1) + (c.hint != "default") + (c.x_load != "ldg") + (c.acc != "fp32")
+    return (levers, c.split_k, c.unroll, c != LLAMA_CPP)
+
+
+_ATTRS = ("status", "us_median", "us_min", "us_max", "gbps", "pct_ceiling", "relerr", "rowerr", "bound",
+          "registers", "spill_bytes", "smem_bytes", "compile_s", "launches", "samples", "copies", "error")
+
+
+def _attrs(m: Measurement) -> dict[str, Any]:
+    out = {}
+    for k in _ATTRS:
+        v = getattr(m, k)
+        out[k] = None if isinstance(v, float) and math.isnan(v) else v
+    out["label"] = m.name
+    return out
+
+
+def _known(study: optuna.Study) -> dict[str, tuple[int, str, float | None]]:
+    """label -> (trial number, status, value) of every measured trial already in the study."""
+    known = {}
+    for t in study.get_trials(deepcopy=False):
+        if t.user_attrs.get("measured") and t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED):
+            known.setdefault(t.user_attrs["label"], (t.number, t.user_attrs.get("status", "?"), t.value))
+    return known
+
+
+def run_search(runner: Any, shape: Shape, opts: SearchOptions, storage: Any, name: str,
+               echo: Callable[[str], None] = print) -> SearchResult:
+    started = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    study = optuna.create_study(study_name=name, storage=storage, direction="minimize",
+                                sampler=make_sampler(opts.sampler, opts.seed, opts.n_startup), load_if_exists=True)
+    known = _known(study)
+    measured0 = len(known)
+    if not any(t.params == LLAMA_CPP.to_dict() for t in study.get_trials(deepcopy=False)):
+        study.enqueue_trial(LLAMA_CPP.to_dict(), user_attrs={"enqueued": "llama.cpp"})
+    study.set_user_attr("shape", [shape.M, shape.d, shape.n])
+    counter = {"measured": measured0}
+
+    def objective(trial: optuna.Trial) -> float:
+        cfg = GemvConfig(**{k: trial.suggest_categorical(k, list(v)) for k, v in DOMAINS.items()})
+        trial.set_user_attr("label", cfg.label)
+        why = cfg.invalid_reasons(shape)
+        if why:
+            trial.set_user_attr("status", Status.INVALID)
+            trial.set_user_attr("error", "; ".join(why))
+            raise optuna.TrialPruned(why[0])
+        if cfg.label in known:
+            num, status, value = known[cfg.label]
+            trial.set_user_attr("duplicate_of", num)
+            trial.set_user_attr("status", status)
+            if status == Status.OK and value is not None:
+                return value
+            raise optuna.TrialPruned(f"same config as trial {num} ({status})")
+        m = runner.measure(cfg, shape)
+        trial.set_user_attr("measured", True)
+        for k, v in _attrs(m).items():
+            trial.set_user_attr(k, v)
+        counter["measured"] += 1
+        known[cfg.label] = (trial.number, m.status, m.us_median if m.ok else None)
+        if not m.ok:
+            raise optuna.TrialPruned(f"{m.status}: {m.error[:200]}")
+        return m.us_median
+
+    bar = None
+    if opts.progress and sys.stderr.isatty():
+        from tqdm import tqdm
+
+        bar = tqdm(total=opts.trials, initial=min(measured0, opts.trials), desc=f"{shape}", unit="trial",
+                   file=sys.stderr, leave=False)
+
+    def callback(st: optuna.Study, t: optuna.trial.FrozenTrial) -> None:
+        if bar is not None and t.user_attrs.get("measured"):
+            bar.update(1)
+            try:
+                bar.set_postfix_str(f"best {st.best_value:.2f} µs")
+            except ValueError:
+                pass
+        if counter["measured"] >= opts.trials:
+            st.stop()
+
+    t0 = time.perf_counter()
+    if measured0 < opts.trials:
+        cap = 30 * (opts.trials - measured0) + 200  # invalid/duplicate proposals cost no GPU time, but are bounded
+        study.optimize(objective, n_trials=cap, timeout=opts.timeout, callbacks=[callback], catch=())
+    if bar is not None:
+        bar.close()
+    search_s = time.perf_counter() - t0
+
+    result = confirm(runner, shape, study, opts, echo)
+    trials = trial_rows(study)
+    result.trials = trials
+    result.study_name = name
+    result.measured = counter["measured"]
+    result.new_measured = counter["measured"] - measured0
+    result.entry["search"] = {
+        "sampler": opts.sampler, "seed": opts.seed, "trials_budget": opts.trials,
+        "measured_trials": counter["measured"], "total_trials": len(trials), "study": name,
+        "started": started, "finished": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "search_s": round(search_s, 2), "confirm_rounds": opts.rounds, "top_k": opts.top_k,
+        "replayed": bool(getattr(runner, "replayed", False)),
+    }
+    return result
+
+
+def trial_rows(study: optuna.Study) -> list[dict[str, Any]]:
+    rows = []
+    for t in study.get_trials(deepcopy=False):
+        r: dict[str, Any] = {"trial": t.number, "state": t.state.name, "value": t.value}
+        r.update({f"p_{k}": v for k, v in t.params.items()})
+        r.update(t.user_attrs)
+        rows.append(r)
+    return rows
+
+
+def _summary(ms: list[Measurement]) -> dict[str, Any]:
+    ok = [m for m in ms if m.ok]
+    if not ok:
+        return {"status": ms[-1].status if ms else "missing", "error": ms[-1].error if ms else ""}
+    meds = [m.us_median for m in ok]
+    med = statistics.median(meds)
+    best = min(ok, key=lambda m: abs(m.us_median - med))
+    return {"status": "ok", "us": med, "us_min": min(m.us_min for m in ok), "us_max": max(m.us_max for m in ok),
+            "spread": (max(meds) - min(meds)) / med if med else None, "gbps": best.gbps * best.us_median / med,
+            "pct_ceiling": best.pct_ceiling * best.us_median / med, "rounds": len(ok), "name": best.name}
+
+
+def confirm(runner: Any, shape: Shape, study: optuna.Study, opts: SearchOptions,
+            echo: Callable[[str], None]) -> SearchResult:
+    """Re-measure the top-k configs, the llama.cpp config and cuBLAS interleaved (A B C A B C ...)."""
+    done = [t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.COMPLETE
+            and t.user_attrs.get("measured")]
+    done.sort(key=lambda t: t.value)
+    cands: list[GemvConfig] = []
+    for t in done:
+        c = GemvConfig(**t.params)
+        if c not in cands:
+            cands.append(c)
+        if len(cands) == opts.top_k:
+            break
+    if not cands:
+        raise UsageError(f"no correct variant was found for {shape} (see the search CSV for the reasons)")
+    pool = list(dict.fromkeys(cands + [LLAMA_CPP]))
+    per: dict[GemvConfig, list[Measurement]] = {c: [] for c in pool}
+    base: dict[str, list[Measurement]] = {}
+    for r in range(opts.rounds):
+        for c in pool:
+            per[c].append(runner.measure(c, shape, kind="confirm", verify=(r == 0)))
+        for m in runner.baselines(shape):
+            base.setdefault(m.kind, []).append(m)
+    stats = {c: _summary(ms) for c, ms in per.items()}
+    ranked = sorted((c for c in pool if stats[c]["status"] == "ok"), key=lambda c: stats[c]["us"])
+    if not ranked:
+        raise UsageError(f"every candidate for {shape} failed re-measurement")
+    w = ranked[0]
+    noise = max((stats[c]["spread"] or 0.0) for c in ranked[:2])
+    within = [c for c in ranked if stats[c]["us"] <= stats[w]["us"] * (1 + noise)]
+    tie = len(within) > 1
+    if tie:
+        w = min(within, key=complexity)
+    s = stats[w]
+    winner = Measurement(w.label, "winner", shape.M, shape.d, shape.n, Status.OK, us_median=s["us"],
+                         us_min=s["us_min"], us_max=s["us_max"], gbps=s["gbps"], pct_ceiling=s["pct_ceiling"],
+                         params=w.to_dict())
+    baselines = {"llama.cpp": stats[LLAMA_CPP]}
+    base_ms = {}
+    for kind, ms in base.items():
+        baselines[kind] = _summary(ms)
+        base_ms[kind] = ms[-1]
+    candidates = [{"config": c.to_dict(), "label": c.label, **stats[c]} for c in ranked]
+    entry = {
+        "winner": {"family": "gemv", "config": w.to_dict(), "label": w.label, **{k: s[k] for k in
+                   ("us", "us_min", "us_max", "gbps", "pct_ceiling", "spread")}},
+        "gemv": {"config": w.to_dict(), "label": w.label, "us": s["us"]},
+        "baselines": baselines,
+        "tie": tie,
+        "candidates": candidates,
+    }
+    if tie:
+        echo(f"{shape}: tie within the spread ({100 * noise:.1f}%) among {len(within)} configs; "
+             f"chose the simplest, {w.label}")
+    return SearchResult(shape, "", winner, tie, candidates, base_ms, [], 0, 0, entry)

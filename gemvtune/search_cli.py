@@ -1,0 +1,52 @@
+"""The search command's driver: per shape, search, write the trial CSV, record the table entry."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+from .report import gpu_slug, provenance
+from .search import SearchOptions, make_storage, run_search, study_name
+from .shapes import Shape
+from .table import record
+
+
+def _ratio(a: Any, b: Any) -> str:
+    try:
+        return f"{a / b:.3f}"
+    except (TypeError, ZeroDivisionError):
+        return "-"
+
+
+def run_searches(runner: Any, shapes: list[Shape], opts: SearchOptions, results_dir: str | None,
+                 table_path: str | None, echo: Callable[[str], None], writable: Callable[[str], Path]) -> Path:
+    import pandas as pd
+
+    dev = runner.device_info()
+    slug = gpu_slug(dev["name"])
+    out = writable(results_dir or str(Path("results") / slug))
+    table = Path(table_path) if table_path else out / "table.json"
+    storage_url = opts.storage or f"journal:{out / 'optuna-journal.log'}"
+    storage = make_storage(storage_url)
+    ceil = runner.ceiling()
+    echo(f"{dev['name']}: read ceiling {ceil['read_gbps']:.0f} GB/s; storage {storage_url}; table {table}")
+    for shape in shapes:
+        name = study_name(shape, slug)
+        res = run_search(runner, shape, opts, storage, name, echo=echo)
+        stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
+        csv = out / f"search-{shape.M}x{shape.d}x{shape.n}-{stamp}.csv"
+        pd.DataFrame(res.trials).to_csv(csv, index=False, float_format="%.6g")
+        meta = provenance(dev, ceiling=ceil, study=name, storage=storage_url, shape=[shape.M, shape.d, shape.n],
+                          search=res.entry["search"], winner=res.entry["winner"], baselines=res.entry["baselines"])
+        csv.with_suffix(".json").write_text(json.dumps(meta, indent=1, sort_keys=True, default=str) + "\n")
+        record(table, shape, res.entry, dev, ceil)
+        w, b = res.entry["winner"], res.entry["baselines"]
+        cub = (b.get("cublas-torch") or b.get("cublas") or {}).get("us")
+        lla = b["llama.cpp"].get("us")
+        echo(f"{shape!s:>14s}  {w['label']:44s} {w['us']:8.2f} µs  {w['pct_ceiling']:5.1f}% ceiling  "
+             f"x{_ratio(cub, w['us'])} cuBLAS  x{_ratio(lla, w['us'])} llama.cpp  "
+             f"({res.new_measured} new / {res.measured} measured trials{', tie' if res.tie else ''}) -> {csv.name}")
+        runner.release()
+    return table

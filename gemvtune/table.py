@@ -1,0 +1,202 @@
+"""The per-GPU lookup table: versioned JSON keyed by (M, d, n), atomic merge-on-write, lookup with
+fallback, and run-time dispatch (``load_table(path).gemv(W, x)``)."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import json
+import math
+import os
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any, Iterator
+
+from .errors import UsageError
+from .shapes import Shape
+from .space import LLAMA_CPP, GemvConfig
+
+SCHEMA_VERSION = 1
+
+
+def entry_key(shape: Shape) -> str:
+    return f"{shape.M}x{shape.d}x{shape.n}"
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive advisory lock beside the table, so concurrent writers serialize their merges."""
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "a+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(f"table {path} does not exist") from None
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as e:
+        raise UsageError(f"table {path} cannot be read: {e}") from None
+    if not text.strip():
+        raise UsageError(f"table {path} is empty")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise UsageError(f"table {path} is not valid JSON (truncated?): {e.msg} at line {e.lineno}") from None
+    if not isinstance(data, dict) or "schema" not in data or not isinstance(data.get("entries"), dict):
+        raise UsageError(f"table {path} is not a gemvtune table (no schema/entries)")
+    if data["schema"] != SCHEMA_VERSION:
+        raise UsageError(f"table {path} has schema version {data['schema']}; this gemvtune reads version "
+                         f"{SCHEMA_VERSION}" + (" (made by a newer gemvtune: upgrade)" if isinstance(data["schema"], int)
+                                                 and data["schema"] > SCHEMA_VERSION else ""))
+    for k, e in data["entries"].items():
+        try:
+            GemvConfig.from_dict(e["winner"]["config"])
+            Shape(int(e["M"]), int(e["d"]), int(e.get("n", 1)))
+        except (KeyError, TypeError, ValueError) as err:
+            raise UsageError(f"table {path}: entry {k} is malformed ({err})") from None
+    return data
+
+
+def _atomic_write_json(path: Path, data: dict[str, Any]) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=1, sort_keys=True, default=_json_default)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, float) and math.isnan(o):
+        return None
+    if hasattr(o, "item"):
+        return o.item()
+    raise TypeError(f"not JSON serializable: {type(o).__name__}")
+
+
+def gpu_identity(info: dict[str, Any]) -> dict[str, Any]:
+    keys = ("name", "compute_capability", "sm_count", "l2_bytes", "driver", "cuda_runtime", "cuda_driver_api")
+    return {k: info.get(k) for k in keys}
+
+
+def record(path: str | Path, shape: Shape, entry: dict[str, Any], device: dict[str, Any],
+           ceiling: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Add or replace one (M, d, n) entry, keeping every other; atomic, and serialized across processes.
+    A table made on another GPU model is refused (one table per GPU)."""
+    path = Path(path)
+    with _locked(path):
+        if path.exists():
+            data = _read(path)
+            if data["gpu"].get("name") != device.get("name"):
+                raise UsageError(f"table {path} was made on {data['gpu'].get('name')}, not {device.get('name')}: "
+                                 f"use a table per GPU")
+        else:
+            data = {"schema": SCHEMA_VERSION, "gpu": gpu_identity(device), "ceiling": ceiling or {}, "entries": {}}
+        data["gpu"] = gpu_identity(device)
+        if ceiling:
+            data["ceiling"] = ceiling
+        entry = {"M": shape.M, "d": shape.d, "n": shape.n, "updated": _now(), **entry}
+        GemvConfig.from_dict(entry["winner"]["config"])  # never write a config we could not load
+        data["entries"][entry_key(shape)] = entry
+        _atomic_write_json(path, data)
+        return data
+
+
+class Table:
+    """A loaded table. ``gemv(W, x)`` runs the tuned kernel for W's shape."""
+
+    def __init__(self, data: dict[str, Any], path: str | None = None, strict_gpu: bool = False):
+        self.data, self.path, self.strict_gpu = data, path, strict_gpu
+        self._configs: dict[tuple[int, int, int], GemvConfig] = {
+            (int(e["M"]), int(e["d"]), int(e.get("n", 1))): GemvConfig.from_dict(e["winner"]["config"])
+            for e in data["entries"].values()
+        }
+        self._warned: set[tuple[int, int, int]] = set()
+        self._dispatch = None
+        self._gpu_checked = False
+
+    @property
+    def gpu(self) -> dict[str, Any]:
+        return self.data.get("gpu", {})
+
+    @property
+    def shapes(self) -> list[Shape]:
+        return [Shape(*k) for k in sorted(self._configs)]
+
+    def entry(self, shape: Shape) -> dict[str, Any] | None:
+        return self.data["entries"].get(entry_key(shape))
+
+    def lookup(self, shape: Shape) -> tuple[GemvConfig, str]:
+        """(config, how): the tuned config; else the tuned config of the nearest shape (log-distance in
+        M and d) that is valid for this one; else the llama.cpp config."""
+        k = (shape.M, shape.d, shape.n)
+        if k in self._configs:
+            return self._configs[k], "tuned"
+        best = None
+        for (M, d, n), cfg in self._configs.items():
+            if n != shape.n or not cfg.is_valid(shape):
+                continue
+            dist = abs(math.log(M / shape.M)) + abs(math.log(d / shape.d))
+            if best is None or dist < best[0]:
+                best = (dist, cfg, f"nearest tuned shape {M}x{d}")
+        if best:
+            return best[1], best[2]
+        if LLAMA_CPP.is_valid(shape):
+            return LLAMA_CPP, "llama.cpp fallback"
+        for cfg in (GemvConfig(vec="half", tpr=32, block=256), GemvConfig(vec="half", tpr=2, block=32)):
+            if cfg.is_valid(shape):
+                return cfg, "generic fallback"
+        raise UsageError(f"no gemv config can run shape {shape}")
+
+    def config_for(self, shape: Shape) -> GemvConfig:
+        cfg, how = self.lookup(shape)
+        if how != "tuned" and (shape.M, shape.d, shape.n) not in self._warned:
+            self._warned.add((shape.M, shape.d, shape.n))
+            warnings.warn(f"gemvtune: shape {shape} is not in the table; using the {how} ({cfg.label})",
+                          stacklevel=3)
+        return cfg
+
+    def gemv(self, W: Any, x: Any, out: Any = None) -> Any:
+        """y = W x with the tuned kernel; W [M, d] and x [d] FP16 on one CUDA device (CuPy arrays or
+        torch tensors), out (optional) [M] FP32. Returns out (a CuPy array, or a torch tensor for torch
+        input). Works inside CUDA graph capture once each shape has run once outside it."""
+        if self._dispatch is None:
+            from .runners.cuda import Dispatcher
+
+            self._dispatch = Dispatcher()
+        if not self._gpu_checked:
+            self._check_gpu(self._dispatch.device_name())
+        return self._dispatch.gemv(self, W, x, out)
+
+    def _check_gpu(self, name: str) -> None:
+        self._gpu_checked = True
+        made = self.gpu.get("name")
+        if made and made != name:
+            msg = f"table {self.path or ''} was tuned on {made}, this is {name}: its choices may be far from best"
+            if self.strict_gpu:
+                raise UsageError(msg)
+            warnings.warn("gemvtune: " + msg, stacklevel=3)
+
+
+def load_table(path: str | Path, strict_gpu: bool = False) -> Table:
+    """Load a table written by ``gemvtune search``; any problem is one clear UsageError."""
+    return Table(_read(Path(path)), str(path), strict_gpu)

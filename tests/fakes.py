@@ -1,0 +1,47 @@
+"""A fake runner with a known optimum, for testing the search without a GPU."""
+
+import math
+
+from gemvtune.runners.base import Measurement, Status
+from gemvtune.space import GemvConfig
+
+TPR_BEST, VEC_BEST = 64, "half8"
+
+
+def fake_us(c: GemvConfig) -> float:
+    """Fastest at vec=half8, tpr=64; every other lever is flat, so many configs tie at the optimum."""
+    return 10.0 + 3.0 * (c.vec != VEC_BEST) + abs(math.log2(c.tpr / TPR_BEST))
+
+
+class FakeRunner:
+    replayed = False
+
+    def __init__(self):
+        self.calls: list[GemvConfig] = []
+
+    def device_info(self):
+        return {"name": "Fake GPU", "compute_capability": "9.0", "sm_count": 132, "l2_bytes": 60 << 20,
+                "driver": "0", "cuda_runtime": 0, "cuda_driver_api": 0}
+
+    def ceiling(self):
+        return {"read_gbps": 4000.0, "launch_floor_us": 0.5}
+
+    def release(self):
+        pass
+
+    def measure(self, config, shape, kind="variant", verify=True, timed=True, **_):
+        assert config.is_valid(shape), f"invalid config reached the runner: {config.label}"
+        self.calls.append(config)
+        m = Measurement(config.label, kind, shape.M, shape.d, shape.n, Status.OK, params=config.to_dict())
+        if config.x_load == "smem" and config.acc == "fp16":
+            m.status, m.error = Status.WRONG, "planted: relative error 1 above the bound"
+            return m
+        us = fake_us(config)
+        m.us_median, m.us_min, m.us_max = us, us, us
+        m.gbps, m.pct_ceiling = 1.0, 50.0
+        return m
+
+    def baselines(self, shape):
+        m = Measurement("cublas (fake)", "cublas", shape.M, shape.d, shape.n, Status.OK, us_median=15.0,
+                        us_min=15.0, us_max=15.0, gbps=1.0, pct_ceiling=40.0)
+        return [m]

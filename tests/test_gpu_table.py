@@ -1,0 +1,117 @@
+"""GPU tests of the committed table and run-time dispatch (marked gpu)."""
+
+import os
+import warnings
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+from gemvtune import Shape, UsageError
+from gemvtune.table import load_table
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def runner():
+    from gemvtune.runners.cuda import CudaRunner
+
+    return CudaRunner(replays=15)
+
+
+@pytest.fixture(scope="module")
+def table(runner):
+    from gemvtune.report import gpu_slug
+
+    name = runner.device_info()["name"]
+    path = Path(os.environ.get("GEMVTUNE_TEST_TABLE") or ROOT / "results" / gpu_slug(name) / "table.json")
+    if not path.exists():
+        pytest.skip(f"no committed table for {name} at {path}")
+    return load_table(path, strict_gpu=True)
+
+
+def _check(runner, W, x, y, acc, d):
+    import cupy as cp
+
+    from gemvtune.timing import error_bound
+
+    ref, scale = runner.reference(W, x)
+    ok, rel, row, why = runner.check(cp.asarray(y), ref, scale, error_bound(acc, d))
+    assert ok, why
+    return rel
+
+
+def test_committed_table_runs_and_matches_its_timing(runner, table):
+    import cupy as cp
+
+    assert table.shapes
+    for shape in table.shapes:
+        cfg, how = table.lookup(shape)
+        assert how == "tuned"
+        W = (cp.random.random((shape.M, shape.d), dtype=cp.float32) * 2 - 1).astype(cp.float16)
+        x = (cp.random.random(shape.d, dtype=cp.float32) * 2 - 1).astype(cp.float16)
+        y = table.gemv(W, x)
+        _check(runner, W, x, y, cfg.acc, shape.d)
+        m = runner.measure(cfg, shape)
+        want = table.entry(shape)["winner"]["us"]
+        assert m.ok and abs(m.us_median / want - 1) <= 0.03, (str(shape), m.us_median, want)
+        del W, x, y
+        runner.release()
+
+
+def test_dispatch_torch_fallback_graph_and_errors(runner, table):
+    import cupy as cp
+
+    shape = Shape(3000, 4096)  # not tuned: nearest or llama.cpp fallback, with one warning
+    W = (cp.random.random((shape.M, shape.d), dtype=cp.float32) * 2 - 1).astype(cp.float16)
+    x = (cp.random.random(shape.d, dtype=cp.float32) * 2 - 1).astype(cp.float16)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        y = table.gemv(W, x)
+        table.gemv(W, x)
+    assert sum("not in the table" in str(m.message) for m in w) == 1
+    cfg = table.config_for(shape)
+    _check(runner, W, x, y, cfg.acc, shape.d)
+
+    # inside CUDA graph capture (after one call outside it), into a preallocated out
+    out = cp.full(shape.M, cp.nan, dtype=cp.float32)
+    s = cp.cuda.Stream(non_blocking=True)
+    with s:
+        s.begin_capture()
+        table.gemv(W, x, out=out)
+        g = s.end_capture()
+        g.launch(s)
+        s.synchronize()
+    _check(runner, W, x, out, cfg.acc, shape.d)
+
+    bad = [
+        (lambda: table.gemv(W.astype(cp.float32), x), "float16"),
+        (lambda: table.gemv(W, x[:-8]), "must have shape"),
+        (lambda: table.gemv(W[:, ::2], x[: shape.d // 2]), "contiguous"),
+        (lambda: table.gemv(W.ravel()[1: 1 + (shape.M - 1) * shape.d].reshape(shape.M - 1, shape.d), x), "aligned"),
+        (lambda: table.gemv(W, x, out=cp.empty(shape.M, dtype=cp.float16)), "out must be"),
+        (lambda: table.gemv(W.get(), x), "CuPy array or a torch tensor"),
+    ]
+    for f, needle in bad:
+        with pytest.raises(UsageError, match=needle):
+            f()
+
+    torch = pytest.importorskip("torch")
+    Wt, xt = torch.from_dlpack(W), torch.from_dlpack(x)
+    yt = table.gemv(Wt, xt)
+    assert isinstance(yt, torch.Tensor) and yt.dtype == torch.float32
+    _check(runner, W, x, cp.from_dlpack(yt), cfg.acc, shape.d)
+    with pytest.raises(UsageError, match="float16"):
+        table.gemv(Wt.to(torch.bfloat16), xt)
+    # torch graph capture
+    outt = torch.empty(shape.M, dtype=torch.float32, device="cuda")
+    table.gemv(Wt, xt, out=outt)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    outt.fill_(float("nan"))
+    with torch.cuda.graph(g):
+        table.gemv(Wt, xt, out=outt)
+    g.replay()
+    torch.cuda.synchronize()
+    _check(runner, W, x, cp.from_dlpack(outt), cfg.acc, shape.d)

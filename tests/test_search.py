@@ -1,0 +1,91 @@
+import collections
+
+import optuna
+import pytest
+
+from fakes import FakeRunner, fake_us
+from gemvtune import LLAMA_CPP, Shape, UsageError
+from gemvtune.search import SearchOptions, complexity, make_storage, run_search
+
+SHAPE = Shape(4096, 4096)
+
+
+def _search(tmp_path, trials=60, sampler="tpe", runner=None, seed=0):
+    runner = runner or FakeRunner()
+    storage = make_storage(f"journal:{tmp_path / 'journal.log'}")
+    opts = SearchOptions(sampler=sampler, trials=trials, seed=seed, progress=False)
+    return runner, run_search(runner, SHAPE, opts, storage, "s", echo=lambda s: None)
+
+
+def test_search_finds_known_optimum_and_never_measures_invalid(tmp_path):
+    runner, res = _search(tmp_path, trials=150)
+    assert runner.calls[0] == LLAMA_CPP                       # the llama.cpp config is tried first
+    tuned = [c for c in runner.calls[:150]]
+    assert len(set(tuned)) == len(tuned)                      # nothing measured twice
+    assert res.measured == 150 and res.new_measured == 150
+    w = res.entry["winner"]
+    assert w["us"] == min(t["value"] for t in res.trials if t["state"] == "COMPLETE")
+    assert w["config"]["vec"] == "half8" and w["config"]["tpr"] == 64
+    assert w["us"] == pytest.approx(10.0)
+    # many configs tie at the optimum: the simplest of those re-measured is chosen
+    tied = [c for c in res.candidates if c["us"] == pytest.approx(10.0)]
+    if len(tied) > 1:
+        assert res.tie
+        from gemvtune.space import GemvConfig
+        assert complexity(GemvConfig(**w["config"])) == min(complexity(GemvConfig(**c["config"])) for c in tied)
+    assert res.entry["baselines"]["llama.cpp"]["us"] == pytest.approx(fake_us(LLAMA_CPP))
+    assert res.entry["baselines"]["cublas"]["us"] == 15.0
+    assert res.entry["search"]["sampler"] == "tpe" and res.entry["search"]["seed"] == 0
+
+
+def test_failures_recorded_and_invalid_pruned(tmp_path):
+    _, res = _search(tmp_path, trials=60, sampler="random")
+    by = collections.Counter(r.get("status") for r in res.trials)
+    assert by["invalid"] > 0 and by["ok"] > 0
+    for r in res.trials:
+        if r.get("status") == "invalid":
+            assert r["state"] == "PRUNED" and r["error"] and not r.get("measured")
+        if r.get("status") == "wrong":
+            assert r["state"] == "PRUNED" and "planted" in r["error"]
+    assert not (res.entry["winner"]["config"]["x_load"] == "smem" and res.entry["winner"]["config"]["acc"] == "fp16")
+
+
+def test_resume_repeats_nothing(tmp_path):
+    r1, a = _search(tmp_path, trials=30)
+    r2, b = _search(tmp_path, trials=30)
+    calls_search = [c for c in r2.calls]  # only confirmation measurements: no new trial
+    assert b.new_measured == 0 and b.measured == 30
+    assert len(b.trials) == len(a.trials)
+    r3, c = _search(tmp_path, trials=45)
+    assert c.new_measured == 15 and c.measured == 45
+    measured_labels = [t["label"] for t in c.trials if t.get("measured")]
+    assert len(measured_labels) == len(set(measured_labels)) == 45
+    assert calls_search  # confirmation re-measured candidates
+
+
+@pytest.mark.parametrize("sampler", ["random", "exhaustive"])
+def test_other_samplers_run(tmp_path, sampler):
+    _, res = _search(tmp_path, trials=20, sampler=sampler)
+    assert res.measured == 20
+
+
+def test_bad_options():
+    with pytest.raises(UsageError, match="unknown sampler"):
+        SearchOptions(sampler="annealing")
+    for bad in (0, -3, True):
+        with pytest.raises(UsageError, match="trials"):
+            SearchOptions(trials=bad)
+    with pytest.raises(UsageError, match="timeout"):
+        SearchOptions(timeout=0)
+
+
+@pytest.mark.parametrize("url", ["", "journal:", "nonsense", "postgresql://nobody@127.0.0.1:1/none"])
+def test_bad_storage(url):
+    with pytest.raises(UsageError):
+        make_storage(url)
+
+
+def test_sqlite_storage(tmp_path):
+    s = make_storage(f"sqlite:///{tmp_path / 'o.db'}")
+    st = optuna.create_study(storage=s, study_name="x")
+    assert st.study_name == "x"

@@ -1,0 +1,110 @@
+import json
+import multiprocessing as mp
+import warnings
+
+import pytest
+
+from gemvtune import LLAMA_CPP, GemvConfig, Shape, UsageError
+from gemvtune.table import SCHEMA_VERSION, load_table, record
+
+DEV = {"name": "NVIDIA H200", "compute_capability": "9.0", "sm_count": 132, "l2_bytes": 62914560,
+       "driver": "580", "cuda_runtime": 13020}
+
+
+def _entry(cfg: GemvConfig, us: float = 10.0):
+    return {"winner": {"family": "gemv", "config": cfg.to_dict(), "label": cfg.label, "us": us, "us_min": us,
+                       "us_max": us, "gbps": 1.0, "pct_ceiling": 90.0, "spread": 0.01},
+            "baselines": {"llama.cpp": {"us": 12.0}, "cublas-torch": {"us": 13.0}},
+            "search": {"sampler": "tpe", "seed": 0}}
+
+
+def test_round_trip_and_merge(tmp_path):
+    p = tmp_path / "t.json"
+    a, b = GemvConfig(vec="half8", tpr=64), GemvConfig(vec="half4", tpr=32)
+    record(p, Shape(4096, 4096), _entry(a), DEV, {"read_gbps": 4600})
+    record(p, Shape(14336, 4096), _entry(b), DEV)
+    t = load_table(p)
+    assert t.data["schema"] == SCHEMA_VERSION and t.gpu["name"] == "NVIDIA H200"
+    assert t.lookup(Shape(4096, 4096)) == (a, "tuned") and t.lookup(Shape(14336, 4096)) == (b, "tuned")
+    assert t.data["ceiling"]["read_gbps"] == 4600
+    record(p, Shape(4096, 4096), _entry(b, 9.0), DEV)   # replacing one keeps the other
+    t = load_table(p)
+    assert t.lookup(Shape(4096, 4096))[0] == b and len(t.shapes) == 2
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_failed_write_keeps_old_table(tmp_path, monkeypatch):
+    p = tmp_path / "t.json"
+    record(p, Shape(4096, 4096), _entry(LLAMA_CPP), DEV)
+    before = p.read_text()
+    import gemvtune.table as tm
+
+    def boom(*a, **k):
+        raise OSError("disk full")
+    monkeypatch.setattr(tm.json, "dump", boom)
+    with pytest.raises(OSError):
+        record(p, Shape(1024, 16384), _entry(LLAMA_CPP), DEV)
+    assert p.read_text() == before and not list(tmp_path.glob("*.tmp"))
+
+
+def test_record_refuses_bad_config_and_other_gpu(tmp_path):
+    p = tmp_path / "t.json"
+    bad = _entry(LLAMA_CPP)
+    bad["winner"]["config"]["vec"] = "half16"
+    with pytest.raises(UsageError):
+        record(p, Shape(64, 64), bad, DEV)
+    assert not p.exists()
+    record(p, Shape(64, 64), _entry(LLAMA_CPP), DEV)
+    with pytest.raises(UsageError, match="made on NVIDIA H200"):
+        record(p, Shape(64, 128), _entry(LLAMA_CPP), {**DEV, "name": "NVIDIA H100"})
+
+
+@pytest.mark.parametrize("content,needle", [
+    (None, "does not exist"), ("", "is empty"), ('{"schema": 1, "entr', "not valid JSON"), ("[1, 2]", "not a gemvtune table"),
+    (json.dumps({"schema": 99, "gpu": {}, "entries": {}}), "newer gemvtune"),
+    (json.dumps({"schema": 1, "gpu": {}, "entries": {"1x1x1": {"M": 1}}}), "malformed"),
+])
+def test_bad_tables(tmp_path, content, needle):
+    p = tmp_path / "t.json"
+    if content is not None:
+        p.write_text(content)
+    with pytest.raises(UsageError, match=needle):
+        load_table(p)
+
+
+def test_fallbacks(tmp_path):
+    p = tmp_path / "t.json"
+    half8 = GemvConfig(vec="half8", tpr=64)
+    record(p, Shape(4096, 4096), _entry(half8), DEV)
+    record(p, Shape(128256, 4096), _entry(GemvConfig(vec="half8", tpr=32)), DEV)
+    t = load_table(p)
+    cfg, how = t.lookup(Shape(5000, 4096))
+    assert cfg == half8 and how == "nearest tuned shape 4096x4096"
+    assert t.lookup(Shape(100000, 4096))[1] == "nearest tuned shape 128256x4096"
+    cfg, how = t.lookup(Shape(4096, 4100))   # half8 cannot do d % 8 != 0
+    assert (cfg, how) == (LLAMA_CPP, "llama.cpp fallback")
+    cfg, how = t.lookup(Shape(7, 3))         # odd d: only scalar-half configs
+    assert how == "generic fallback" and cfg.vec == "half" and cfg.is_valid(Shape(7, 3))
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        t.config_for(Shape(5000, 4096))
+        t.config_for(Shape(5000, 4096))
+        t.config_for(Shape(4096, 4096))
+    assert len(w) == 1 and "not in the table" in str(w[0].message)
+
+
+def _writer(path, i):
+    for j in range(10):
+        record(path, Shape(64 * (i + 1), 8 * (j + 1)), _entry(GemvConfig(vec="half", tpr=2, block=32)), DEV)
+
+
+def test_concurrent_writers_lose_nothing(tmp_path):
+    p = str(tmp_path / "t.json")
+    ctx = mp.get_context("fork")
+    procs = [ctx.Process(target=_writer, args=(p, i)) for i in range(4)]
+    for q in procs:
+        q.start()
+    for q in procs:
+        q.join(60)
+    assert all(q.exitcode == 0 for q in procs)
+    assert len(load_table(p).shapes) == 40
