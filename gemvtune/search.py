@@ -61,8 +61,11 @@ class SearchResult:
 
 def make_sampler(name: str, seed: int, n_startup: int = 10) -> optuna.samplers.BaseSampler:
     if name == "tpe":
-        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=n_startup, multivariate=True,
-                                          warn_independent_sampling=False)
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # multivariate TPE is flagged experimental
+            return optuna.samplers.TPESampler(seed=seed, n_startup_trials=n_startup, multivariate=True)
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "gp":

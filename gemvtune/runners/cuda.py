@@ -507,7 +507,8 @@ class Dispatcher:
             stream = self._streams.get(sptr)
             if stream is None:
                 stream = self._streams[sptr] = cp.cuda.ExternalStream(sptr, W.device.index)
-            W, x, out = cp.from_dlpack(W), cp.from_dlpack(x), cp.from_dlpack(torch_out)
+            with stream:  # the consumer stream is torch's own: DLPack adds no cross-stream wait (capture-safe)
+                W, x, out = cp.from_dlpack(W), cp.from_dlpack(x), cp.from_dlpack(torch_out)
         else:
             stream = None
         if W.dtype != cp.float16 or x.dtype != cp.float16:
