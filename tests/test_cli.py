@@ -48,3 +48,27 @@ def test_compile_check_runs_nvrtc():
     r = run_cli("compile-check", "--shape", "4104x4104", "--configs", "sample:4")
     assert r.returncode == 0, r.stderr
     assert "4 compiled, 0 failed" in r.stdout
+
+
+def test_report_on_committed_table(tmp_path):
+    out = tmp_path / "t.csv"
+    r = run_cli("report", "--table", "results/nvidia-h200/table.json", "--csv", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "NVIDIA H200" in r.stdout and "14336x4096" in r.stdout.replace(" ", "")
+    import pandas as pd
+
+    df = pd.read_csv(out)
+    assert {"M", "d", "winner", "us", "llama_us", "cublas_us", "x_cublas", "p_vec"} <= set(df.columns)
+    assert (df.us > 0).all() and (df.x_llama >= 1.0).all()
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["report", "--table", "nope.json"], "does not exist"),
+    (["search", "--shape", "64x64", "--trials", "-1"], "positive integer"),
+    (["search", "--shape", "64x64", "--sampler", "sa"], "unknown sampler"),
+    (["search"], "needs --shape or --model"),
+    (["search", "--model", "gpt-9"], "unknown model"),
+])
+def test_search_report_bad_input(args, needle):
+    r = run_cli(*args)
+    assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr, r.stderr

@@ -108,3 +108,14 @@ def test_concurrent_writers_lose_nothing(tmp_path):
         q.join(60)
     assert all(q.exitcode == 0 for q in procs)
     assert len(load_table(p).shapes) == 40
+
+
+def test_other_gpu_warns_or_refuses(tmp_path):
+    p = tmp_path / "t.json"
+    record(p, Shape(64, 64), _entry(LLAMA_CPP), DEV)
+    t = load_table(p)
+    with pytest.warns(UserWarning, match="tuned on NVIDIA H200, this is NVIDIA H100"):
+        t._check_gpu("NVIDIA H100")
+    with pytest.raises(UsageError, match="tuned on NVIDIA H200"):
+        load_table(p, strict_gpu=True)._check_gpu("NVIDIA H100")
+    load_table(p, strict_gpu=True)._check_gpu("NVIDIA H200")  # same model: silent
