@@ -287,6 +287,33 @@ def report(table_path: str, csv_path: str | None) -> None:
         click.echo(f"wrote {csv_path}")
 
 
+@cli.command()
+@click.option("--shape", "shape_texts", multiple=True, help="M x d (repeatable)")
+@click.option("--suite", type=click.Choice(["decode"]), default=None)
+@click.option("--out", "out_dir", default=None, help="default results/<gpu>/sweeps/")
+@click.option("--replays", default=7, show_default=True, type=click.IntRange(3, 100))
+@click.option("--target-us", default=1000.0, show_default=True, type=float, help="GPU time per graph replay")
+def sweep(shape_texts, suite, out_dir, replays, target_us) -> None:
+    """GPU: measure every valid config of the sweep grid for each shape (for the replay runner)."""
+    from .shapes import DECODE_SUITE
+
+    shapes = [parse_shape(t) for t in shape_texts] + ([Shape(M, d) for M, d in DECODE_SUITE] if suite else [])
+    if not shapes:
+        raise UsageError("sweep needs --shape or --suite")
+    _gpu_check()
+    from .report import gpu_slug
+    from .runners.cuda import CudaRunner
+    from .sweep import run_sweep
+
+    r = CudaRunner(replays=replays, warmup=1, target_us=target_us)
+    ceil = r.ceiling()
+    out = _writable_dir(out_dir or str(Path("results") / gpu_slug(r.device_info()["name"]) / "sweeps"))
+    click.echo(f"read ceiling {ceil['read_gbps']:.0f} GB/s; writing to {out}")
+    for s in dict.fromkeys(shapes):
+        run_sweep(r, s, out, echo=click.echo, ceiling=ceil)
+        r.release()
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: every GemvtuneError becomes one line on stderr and its exit code."""
     try:
