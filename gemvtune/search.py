@@ -70,9 +70,10 @@ def make_sampler(name: str, seed: int, n_startup: int = 10) -> optuna.samplers.B
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "gp":
         try:
-            import torch  # noqa: F401  (Optuna's GP sampler runs on torch)
-        except ImportError:
-            raise UsageError("the gp sampler needs torch (pip install torch)") from None
+            import scipy  # noqa: F401
+            import torch  # noqa: F401  (Optuna's GP sampler runs on torch and scipy)
+        except ImportError as e:
+            raise UsageError(f"the gp sampler needs torch and scipy ({e.name} is missing)") from None
         return optuna.samplers.GPSampler(seed=seed, n_startup_trials=n_startup)
     if name == "exhaustive":
         return optuna.samplers.BruteForceSampler(seed=seed)
@@ -191,7 +192,7 @@ def run_search(runner: Any, shape: Shape, opts: SearchOptions, storage: Any, nam
 
     t0 = time.perf_counter()
     if measured0 < opts.trials:
-        cap = 30 * (opts.trials - measured0) + 200  # invalid/duplicate proposals cost no GPU time, but are bounded
+        cap = 10 * (opts.trials - measured0) + 50  # invalid/duplicate proposals cost no GPU time, but are bounded
         study.optimize(objective, n_trials=cap, timeout=opts.timeout, callbacks=[callback], catch=())
     if bar is not None:
         bar.close()

@@ -89,3 +89,28 @@ def test_sqlite_storage(tmp_path):
     s = make_storage(f"sqlite:///{tmp_path / 'o.db'}")
     st = optuna.create_study(storage=s, study_name="x")
     assert st.study_name == "x"
+
+
+def test_timeout_stops_early(tmp_path):
+    import time
+
+    class Slow(FakeRunner):
+        def measure(self, config, shape, **kw):
+            time.sleep(0.05)
+            return super().measure(config, shape, **kw)
+
+    runner = Slow()
+    storage = make_storage(f"journal:{tmp_path / 'j.log'}")
+    opts = SearchOptions(trials=1000, timeout=1.0, progress=False, rounds=1, top_k=1)
+    res = run_search(runner, SHAPE, opts, storage, "t", echo=lambda s: None)
+    assert 1 <= res.measured < 100
+
+
+def test_gp_sampler(tmp_path):
+    pytest.importorskip("torch", reason="Optuna's GP sampler needs torch (not in the CI install)")
+    pytest.importorskip("scipy", reason="Optuna's GP sampler needs scipy (not in the CI install)")
+    # GP ignores pruned (invalid) trials and keeps proposing them: the proposal cap ends the search.
+    _, res = _search(tmp_path, trials=8, sampler="gp")
+    assert 1 <= res.measured <= 8
+    assert len(res.trials) <= 10 * 8 + 50
+    assert res.entry["winner"]["us"] == min(t["value"] for t in res.trials if t["state"] == "COMPLETE")
