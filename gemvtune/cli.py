@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import json
 import sys
 from pathlib import Path
 from typing import Callable
@@ -250,7 +251,10 @@ def _writable_dir(path: str) -> Path:
 @click.option("--table", "table_path", default=None, help="table to update (default <results>/table.json)")
 @click.option("--top-k", default=3, show_default=True, type=int, help="candidates re-measured before a winner")
 @click.option("--rounds", default=5, show_default=True, type=int, help="interleaved re-measurement rounds")
-def search(shape_texts, model, sampler, trials, timeout, seed, storage, results_dir, table_path, top_k, rounds) -> None:
+@click.option("--replay", "replay_path", default=None,
+              help="search recorded sweeps (a sweep-*.csv.gz or a folder of them) instead of a GPU")
+def search(shape_texts, model, sampler, trials, timeout, seed, storage, results_dir, table_path, top_k, rounds,
+           replay_path) -> None:
     """Find the fastest correct GEMV per shape with Optuna; record it in the GPU's table."""
     from .shapes import model_shapes
 
@@ -263,11 +267,23 @@ def search(shape_texts, model, sampler, trials, timeout, seed, storage, results_
 
     opts = SearchOptions(sampler=sampler, trials=int(trials), timeout=timeout, seed=seed, storage=storage,
                          top_k=top_k, rounds=rounds)
-    _gpu_check()
-    from .runners.cuda import CudaRunner
     from .search_cli import run_searches
 
-    runner = CudaRunner()
+    if replay_path:
+        from .report import gpu_slug
+        from .runners.replay import ReplayRunner
+
+        runner = ReplayRunner(replay_path)
+        for s in shapes:
+            runner.sweep(s)  # a shape with no recorded sweep fails before anything is written
+        grids = {json.dumps(runner.sweep(s).grid, sort_keys=True) for s in shapes}
+        opts.domains = runner.sweep(shapes[0]).grid if len(grids) == 1 and runner.sweep(shapes[0]).grid else None
+        results_dir = results_dir or str(Path("results") / gpu_slug(runner.device_info().get("name", "gpu")) / "replay")
+    else:
+        _gpu_check()
+        from .runners.cuda import CudaRunner
+
+        runner = CudaRunner()
     run_searches(runner, list(dict.fromkeys(shapes)), opts, results_dir, table_path, echo=click.echo,
                  writable=_writable_dir)
 
@@ -312,6 +328,43 @@ def sweep(shape_texts, suite, out_dir, replays, target_us) -> None:
     for s in dict.fromkeys(shapes):
         run_sweep(r, s, out, echo=click.echo, ceiling=ceil)
         r.release()
+
+
+@cli.command()
+@click.option("--sweeps", "sweeps_path", required=True, help="a folder of sweep-*.csv.gz (or one file)")
+@click.option("--samplers", default="tpe,tpe-s5,tpe-s20,tpe-indep,random,gp", show_default=True)
+@click.option("--seeds", default=20, show_default=True, type=click.IntRange(1, 1000))
+@click.option("--budget", default=200, show_default=True, type=click.IntRange(1, 100000),
+              help="measured trials per simulated search")
+@click.option("--gp-budget", default=60, show_default=True, type=click.IntRange(1, 100000),
+              help="budget of the (slow) GP sampler")
+@click.option("--jobs", default=None, type=click.IntRange(1, 256), help="processes (default: cores)")
+@click.option("--out", "out_dir", required=True, help="folder for the CSVs and the PNG")
+def study(sweeps_path, samplers, seeds, budget, gp_budget, jobs, out_dir) -> None:
+    """Search quality on recorded sweeps: trials to within 1/2/5% of the optimum per sampler (no GPU)."""
+    import os
+
+    from .runners.replay import sweep_files
+    from .study import SAMPLER_VARIANTS, llama_position, plot, run_study, summarize_runs
+
+    names = [s.strip() for s in samplers.split(",") if s.strip()]
+    bad = [s for s in names if s not in SAMPLER_VARIANTS]
+    if bad or not names:
+        raise UsageError(f"unknown sampler(s) {', '.join(bad) or '(none)'}; known: {', '.join(SAMPLER_VARIANTS)}")
+    files = sweep_files(sweeps_path)
+    out = _writable_dir(out_dir)
+    curves, runs = run_study(files, names, seeds, budget, jobs or os.cpu_count() or 1, echo=click.echo,
+                             budgets={"gp": gp_budget})
+    summary = summarize_runs(runs)
+    llama = llama_position(files)
+    runs.to_csv(out / "study-runs.csv", index=False, float_format="%.6g")
+    summary.to_csv(out / "study-summary.csv", index=False, float_format="%.6g")
+    curves.to_csv(out / "study-curves.csv.gz", index=False, float_format="%.6g", compression="gzip")
+    llama.to_csv(out / "llama-vs-optimum.csv", index=False, float_format="%.6g")
+    plot(curves, out / "convergence.png")
+    click.echo(summary[summary["shape"] == "all"].to_string(index=False))
+    click.echo(llama.to_string(index=False))
+    click.echo(f"wrote {out}/study-*.csv, llama-vs-optimum.csv, convergence.png")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -33,6 +33,7 @@ class SearchOptions:
     rounds: int = 5
     n_startup: int = 10
     progress: bool = True
+    domains: dict[str, Any] | None = None  # the space searched (default: the whole family; a sweep's grid on replay)
 
     def __post_init__(self) -> None:
         if self.sampler not in SAMPLERS:
@@ -59,6 +60,10 @@ class SearchResult:
     entry: dict[str, Any] = field(default_factory=dict)
 
 
+def _infeasible(t: optuna.trial.FrozenTrial) -> tuple[float]:
+    return (float(t.user_attrs.get("infeasible", 0.0)),)
+
+
 def make_sampler(name: str, seed: int, n_startup: int = 10) -> optuna.samplers.BaseSampler:
     if name == "tpe":
         import warnings
@@ -74,7 +79,9 @@ def make_sampler(name: str, seed: int, n_startup: int = 10) -> optuna.samplers.B
             import torch  # noqa: F401  (Optuna's GP sampler runs on torch and scipy)
         except ImportError as e:
             raise UsageError(f"the gp sampler needs torch and scipy ({e.name} is missing)") from None
-        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=n_startup)
+        # GP ignores pruned trials and would keep proposing invalid configs: they come back as
+        # completed-but-infeasible trials instead (see optimize), which its constraint model learns.
+        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=n_startup, constraints_func=_infeasible)
     if name == "exhaustive":
         return optuna.samplers.BruteForceSampler(seed=seed)
     raise UsageError(f"unknown sampler {name!r}; choose one of {', '.join(SAMPLERS)}")
@@ -143,18 +150,55 @@ def run_search(runner: Any, shape: Shape, opts: SearchOptions, storage: Any, nam
                                 sampler=make_sampler(opts.sampler, opts.seed, opts.n_startup), load_if_exists=True)
     known = _known(study)
     measured0 = len(known)
+    enqueue_seed(study)
+    study.set_user_attr("shape", [shape.M, shape.d, shape.n])
+    t0 = time.perf_counter()
+    measured = optimize(study, runner, shape, opts, known, measured0)
+    search_s = time.perf_counter() - t0
+    counter = {"measured": measured}
+
+    result = confirm(runner, shape, study, opts, echo)
+    trials = trial_rows(study)
+    result.trials = trials
+    result.study_name = name
+    result.measured = counter["measured"]
+    result.new_measured = counter["measured"] - measured0
+    result.entry["search"] = {
+        "sampler": opts.sampler, "seed": opts.seed, "trials_budget": opts.trials,
+        "measured_trials": counter["measured"], "total_trials": len(trials), "study": name,
+        "started": started, "finished": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "search_s": round(search_s, 2), "confirm_rounds": opts.rounds, "top_k": opts.top_k,
+        "replayed": bool(getattr(runner, "replayed", False)),
+    }
+    return result
+
+
+def enqueue_seed(study: optuna.Study) -> None:
+    """The llama.cpp config is the first trial of every study."""
     if not any(t.params == LLAMA_CPP.to_dict() for t in study.get_trials(deepcopy=False)):
         study.enqueue_trial(LLAMA_CPP.to_dict(), user_attrs={"enqueued": "llama.cpp"})
-    study.set_user_attr("shape", [shape.M, shape.d, shape.n])
+
+
+def optimize(study: optuna.Study, runner: Any, shape: Shape, opts: SearchOptions,
+             known: dict[str, tuple[int, str, float | None]] | None = None, measured0: int | None = None) -> int:
+    """The trial loop: until the study holds opts.trials measured trials (or the timeout). Returns
+    how many measured trials the study holds."""
+    if known is None:
+        known = _known(study)
+    if measured0 is None:
+        measured0 = len(known)
     counter = {"measured": measured0}
 
     def objective(trial: optuna.Trial) -> float:
-        cfg = GemvConfig(**{k: trial.suggest_categorical(k, list(v)) for k, v in DOMAINS.items()})
+        cfg = GemvConfig(**{k: trial.suggest_categorical(k, list(v)) for k, v in (opts.domains or DOMAINS).items()})
         trial.set_user_attr("label", cfg.label)
         why = cfg.invalid_reasons(shape)
         if why:
             trial.set_user_attr("status", Status.INVALID)
             trial.set_user_attr("error", "; ".join(why))
+            if opts.sampler == "gp":  # infeasible, with a value worse than anything measured (see make_sampler)
+                trial.set_user_attr("infeasible", 1.0)
+                return 2.0 * max((v for _, st, v in known.values() if st == Status.OK and v), default=1e3)
             raise optuna.TrialPruned(why[0])
         if cfg.label in known:
             num, status, value = known[cfg.label]
@@ -164,6 +208,10 @@ def run_search(runner: Any, shape: Shape, opts: SearchOptions, storage: Any, nam
                 return value
             raise optuna.TrialPruned(f"same config as trial {num} ({status})")
         m = runner.measure(cfg, shape)
+        if m.status == "not_in_sweep":  # replay: nothing was recorded, nothing is made up or counted
+            trial.set_user_attr("status", m.status)
+            trial.set_user_attr("error", m.error)
+            raise optuna.TrialPruned(m.error)
         trial.set_user_attr("measured", True)
         for k, v in _attrs(m).items():
             trial.set_user_attr(k, v)
@@ -190,28 +238,13 @@ def run_search(runner: Any, shape: Shape, opts: SearchOptions, storage: Any, nam
         if counter["measured"] >= opts.trials:
             st.stop()
 
-    t0 = time.perf_counter()
     if measured0 < opts.trials:
         cap = 10 * (opts.trials - measured0) + 50  # invalid/duplicate proposals cost no GPU time, but are bounded
         study.optimize(objective, n_trials=cap, timeout=opts.timeout, callbacks=[callback], catch=())
     if bar is not None:
         bar.close()
-    search_s = time.perf_counter() - t0
+    return counter["measured"]
 
-    result = confirm(runner, shape, study, opts, echo)
-    trials = trial_rows(study)
-    result.trials = trials
-    result.study_name = name
-    result.measured = counter["measured"]
-    result.new_measured = counter["measured"] - measured0
-    result.entry["search"] = {
-        "sampler": opts.sampler, "seed": opts.seed, "trials_budget": opts.trials,
-        "measured_trials": counter["measured"], "total_trials": len(trials), "study": name,
-        "started": started, "finished": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "search_s": round(search_s, 2), "confirm_rounds": opts.rounds, "top_k": opts.top_k,
-        "replayed": bool(getattr(runner, "replayed", False)),
-    }
-    return result
 
 
 def trial_rows(study: optuna.Study) -> list[dict[str, Any]]:

@@ -31,14 +31,15 @@ def run_searches(runner: Any, shapes: list[Shape], opts: SearchOptions, results_
     storage_url = opts.storage or f"journal:{out / 'optuna-journal.log'}"
     storage = make_storage(storage_url)
     ceil = runner.ceiling()
-    echo(f"{dev['name']}: read ceiling {ceil['read_gbps']:.0f} GB/s; storage {storage_url}; table {table}")
+    replay = " (REPLAYED from recorded sweeps)" if getattr(runner, "replayed", False) else ""
+    echo(f"{dev['name']}{replay}: read ceiling {ceil['read_gbps']:.0f} GB/s; storage {storage_url}; table {table}")
     for shape in shapes:
         name = study_name(shape, slug)
         res = run_search(runner, shape, opts, storage, name, echo=echo)
         stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
         csv = out / f"search-{shape.M}x{shape.d}x{shape.n}-{stamp}.csv"
         pd.DataFrame(res.trials).to_csv(csv, index=False, float_format="%.6g")
-        meta = provenance(dev, ceiling=ceil, study=name, storage=storage_url, shape=[shape.M, shape.d, shape.n],
+        meta = provenance(dev, ceiling=ceil, replayed=bool(getattr(runner, "replayed", False)), study=name, storage=storage_url, shape=[shape.M, shape.d, shape.n],
                           search=res.entry["search"], winner=res.entry["winner"], baselines=res.entry["baselines"])
         csv.with_suffix(".json").write_text(json.dumps(meta, indent=1, sort_keys=True, default=str) + "\n")
         record(table, shape, res.entry, dev, ceil)

@@ -32,7 +32,11 @@ def table_summary(t: Table) -> str:
     g = t.gpu
     lines = [f"table {t.path}: {len(df)} entries; GPU {g.get('name')} (cc {g.get('compute_capability')}, driver "
              f"{g.get('driver')}); read ceiling {t.data.get('ceiling', {}).get('read_gbps', float('nan')):.0f} GB/s"]
+    def x(v: float) -> str:
+        return "-" if v != v else f"{v:.3f}"
+
     for _, r in df.iterrows():
         lines.append(f"  {r.M:>7d}x{r.d:<6d} n={r.n:<2d} {r.winner:44s} {r.us:8.2f} µs {r.pct_ceiling:5.1f}% "
-                     f"x{r.x_cublas:.3f} cuBLAS x{r.x_llama:.3f} llama.cpp ({r.sampler}, {r.trials} trials)")
+                     f"x{x(r.x_cublas)} cuBLAS x{x(r.x_llama)} llama.cpp ({r.sampler}, {r.trials} trials"
+                     f"{', REPLAYED' if r.replayed else ''})")
     return "\n".join(lines)

@@ -1,0 +1,152 @@
+"""Search quality on recorded sweeps: how many measured trials each sampler needs to come within
+1%, 2% and 5% of the sweep's optimum, over many seeds, per shape and overall."""
+
+from __future__ import annotations
+
+import math
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+THRESHOLDS = (0.01, 0.02, 0.05)
+
+# name -> (Optuna sampler kind, options); "tpe" is the product's default.
+SAMPLER_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "tpe": ("tpe", {"n_startup": 10}),
+    "tpe-s5": ("tpe", {"n_startup": 5}),
+    "tpe-s20": ("tpe", {"n_startup": 20}),
+    "tpe-indep": ("tpe-indep", {"n_startup": 10}),
+    "random": ("random", {}),
+    "gp": ("gp", {"n_startup": 10}),
+}
+
+
+def _sampler(variant: str, seed: int):
+    import optuna
+
+    from .search import make_sampler
+
+    kind, o = SAMPLER_VARIANTS[variant]
+    if kind == "tpe-indep":
+        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=o["n_startup"], multivariate=False)
+    return make_sampler(kind, seed, o.get("n_startup", 10))
+
+
+def one_run(args: tuple[str, str, int, int]) -> dict[str, Any]:
+    """One simulated search: (sweep file, sampler variant, seed, budget) -> best-so-far per measured trial."""
+    import warnings
+
+    import optuna
+
+    from .runners.replay import ReplayRunner
+    from .search import SearchOptions, enqueue_seed, optimize
+
+    warnings.filterwarnings("ignore")
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    path, variant, seed, budget = args
+    runner = ReplayRunner(path)
+    (shape, sweep), = runner.sweeps.items()
+    study = optuna.create_study(direction="minimize", sampler=_sampler(variant, seed),
+                                storage=optuna.storages.InMemoryStorage())
+    enqueue_seed(study)
+    opts = SearchOptions(sampler=SAMPLER_VARIANTS[variant][0].replace("tpe-indep", "tpe"), trials=budget, seed=seed,
+                         progress=False, domains=sweep.grid or None)
+    optimize(study, runner, shape, opts)
+    vals = [t.value if t.state == optuna.trial.TrialState.COMPLETE else math.inf
+            for t in study.get_trials(deepcopy=False) if t.user_attrs.get("measured")]
+    best = np.minimum.accumulate(np.array(vals, dtype=float)) if vals else np.array([])
+    return {"shape": str(shape), "sampler": variant, "seed": seed, "budget": budget, "best": best.tolist(),
+            "proposals": len(study.trials), "optimum": sweep.optimum()[1]}
+
+
+def trials_to_within(best: list[float], optimum: float, p: float) -> float:
+    """1-based index of the first measured trial within p of the optimum; inf if never."""
+    for i, b in enumerate(best, 1):
+        if b <= optimum * (1 + p):
+            return float(i)
+    return math.inf
+
+
+def run_study(sweep_paths: list[Path], samplers: list[str], seeds: int, budget: int, jobs: int,
+              echo: Callable[[str], None] = print, budgets: dict[str, int] | None = None) -> tuple[Any, Any]:
+    """(curves, runs) DataFrames: curves has best/optimum per trial; runs one row per search."""
+    import pandas as pd
+
+    budgets = budgets or {}
+    tasks = [(str(p), s, seed, budgets.get(s, budget)) for p in sweep_paths for s in samplers for seed in range(seeds)]
+    tasks.sort(key=lambda t: -t[3] * (20 if t[1] == "gp" else 1))  # slowest first
+    echo(f"{len(tasks)} simulated searches ({len(sweep_paths)} shapes x {len(samplers)} samplers x {seeds} seeds, "
+         f"budget {budget}) on {jobs} processes")
+    with ProcessPoolExecutor(max_workers=jobs) as ex:
+        results = list(ex.map(one_run, tasks, chunksize=1))
+    runs, curves = [], []
+    for r in results:
+        row = {k: r[k] for k in ("shape", "sampler", "seed", "budget", "proposals", "optimum")}
+        row["measured"] = len(r["best"])
+        for p in THRESHOLDS:
+            row[f"to_{int(p * 100)}pct"] = trials_to_within(r["best"], r["optimum"], p)
+        runs.append(row)
+        for i, b in enumerate(r["best"], 1):
+            curves.append({"shape": r["shape"], "sampler": r["sampler"], "seed": r["seed"], "trial": i,
+                           "gap": b / r["optimum"] - 1})
+    return pd.DataFrame(curves), pd.DataFrame(runs)
+
+
+def summarize_runs(runs: Any) -> Any:
+    """Median and 90th percentile of trials-to-within per (shape, sampler) and overall (inf = not reached)."""
+    import pandas as pd
+
+    out = []
+    for (shape, sampler), g in list(runs.groupby(["shape", "sampler"])) + [(("all", s), g) for s, g in runs.groupby("sampler")]:
+        row = {"shape": shape, "sampler": sampler, "runs": len(g)}
+        for p in THRESHOLDS:
+            col = g[f"to_{int(p * 100)}pct"].to_numpy()
+            row[f"within{int(p * 100)}_median"] = float(np.median(col))
+            row[f"within{int(p * 100)}_p90"] = float(np.quantile(col, 0.9, method="higher"))
+            row[f"within{int(p * 100)}_reached"] = float(np.isfinite(col).mean())
+        out.append(row)
+    return pd.DataFrame(out)
+
+
+def llama_position(sweep_paths: list[Path]) -> Any:
+    """Where the llama.cpp config sits in each sweep: its time over the optimum and its rank."""
+    import pandas as pd
+
+    from .runners.replay import Sweep
+    from .space import LLAMA_CPP
+
+    rows = []
+    for p in sweep_paths:
+        s = Sweep(Path(p))
+        label, opt = s.optimum()
+        ok = sorted(r["us_median"] for r in s.rows.values() if r["status"] == "ok")
+        lu = s.rows[LLAMA_CPP.label]["us_median"]
+        rows.append({"shape": str(s.shape), "optimum_config": label, "optimum_us": opt, "llama_us": lu,
+                     "llama_over_optimum": lu / opt, "llama_rank": 1 + sum(v < lu for v in ok), "configs": len(ok)})
+    return pd.DataFrame(rows)
+
+
+def plot(curves: Any, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for sampler, g in curves.groupby("sampler"):
+        med = g.groupby("trial").gap.median()
+        p90 = g.groupby("trial").gap.quantile(0.9)
+        line, = ax.plot(med.index, 100 * med.values, label=f"{sampler} (median)")
+        ax.plot(p90.index, 100 * p90.values, ls=":", color=line.get_color(), lw=1)
+    for p in THRESHOLDS:
+        ax.axhline(100 * p, color="grey", lw=0.5)
+    ax.set_yscale("symlog", linthresh=1)
+    ax.set_xlabel("measured trials")
+    ax.set_ylabel("best so far over the sweep optimum (%)")
+    ax.set_title("Search convergence on recorded H200 sweeps (all shapes; dotted: 90th percentile)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,105 @@
+"""The replay runner and replayed searches on the committed H200 sweeps (CPU only)."""
+
+import gzip
+import json
+import math
+
+import pytest
+
+from conftest import ROOT, run_cli
+from gemvtune import LLAMA_CPP, GemvConfig, Shape, UsageError
+from gemvtune.ktexport import export_kt_cache
+from gemvtune.runners.replay import NOT_IN_SWEEP, ReplayRunner, Sweep, sweep_files
+from gemvtune.search import SearchOptions, enqueue_seed, optimize
+
+SWEEPS = ROOT / "results" / "nvidia-h200" / "sweeps"
+FILES = sweep_files(SWEEPS)
+
+
+@pytest.fixture(scope="module")
+def runner():
+    return ReplayRunner(SWEEPS)
+
+
+def test_serves_what_was_recorded(runner):
+    s = Shape(14336, 4096)
+    rows = runner.sweep(s).rows
+    m = runner.measure(LLAMA_CPP, s)
+    assert m.ok and m.us_median == rows[LLAMA_CPP.label]["us_median"] and m.method == "replay"
+    assert m.registers == rows[LLAMA_CPP.label]["registers"] and m.gbps > 0
+    out = runner.measure(GemvConfig(vec="half", tpr=32), s)        # valid, but outside the sweep grid
+    assert out.status == NOT_IN_SWEEP and math.isnan(out.us_median) and "not measured" in out.error
+    assert runner.measure(GemvConfig(block=64, tpr=256), s).status == "invalid"
+    assert runner.device_info()["name"] == "NVIDIA H200" and runner.ceiling()["read_gbps"] > 1000
+    with pytest.raises(UsageError, match="no recorded sweep"):
+        runner.measure(LLAMA_CPP, Shape(1000, 1000))
+
+
+def test_every_sweep_is_whole_and_verified():
+    for f in FILES:
+        s = Sweep(f)
+        assert s.grid and s.meta["valid_in_grid"] == len(s.rows)
+        assert all(r["status"] in ("ok", "wrong", "compile_error", "launch_error") for r in s.rows.values())
+        assert LLAMA_CPP.label in s.rows
+        label, us = s.optimum()
+        assert us > 0 and s.rows[label]["status"] == "ok"
+
+
+def test_bad_sweeps(tmp_path):
+    with pytest.raises(UsageError, match="does not exist"):
+        ReplayRunner(tmp_path / "nope")
+    with pytest.raises(UsageError, match="no sweep"):
+        ReplayRunner(tmp_path)
+    bad = tmp_path / "sweep-1x1x1.csv.gz"
+    with gzip.open(bad, "wt") as f:
+        f.write("a,b\n1,2\n")
+    (tmp_path / "sweep-1x1x1.json").write_text("{}")
+    with pytest.raises(UsageError, match="not a gemvtune sweep"):
+        ReplayRunner(bad)
+
+
+def test_replayed_search_cli(tmp_path):
+    r = run_cli("search", "--shape", "14336x4096", "--replay", str(SWEEPS), "--results", str(tmp_path),
+                "--trials", "60")
+    assert r.returncode == 0, r.stderr
+    assert "REPLAYED" in r.stdout
+    t = json.loads((tmp_path / "table.json").read_text())
+    e = t["entries"]["14336x4096x1"]
+    assert e["search"]["replayed"] is True and e["search"]["measured_trials"] == 60
+    assert e["winner"]["us"] <= e["baselines"]["llama.cpp"]["us"]
+    (csv,) = tmp_path.glob("search-14336x4096x1-*.csv")
+    assert json.loads(csv.with_suffix(".json").read_text())["replayed"] is True
+    r = run_cli("search", "--shape", "1000x1000", "--replay", str(SWEEPS), "--results", str(tmp_path))
+    assert r.returncode == 2 and "no recorded sweep" in r.stderr and "Traceback" not in r.stderr
+
+
+DEFAULT_TRIALS = SearchOptions().trials
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_default_tpe_budget_reaches_2pct_for_every_seed(path):
+    """The default sampler and budget (chosen by the committed study) on every committed sweep."""
+    import optuna
+
+    runner = ReplayRunner(path)
+    (shape, sweep), = runner.sweeps.items()
+    opt = sweep.optimum()[1]
+    for seed in range(5):
+        study = optuna.create_study(direction="minimize", storage=optuna.storages.InMemoryStorage(),
+                                    sampler=optuna.samplers.TPESampler(seed=seed, multivariate=True,
+                                                                       n_startup_trials=SearchOptions().n_startup))
+        enqueue_seed(study)
+        n = optimize(study, runner, shape, SearchOptions(trials=DEFAULT_TRIALS, seed=seed, progress=False,
+                                                         domains=sweep.grid))
+        assert n == DEFAULT_TRIALS
+        assert study.best_value <= opt * 1.02, (shape, seed, study.best_value, opt)
+
+
+def test_kt_export(tmp_path):
+    s = Sweep(FILES[0])
+    p = export_kt_cache(s, tmp_path / "kt.json")
+    d = json.loads(p.read_text())
+    assert d["tune_params_keys"] == list(s.grid) and d["kernel_name"] == "gemv"
+    assert len(d["cache"]) == len(s.rows)
+    key = ",".join(str(v) for v in LLAMA_CPP.to_dict().values())
+    assert d["cache"][key]["time"] == pytest.approx(s.rows[LLAMA_CPP.label]["us_median"] / 1000)
