@@ -1,4 +1,4 @@
-"""The CUDA runner: the only module that imports cupy.
+"""The CUDA runner's measuring half (this package is the only place that imports cupy).
 
 Compiles with NVRTC (gemvtune.compile, cached on disk by source hash) and loads the cubin with
 ``cupy.RawModule``; verifies every variant on fresh random inputs against a float64 reference before
@@ -17,19 +17,15 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..compile import CompileError, compile_source
-from ..errors import NoDeviceError
-from ..render import render
-from ..shapes import Shape
-from ..space import GemvConfig
-from ..timing import ROW_FACTOR, copies_for, error_bound, gbps, launches_for, summarize
-from .base import Measurement, Status
-
-try:
-    import cupy as cp
-except Exception as _e:  # pragma: no cover - depends on the host
-    cp = None
-    _IMPORT_ERROR = str(_e)
+from ...compile import CompileError, compile_source
+from ...errors import NoDeviceError
+from ...render import render
+from ...shapes import Shape
+from ...space import GemvConfig
+from ...timing import ROW_FACTOR, copies_for, error_bound, gbps, launches_for, summarize
+from ..base import Measurement, Status
+from ._cupy import _rand_half, cp, cuda_available
+from .baselines import BaselinesMixin
 
 _AUX_SRC = r"""
 extern "C" __global__ void read_stream(const uint4* __restrict__ p, unsigned long long n, unsigned int* out) {
@@ -57,17 +53,6 @@ extern "C" __global__ void spin(unsigned long long ns) {
 """
 
 
-def cuda_available() -> str | None:
-    """None if a CUDA device answers, else the reason (one line)."""
-    if cp is None:
-        return f"cupy cannot be imported: {_IMPORT_ERROR.splitlines()[0]}"
-    try:
-        n = cp.cuda.runtime.getDeviceCount()
-    except Exception as e:
-        return f"no CUDA device answers ({str(e).splitlines()[0]})"
-    return None if n > 0 else "no CUDA device answers (device count 0)"
-
-
 @dataclass
 class _ShapeBuffers:
     shape: Shape
@@ -77,12 +62,7 @@ class _ShapeBuffers:
     copies: int
 
 
-def _rand_half(shape, rng) -> "cp.ndarray":
-    """Uniform in [-1, 1), never zeros as a whole."""
-    return (rng.random(shape, dtype=cp.float32) * 2 - 1).astype(cp.float16)
-
-
-class CudaRunner:
+class CudaRunner(BaselinesMixin):
     def __init__(self, device: int = 0, replays: int = 15, warmup: int = 3, target_us: float = 2000.0,
                  seed: int = 0):
         why = cuda_available()
@@ -240,7 +220,7 @@ class CudaRunner:
         st, bps = best
         t_empty = summarize(self.time_graph(lambda i: self._empty((1,), (32,), ()), 2000))
         self._ceiling_gbps = nbytes / (st.median * 1e-6) / 1e9
-        del bufs
+        bufs.clear()
         cp.get_default_memory_pool().free_all_blocks()
         return {
             "read_gbps": self._ceiling_gbps,
@@ -391,165 +371,3 @@ class CudaRunner:
         self._fill_times(m, t, shape, "spin", n, b.copies)
         return m
 
-    # ---- baselines ----------------------------------------------------------------------------
-    def measure_cublas(self, shape: Shape) -> Measurement:
-        """cuBLAS through cupy.matmul (FP16 in, FP32 compute, FP16 out), timed with the spin method
-        (CuPy refuses cuBLAS inside graph capture). Verified like every variant."""
-        m = Measurement("cublas (cupy.matmul)", "cublas", shape.M, shape.d, shape.n, Status.OK)
-        m.bound = error_bound("fp16", shape.d)  # its output is FP16: one final rounding to 2^-11
-        try:
-            ok, m.relerr, m.rowerr, reason = self._verify(lambda W, x, y: cp.matmul(W, x), shape, m.bound)
-            if not ok:
-                m.status, m.error = Status.WRONG, reason
-                return m
-            b = self.buffers(shape)
-            n = launches_for(shape.bytes_moved / (self.ceiling_gbps * 1e3) + 1.0, b.copies, self.target_us, cap=400)
-            t = self.time_spin(lambda i: cp.matmul(b.W[i % b.copies], b.x[i % b.copies]), n)
-        except Exception as e:
-            m.status, m.error = Status.LAUNCH_ERROR, str(e).splitlines()[0]
-            return m
-        self._fill_times(m, t, shape, "spin", n, b.copies)
-        return m
-
-    def baselines(self, shape: Shape) -> list[Measurement]:
-        """cuBLAS via cupy.matmul (spin) and, where torch is installed, via torch in a graph."""
-        out = [self.measure_cublas(shape)]
-        t = self.measure_torch_linear(shape)
-        if t is not None:
-            out.append(t)
-        return out
-
-    def measure_torch_linear(self, shape: Shape) -> Measurement | None:
-        """cuBLAS through torch.nn.functional.linear (what MEASURING.md's references used), in a
-        CUDA graph over the same rotating copies. None where torch is not installed."""
-        try:
-            import torch
-        except Exception:
-            return None
-        m = Measurement("cublas (torch F.linear)", "cublas-torch", shape.M, shape.d, shape.n, Status.OK)
-        try:
-            b = self.buffers(shape)
-            Wt = [torch.from_dlpack(w) for w in b.W]
-            xt = [torch.from_dlpack(x).view(1, -1) for x in b.x]
-            n = launches_for(shape.bytes_moved / (self.ceiling_gbps * 1e3) + 1.0, b.copies, self.target_us)
-            cp.cuda.Device().synchronize()
-            side = torch.cuda.Stream()
-            with torch.cuda.stream(side):
-                for i in range(3):
-                    torch.nn.functional.linear(xt[i % b.copies], Wt[i % b.copies])
-            torch.cuda.synchronize()
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                for i in range(n):
-                    torch.nn.functional.linear(xt[i % b.copies], Wt[i % b.copies])
-            for _ in range(self.warmup):
-                g.replay()
-            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            t = []
-            for _ in range(self.replays):
-                e0.record()
-                g.replay()
-                e1.record()
-                e1.synchronize()
-                t.append(e0.elapsed_time(e1) * 1000.0 / n)
-            del g
-            torch.cuda.empty_cache()
-        except Exception as e:
-            m.status, m.error = Status.LAUNCH_ERROR, str(e).splitlines()[0]
-            return m
-        self._fill_times(m, t, shape, "graph", n, b.copies)
-        return m
-
-
-class Dispatcher:
-    """Run-time dispatch behind ``Table.gemv``: one compile per (config, d) per process, workspaces
-    kept per shape, and a hot path of a dict lookup, a few checks and the launch."""
-
-    def __init__(self) -> None:
-        why = cuda_available()
-        if why:
-            raise NoDeviceError(why)
-        self._plans: dict[tuple[int, int, int], tuple] = {}
-        self._modules: dict[str, Any] = {}
-        self._streams: dict[int, Any] = {}
-
-    def device_name(self) -> str:
-        p = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
-        return p["name"].decode() if isinstance(p["name"], bytes) else str(p["name"])
-
-    def _plan(self, table, M: int, d: int, dev: int) -> tuple:
-        from ..errors import UsageError  # noqa: F401  (kept near its use)
-
-        cfg = table.config_for(Shape(M, d))
-        with cp.cuda.Device(dev):
-            props = cp.cuda.runtime.getDeviceProperties(dev)
-            arch = f"sm_{props['major']}{props['minor']}"
-            compiled = compile_source(render(cfg, Shape(M, d)), cfg.label.replace(".", "_"), arch)
-            if compiled.cubin_path not in self._modules:
-                self._modules[compiled.cubin_path] = cp.RawModule(path=compiled.cubin_path).get_function("gemv")
-            fn = self._modules[compiled.cubin_path]
-            grid = cfg.grid(Shape(M, d))
-            ws = cp.empty(max(1, cfg.split_k * M), dtype=cp.float32)
-            counters = cp.zeros(max(1, grid[0]), dtype=cp.uint32)
-        plan = (fn, grid, (cfg.block,), ws, counters, np.int32(M), cfg.vec_elems * 2, cfg)
-        self._plans[(M, d, dev)] = plan
-        return plan
-
-    def gemv(self, table, W, x, out=None):
-        from ..errors import UsageError
-
-        torch_mod = None
-        if not isinstance(W, cp.ndarray):
-            if type(W).__module__.split(".")[0] == "torch":
-                import torch as torch_mod
-            else:
-                raise UsageError(f"W must be a CuPy array or a torch tensor, got {type(W).__name__}")
-            torch_out = out
-            for name, t in (("W", W), ("x", x), ("out", out)):
-                if t is not None and not isinstance(t, torch_mod.Tensor):
-                    raise UsageError(f"{name} must be a torch tensor like W, got {type(t).__name__}")
-                if t is not None and not t.is_cuda:
-                    raise UsageError(f"{name} is on the CPU; gemv needs CUDA tensors")
-            for name, t, want in (("W", W, torch_mod.float16), ("x", x, torch_mod.float16),
-                                  ("out", out, torch_mod.float32)):
-                if t is not None and t.dtype != want:
-                    raise UsageError(f"{name} must be {str(want).replace('torch.', '')}, got {str(t.dtype).replace('torch.', '')}")
-            if out is None:
-                torch_out = torch_mod.empty(W.shape[0] if W.dim() == 2 else 0, dtype=torch_mod.float32, device=W.device)
-            sptr = torch_mod.cuda.current_stream(W.device).cuda_stream
-            stream = self._streams.get(sptr)
-            if stream is None:
-                stream = self._streams[sptr] = cp.cuda.ExternalStream(sptr, W.device.index)
-            with stream:  # the consumer stream is torch's own: DLPack adds no cross-stream wait (capture-safe)
-                W, x, out = cp.from_dlpack(W), cp.from_dlpack(x), cp.from_dlpack(torch_out)
-        else:
-            stream = None
-        if W.dtype != cp.float16 or x.dtype != cp.float16:
-            raise UsageError(f"W and x must be float16, got {W.dtype} and {x.dtype}")
-        if W.ndim != 2:
-            raise UsageError(f"W must be 2-D [M, d], got shape {W.shape}")
-        M, d = W.shape
-        if x.ndim == 2 and x.shape[0] == 1:
-            x = x.reshape(-1)
-        if x.ndim != 1 or x.shape[0] != d:
-            raise UsageError(f"x must have shape [{d}] to match W {tuple(W.shape)}, got {tuple(x.shape)}")
-        if not W.flags.c_contiguous or not x.flags.c_contiguous:
-            raise UsageError("W and x must be C-contiguous (row-major, no strided views)")
-        dev = W.device.id
-        if x.device.id != dev or (out is not None and out.device.id != dev):
-            raise UsageError(f"W, x and out must be on one device (W on {dev}, x on {x.device.id})")
-        plan = self._plans.get((M, d, dev)) or self._plan(table, M, d, dev)
-        fn, grid, block, ws, counters, M32, align, _ = plan
-        if W.data.ptr % align or x.data.ptr % align:
-            raise UsageError(f"W and x must be {align}-byte aligned for the tuned kernel "
-                             f"(is W an offset view?)")
-        if out is None:
-            out = cp.empty(M, dtype=cp.float32)
-        elif out.dtype != cp.float32 or out.size != M or not out.flags.c_contiguous:
-            raise UsageError(f"out must be a contiguous float32 array of {M} elements")
-        if stream is None:
-            fn(grid, block, (W, x, out, ws, counters, M32))
-            return out
-        with stream:
-            fn(grid, block, (W, x, out, ws, counters, M32))
-        return torch_out

@@ -1,0 +1,82 @@
+"""Baselines timed in the same harness and run as the variants: cuBLAS via cupy.matmul (spin method)
+and via torch in a CUDA graph."""
+
+from __future__ import annotations
+
+from ...shapes import Shape
+from ...timing import error_bound, launches_for
+from ..base import Measurement, Status
+from ._cupy import cp
+
+
+class BaselinesMixin:
+    """Methods of CudaRunner that time library baselines (uses its buffers, timers and verifier)."""
+
+    def measure_cublas(self, shape: Shape) -> Measurement:
+        """cuBLAS through cupy.matmul (FP16 in, FP32 compute, FP16 out), timed with the spin method
+        (CuPy refuses cuBLAS inside graph capture). Verified like every variant."""
+        m = Measurement("cublas (cupy.matmul)", "cublas", shape.M, shape.d, shape.n, Status.OK)
+        m.bound = error_bound("fp16", shape.d)  # its output is FP16: one final rounding to 2^-11
+        try:
+            ok, m.relerr, m.rowerr, reason = self._verify(lambda W, x, y: cp.matmul(W, x), shape, m.bound)
+            if not ok:
+                m.status, m.error = Status.WRONG, reason
+                return m
+            b = self.buffers(shape)
+            n = launches_for(shape.bytes_moved / (self.ceiling_gbps * 1e3) + 1.0, b.copies, self.target_us, cap=400)
+            t = self.time_spin(lambda i: cp.matmul(b.W[i % b.copies], b.x[i % b.copies]), n)
+        except Exception as e:
+            m.status, m.error = Status.LAUNCH_ERROR, str(e).splitlines()[0]
+            return m
+        self._fill_times(m, t, shape, "spin", n, b.copies)
+        return m
+
+    def baselines(self, shape: Shape) -> list[Measurement]:
+        """cuBLAS via cupy.matmul (spin) and, where torch is installed, via torch in a graph."""
+        out = [self.measure_cublas(shape)]
+        t = self.measure_torch_linear(shape)
+        if t is not None:
+            out.append(t)
+        return out
+
+    def measure_torch_linear(self, shape: Shape) -> Measurement | None:
+        """cuBLAS through torch.nn.functional.linear (what MEASURING.md's references used), in a
+        CUDA graph over the same rotating copies. None where torch is not installed."""
+        try:
+            import torch
+        except Exception:
+            return None
+        m = Measurement("cublas (torch F.linear)", "cublas-torch", shape.M, shape.d, shape.n, Status.OK)
+        try:
+            b = self.buffers(shape)
+            Wt = [torch.from_dlpack(w) for w in b.W]
+            xt = [torch.from_dlpack(x).view(1, -1) for x in b.x]
+            n = launches_for(shape.bytes_moved / (self.ceiling_gbps * 1e3) + 1.0, b.copies, self.target_us)
+            cp.cuda.Device().synchronize()
+            side = torch.cuda.Stream()
+            with torch.cuda.stream(side):
+                for i in range(3):
+                    torch.nn.functional.linear(xt[i % b.copies], Wt[i % b.copies])
+            torch.cuda.synchronize()
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                for i in range(n):
+                    torch.nn.functional.linear(xt[i % b.copies], Wt[i % b.copies])
+            for _ in range(self.warmup):
+                g.replay()
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            t = []
+            for _ in range(self.replays):
+                e0.record()
+                g.replay()
+                e1.record()
+                e1.synchronize()
+                t.append(e0.elapsed_time(e1) * 1000.0 / n)
+            del g
+            torch.cuda.empty_cache()
+        except Exception as e:
+            m.status, m.error = Status.LAUNCH_ERROR, str(e).splitlines()[0]
+            return m
+        self._fill_times(m, t, shape, "graph", n, b.copies)
+        return m
+
