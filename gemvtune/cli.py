@@ -364,7 +364,21 @@ def study(sweeps_path, samplers, seeds, budget, gp_budget, jobs, out_dir) -> Non
     plot(curves, out / "convergence.png")
     click.echo(summary[summary["shape"] == "all"].to_string(index=False))
     click.echo(llama.to_string(index=False))
-    click.echo(f"wrote {out}/study-*.csv, llama-vs-optimum.csv, convergence.png")
+    from .study import study_markdown
+
+    (out / "summary.md").write_text(study_markdown(out))
+    click.echo(f"wrote {out}/study-*.csv, llama-vs-optimum.csv, convergence.png, summary.md")
+
+
+@cli.command("study-report")
+@click.argument("out_dir", type=click.Path(exists=True, file_okay=False))
+def study_report(out_dir: str) -> None:
+    """(Re)write DIR/summary.md from a study folder (and Kernel Tuner's results if present)."""
+    from .study import study_markdown
+
+    text = study_markdown(Path(out_dir))
+    (Path(out_dir) / "summary.md").write_text(text)
+    click.echo(text, nl=False)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -150,3 +150,50 @@ def plot(curves: Any, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def study_markdown(out_dir: Path) -> str:
+    """Markdown of a study folder: samplers overall, the default per shape, the llama.cpp config
+    against each optimum, and Kernel Tuner's strategies where kt-summary.csv is present."""
+    import pandas as pd
+
+    out_dir = Path(out_dir)
+    s = pd.read_csv(out_dir / "study-summary.csv")
+    runs = pd.read_csv(out_dir / "study-runs.csv")
+
+    def fmt(v: float) -> str:
+        return ">budget" if not np.isfinite(v) else f"{v:g}"
+
+    def table(df: Any, label: str) -> list[str]:
+        lines = [f"| {label} | runs | budget | ≤1% median | ≤1% p90 | ≤2% median | ≤2% p90 | ≤5% median | ≤5% p90 | reached ≤2% |",
+                 "|---|---|---|---|---|---|---|---|---|---|"]
+        for _, r in df.iterrows():
+            lines.append(f"| {r[label]} | {r.runs} | {r.budget} | {fmt(r.within1_median)} | {fmt(r.within1_p90)} | "
+                         f"{fmt(r.within2_median)} | {fmt(r.within2_p90)} | {fmt(r.within5_median)} | "
+                         f"{fmt(r.within5_p90)} | {100 * r.within2_reached:.0f}% |")
+        return lines
+
+    budgets = runs.groupby("sampler").budget.max()
+    s["budget"] = s.sampler.map(budgets)
+    md = ["# Search quality on the recorded H200 sweeps", "",
+          "Measured trials (the llama.cpp config is trial 1) until the best found is within 1/2/5% of the "
+          "sweep's optimum; median and 90th percentile over seeds (`>budget`: not reached within the budget).", "",
+          "## Samplers, all shapes pooled", ""]
+    md += table(s[s["shape"] == "all"].sort_values("within2_median"), "sampler")
+    md += ["", "## The default (tpe) per shape", ""]
+    md += table(s[(s["sampler"] == "tpe") & (s["shape"] != "all")], "shape")
+    llama = pd.read_csv(out_dir / "llama-vs-optimum.csv")
+    md += ["", "## The llama.cpp config against each sweep's optimum", "",
+           "| shape | optimum config | optimum µs | llama.cpp µs | llama / optimum | llama rank of configs |", "|---|---|---|---|---|---|"]
+    for _, r in llama.iterrows():
+        md.append(f"| {r['shape']} | `{r.optimum_config}` | {r.optimum_us:.2f} | {r.llama_us:.2f} | "
+                  f"{r.llama_over_optimum:.3f} | {r.llama_rank} of {r.configs} |")
+    kt = out_dir / "kt-summary.csv"
+    if kt.exists():
+        k = pd.read_csv(kt)
+        k = k[k["shape"] == "all"].copy()
+        k["budget"] = int(pd.read_csv(out_dir / "kt-runs.csv").budget.max())
+        both = pd.concat([s[s["shape"] == "all"], k]).sort_values("within2_median")
+        md += ["", "## Against Kernel Tuner's strategies (same sweeps, same budget rule: unique valid configs measured)", ""]
+        md += table(both, "sampler")
+    return "\n".join(md) + "\n"
