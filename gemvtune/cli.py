@@ -243,7 +243,7 @@ def _writable_dir(path: str) -> Path:
 @click.option("--shape", "shape_texts", multiple=True, help="M x d (repeatable)")
 @click.option("--model", default=None, help="tune every linear-layer shape of a model preset")
 @click.option("--sampler", default="tpe", show_default=True, help="tpe | random | gp | exhaustive")
-@click.option("--trials", default="100", show_default=True, help="measured trials per shape (the study's total)")
+@click.option("--trials", default=None, help="measured trials per shape, the study's total (default: from the search-quality study, see README)")
 @click.option("--timeout", default=None, type=float, help="seconds of search per shape in this run")
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--storage", default=None, help="Optuna storage: journal:PATH (default under --results) or a DB URL")
@@ -261,10 +261,12 @@ def search(shape_texts, model, sampler, trials, timeout, seed, storage, results_
     shapes = [parse_shape(t) for t in shape_texts] + (model_shapes(model) if model else [])
     if not shapes:
         raise UsageError("search needs --shape or --model")
-    if not str(trials).lstrip("-").isdigit():
-        raise UsageError(f"--trials must be a positive integer, got {trials!r}")
     from .search import SearchOptions
 
+    if trials is None:
+        trials = str(SearchOptions.trials)
+    if not str(trials).lstrip("-").isdigit():
+        raise UsageError(f"--trials must be a positive integer, got {trials!r}")
     opts = SearchOptions(sampler=sampler, trials=int(trials), timeout=timeout, seed=seed, storage=storage,
                          top_k=top_k, rounds=rounds)
     from .search_cli import run_searches
