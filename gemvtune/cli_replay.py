@@ -1,0 +1,89 @@
+"""Commands for recorded sweeps and the search-quality study (registered on the main group)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from .cli import _gpu_check, _writable_dir, cli
+from .errors import UsageError
+from .shapes import Shape, parse_shape
+
+
+@cli.command()
+@click.option("--shape", "shape_texts", multiple=True, help="M x d (repeatable)")
+@click.option("--suite", type=click.Choice(["decode"]), default=None)
+@click.option("--out", "out_dir", default=None, help="default results/<gpu>/sweeps/")
+@click.option("--replays", default=7, show_default=True, type=click.IntRange(3, 100))
+@click.option("--target-us", default=1000.0, show_default=True, type=float, help="GPU time per graph replay")
+def sweep(shape_texts, suite, out_dir, replays, target_us) -> None:
+    """GPU: measure every valid config of the sweep grid for each shape (for the replay runner)."""
+    from .shapes import DECODE_SUITE
+
+    shapes = [parse_shape(t) for t in shape_texts] + ([Shape(M, d) for M, d in DECODE_SUITE] if suite else [])
+    if not shapes:
+        raise UsageError("sweep needs --shape or --suite")
+    _gpu_check()
+    from .report import gpu_slug
+    from .runners.cuda import CudaRunner
+    from .sweep import run_sweep
+
+    r = CudaRunner(replays=replays, warmup=1, target_us=target_us)
+    ceil = r.ceiling()
+    out = _writable_dir(out_dir or str(Path("results") / gpu_slug(r.device_info()["name"]) / "sweeps"))
+    click.echo(f"read ceiling {ceil['read_gbps']:.0f} GB/s; writing to {out}")
+    for s in dict.fromkeys(shapes):
+        run_sweep(r, s, out, echo=click.echo, ceiling=ceil)
+        r.release()
+
+
+@cli.command()
+@click.option("--sweeps", "sweeps_path", required=True, help="a folder of sweep-*.csv.gz (or one file)")
+@click.option("--samplers", default="tpe,tpe-s5,tpe-s20,tpe-indep,random,gp", show_default=True)
+@click.option("--seeds", default=20, show_default=True, type=click.IntRange(1, 1000))
+@click.option("--budget", default=200, show_default=True, type=click.IntRange(1, 100000),
+              help="measured trials per simulated search")
+@click.option("--gp-budget", default=60, show_default=True, type=click.IntRange(1, 100000),
+              help="budget of the (slow) GP sampler")
+@click.option("--jobs", default=None, type=click.IntRange(1, 256), help="processes (default: cores)")
+@click.option("--out", "out_dir", required=True, help="folder for the CSVs and the PNG")
+def study(sweeps_path, samplers, seeds, budget, gp_budget, jobs, out_dir) -> None:
+    """Search quality on recorded sweeps: trials to within 1/2/5% of the optimum per sampler (no GPU)."""
+    import os
+
+    from .runners.replay import sweep_files
+    from .study import SAMPLER_VARIANTS, llama_position, plot, run_study, summarize_runs
+
+    names = [s.strip() for s in samplers.split(",") if s.strip()]
+    bad = [s for s in names if s not in SAMPLER_VARIANTS]
+    if bad or not names:
+        raise UsageError(f"unknown sampler(s) {', '.join(bad) or '(none)'}; known: {', '.join(SAMPLER_VARIANTS)}")
+    files = sweep_files(sweeps_path)
+    out = _writable_dir(out_dir)
+    curves, runs = run_study(files, names, seeds, budget, jobs or os.cpu_count() or 1, echo=click.echo,
+                             budgets={"gp": gp_budget})
+    summary = summarize_runs(runs)
+    llama = llama_position(files)
+    runs.to_csv(out / "study-runs.csv", index=False, float_format="%.6g")
+    summary.to_csv(out / "study-summary.csv", index=False, float_format="%.6g")
+    curves.to_csv(out / "study-curves.csv.gz", index=False, float_format="%.6g", compression="gzip")
+    llama.to_csv(out / "llama-vs-optimum.csv", index=False, float_format="%.6g")
+    plot(curves, out / "convergence.png")
+    click.echo(summary[summary["shape"] == "all"].to_string(index=False))
+    click.echo(llama.to_string(index=False))
+    from .study import study_markdown
+
+    (out / "summary.md").write_text(study_markdown(out))
+    click.echo(f"wrote {out}/study-*.csv, llama-vs-optimum.csv, convergence.png, summary.md")
+
+
+@cli.command("study-report")
+@click.argument("out_dir", type=click.Path(exists=True, file_okay=False))
+def study_report(out_dir: str) -> None:
+    """(Re)write DIR/summary.md from a study folder (and Kernel Tuner's results if present)."""
+    from .study import study_markdown
+
+    text = study_markdown(Path(out_dir))
+    (Path(out_dir) / "summary.md").write_text(text)
+    click.echo(text, nl=False)
