@@ -77,8 +77,9 @@ def run_study(sweep_paths: list[Path], samplers: list[str], seeds: int, budget: 
     budgets = budgets or {}
     tasks = [(str(p), s, seed, budgets.get(s, budget)) for p in sweep_paths for s in samplers for seed in range(seeds)]
     tasks.sort(key=lambda t: -t[3] * (20 if t[1] == "gp" else 1))  # slowest first
-    echo(f"{len(tasks)} simulated searches ({len(sweep_paths)} shapes x {len(samplers)} samplers x {seeds} seeds, "
-         f"budget {budget}) on {jobs} processes")
+    used = {s: budgets.get(s, budget) for s in samplers}
+    echo(f"{len(tasks)} simulated searches ({len(sweep_paths)} shapes x {len(samplers)} samplers x {seeds} seeds; "
+         f"budgets {used}) on {jobs} processes")
     with ProcessPoolExecutor(max_workers=jobs) as ex:
         results = list(ex.map(one_run, tasks, chunksize=1))
     runs, curves = [], []
