@@ -62,7 +62,7 @@ def study(sweeps_path, samplers, seeds, budget, gp_budget, jobs, out_dir) -> Non
     files = sweep_files(sweeps_path)
     out = _writable_dir(out_dir)
     curves, runs = run_study(files, names, seeds, budget, jobs or os.cpu_count() or 1, echo=click.echo,
-                             budgets={"gp": gp_budget})
+                             budgets={"gp": gp_budget}, journal=out / "study-journal.jsonl")
     summary = summarize_runs(runs)
     llama = llama_position(files)
     runs.to_csv(out / "study-runs.csv", index=False, float_format="%.6g")

@@ -70,8 +70,13 @@ def trials_to_within(best: list[float], optimum: float, p: float) -> float:
 
 
 def run_study(sweep_paths: list[Path], samplers: list[str], seeds: int, budget: int, jobs: int,
-              echo: Callable[[str], None] = print, budgets: dict[str, int] | None = None) -> tuple[Any, Any]:
-    """(curves, runs) DataFrames: curves has best/optimum per trial; runs one row per search."""
+              echo: Callable[[str], None] = print, budgets: dict[str, int] | None = None,
+              journal: Path | None = None) -> tuple[Any, Any]:
+    """(curves, runs) DataFrames: curves has best/optimum per trial; runs one row per search.
+    With a journal (JSON lines), every finished search is appended as it ends, and searches already
+    in it are not run again: a stopped study resumes."""
+    import json
+
     import pandas as pd
 
     budgets = budgets or {}
@@ -80,8 +85,30 @@ def run_study(sweep_paths: list[Path], samplers: list[str], seeds: int, budget: 
     used = {s: budgets.get(s, budget) for s in samplers}
     echo(f"{len(tasks)} simulated searches ({len(sweep_paths)} shapes x {len(samplers)} samplers x {seeds} seeds; "
          f"budgets {used}) on {jobs} processes")
+    done: dict[tuple, dict[str, Any]] = {}
+    if journal is not None and journal.exists():
+        for line in journal.read_text().splitlines():
+            try:
+                r = json.loads(line)
+            except ValueError:
+                continue  # a line cut short by a kill
+            done[(Path(r["path"]).name, r["sampler"], r["seed"], r["budget"])] = r
+        if not journal.read_text().endswith("\n"):
+            with open(journal, "a") as f:
+                f.write("\n")  # close a line a kill cut short, so appends start clean
+    todo = [t for t in tasks if (Path(t[0]).name, t[1], t[2], t[3]) not in done]
+    if done:
+        echo(f"{len(tasks) - len(todo)} searches already in {journal}; running {len(todo)}")
+    new = []
     with ProcessPoolExecutor(max_workers=jobs) as ex:
-        results = list(ex.map(one_run, tasks, chunksize=1))
+        for t, r in zip(todo, ex.map(one_run, todo, chunksize=1)):
+            r["path"] = t[0]
+            new.append(r)
+            if journal is not None:
+                with open(journal, "a") as f:
+                    f.write(json.dumps(r, default=float) + "\n")
+    keys = {(Path(t[0]).name, t[1], t[2], t[3]) for t in tasks}
+    results = [r for k, r in done.items() if k in keys] + new
     runs, curves = [], []
     for r in results:
         row = {k: r[k] for k in ("shape", "sampler", "seed", "budget", "proposals", "optimum")}

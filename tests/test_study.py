@@ -39,3 +39,17 @@ def test_study_cli_end_to_end(tmp_path):
     assert "| tpe |" in md and "llama.cpp config against" in md
     r = run_cli("study", "--sweeps", str(SWEEP), "--samplers", "annealing", "--out", str(tmp_path))
     assert r.returncode == 2 and "unknown sampler" in r.stderr
+
+
+def test_study_resumes_from_its_journal(tmp_path):
+    args = ("study", "--sweeps", str(SWEEP), "--samplers", "random", "--seeds", "3", "--budget", "10",
+            "--jobs", "1", "--out", str(tmp_path))
+    assert run_cli(*args).returncode == 0
+    lines = (tmp_path / "study-journal.jsonl").read_text().splitlines()
+    assert len(lines) == 3
+    (tmp_path / "study-journal.jsonl").write_text("\n".join(lines[:2]) + "\n{\"cut")  # as if killed mid-way
+    r = run_cli(*args)
+    assert r.returncode == 0 and "2 searches already in" in r.stdout and "running 1" in r.stdout
+    assert len(pd.read_csv(tmp_path / "study-runs.csv")) == 3
+    r = run_cli(*args)  # the resumed search was journaled on a line of its own
+    assert "3 searches already in" in r.stdout and "running 0" in r.stdout
