@@ -6,8 +6,7 @@ import datetime as _dt
 from pathlib import Path
 from typing import Callable
 
-from .compile import compile_many
-from .render import render
+from .compile import compile_variants
 from .report import gpu_slug, provenance, shape_table, write_csv
 from .runners.base import Measurement
 from .shapes import Shape
@@ -29,8 +28,7 @@ def run_bench(shapes: list[Shape], pick: Callable[[Shape], list[GemvConfig]], ou
     tables = []
     for shape in shapes:
         configs = [c for c in pick(shape) if c != LLAMA_CPP]
-        items = [(c, render(c, shape)) for c in configs if c.is_valid(shape)]
-        compile_many([(c.label.replace(".", "_"), s) for c, s in items], arch=runner.arch)  # warms the cache
+        compile_variants([(c, shape) for c in configs if c.is_valid(shape)], arch=runner.arch)  # warms the cache
         ms = [runner.measure(LLAMA_CPP, shape, kind="llama.cpp")]
         if spin_check:
             ms.append(runner.measure_spin(LLAMA_CPP, shape))

@@ -99,8 +99,7 @@ def render(shape_text: str, config_text: str) -> None:
 @click.option("--seed", default=0, show_default=True)
 def compile_check(shape_text: str, spec: str, arch: str, jobs: int | None, seed: int) -> None:
     """Compile variants with NVRTC (no GPU needed) and print their resources."""
-    from .compile import CompileError, compile_many
-    from .render import render as render_source
+    from .compile import CompileError, compile_variants
 
     shape = parse_shape(shape_text)
     configs = select_configs(spec, shape, seed)
@@ -111,8 +110,8 @@ def compile_check(shape_text: str, spec: str, arch: str, jobs: int | None, seed:
             click.echo(f"  skip {c.label}: {why[0]}")
             skipped += 1
         else:
-            items.append((c, render_source(c, shape)))
-    results = compile_many([(c.label.replace(".", "_"), s) for c, s in items], arch=arch, jobs=jobs)
+            items.append((c, shape))
+    results = compile_variants(items, arch=arch, jobs=jobs)
     failed = 0
     click.echo(f"{'config':48s} {'regs':>4s} {'spill':>5s} {'stack':>5s} {'smem':>6s} {'s':>6s}")
     for (c, _), r in zip(items, results):

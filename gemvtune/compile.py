@@ -18,7 +18,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from .errors import GemvtuneError
 
@@ -216,3 +216,20 @@ def compile_many(items: Iterable[tuple[str, str]], arch: str = DEFAULT_ARCH, job
     jobs = jobs or max(1, os.cpu_count() or 1)
     with ThreadPoolExecutor(max_workers=jobs) as ex:
         return list(ex.map(one, items))
+
+
+def compile_variant(config: Any, shape: Any, arch: str = DEFAULT_ARCH, source: str | None = None,
+                    name: str | None = None) -> Compiled:
+    """Render (unless ``source`` is given) and compile one variant of a family."""
+    from .render import render
+
+    src = source if source is not None else render(config, shape)
+    return compile_source(src, (name or config.label).replace(".", "_"), arch)
+
+
+def compile_variants(pairs: Iterable[tuple[Any, Any]], arch: str = DEFAULT_ARCH,
+                     jobs: int | None = None) -> list[Compiled | CompileError]:
+    """Render and compile (config, shape) pairs in parallel, in order; failures returned in place."""
+    from .render import render
+
+    return compile_many([(c.label.replace(".", "_"), render(c, s)) for c, s in pairs], arch=arch, jobs=jobs)

@@ -9,8 +9,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from .compile import compile_many
-from .render import render
+from .compile import compile_variants
 from .report import provenance
 from .shapes import Shape
 from .space import DOMAINS, GemvConfig
@@ -48,8 +47,7 @@ def run_sweep(runner: Any, shape: Shape, out_dir: str | Path, echo: Callable[[st
 
     t0 = time.perf_counter()
     configs = [c for c in grid_configs() if c.is_valid(shape)]
-    items = [(c.label.replace(".", "_"), render(c, shape)) for c in configs]
-    compile_many(items, arch=runner.arch)
+    compile_variants([(c, shape) for c in configs], arch=runner.arch)
     t1 = time.perf_counter()
     rows = []
     for c in configs:

@@ -4,7 +4,7 @@ and via torch in a CUDA graph."""
 from __future__ import annotations
 
 from ...shapes import Shape
-from ...timing import error_bound, launches_for
+from ...timing import error_bound
 from ..base import Measurement, Status
 from ._cupy import cp
 
@@ -23,7 +23,7 @@ class BaselinesMixin:
                 m.status, m.error = Status.WRONG, reason
                 return m
             b = self.buffers(shape)
-            n = launches_for(shape.bytes_moved / (self.ceiling_gbps * 1e3) + 1.0, b.copies, self.target_us, cap=400)
+            n = self.launches(shape, b.copies, cap=400)
             t = self.time_spin(lambda i: cp.matmul(b.W[i % b.copies], b.x[i % b.copies]), n)
         except Exception as e:
             m.status, m.error = Status.LAUNCH_ERROR, str(e).splitlines()[0]
@@ -51,7 +51,7 @@ class BaselinesMixin:
             b = self.buffers(shape)
             Wt = [torch.from_dlpack(w) for w in b.W]
             xt = [torch.from_dlpack(x).view(1, -1) for x in b.x]
-            n = launches_for(shape.bytes_moved / (self.ceiling_gbps * 1e3) + 1.0, b.copies, self.target_us)
+            n = self.launches(shape, b.copies)
             cp.cuda.Device().synchronize()
             side = torch.cuda.Stream()
             with torch.cuda.stream(side):

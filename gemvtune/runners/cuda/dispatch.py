@@ -6,9 +6,8 @@ from typing import Any
 
 import numpy as np
 
-from ...compile import compile_source
+from ...compile import compile_variant
 from ...errors import NoDeviceError
-from ...render import render
 from ...shapes import Shape
 from ._cupy import cp, cuda_available
 
@@ -34,7 +33,7 @@ class Dispatcher:
         with cp.cuda.Device(dev):
             props = cp.cuda.runtime.getDeviceProperties(dev)
             arch = f"sm_{props['major']}{props['minor']}"
-            compiled = compile_source(render(cfg, Shape(M, d)), cfg.label.replace(".", "_"), arch)
+            compiled = compile_variant(cfg, Shape(M, d), arch)
             if compiled.cubin_path not in self._modules:
                 self._modules[compiled.cubin_path] = cp.RawModule(path=compiled.cubin_path).get_function("gemv")
             fn = self._modules[compiled.cubin_path]

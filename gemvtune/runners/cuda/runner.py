@@ -17,9 +17,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ...compile import CompileError, compile_source
+from ...compile import CompileError, compile_source, compile_variant
 from ...errors import NoDeviceError
-from ...render import render
 from ...shapes import Shape
 from ...space import GemvConfig
 from ...timing import ROW_FACTOR, copies_for, error_bound, gbps, launches_for, summarize
@@ -276,10 +275,15 @@ class CudaRunner(BaselinesMixin):
         return True, relerr, rowerr, ""
 
     # ---- variants -------------------------------------------------------------------------------
-    def prepare(self, config: GemvConfig, shape: Shape) -> tuple[Any, Any]:
+    def prepare(self, config: GemvConfig, shape: Shape, source: str | None = None,
+                name: str | None = None) -> tuple[Any, Any]:
         """Compile (or fetch) one variant; returns (compiled, function)."""
-        compiled = compile_source(render(config, shape), config.label.replace(".", "_"), self.arch)
+        compiled = compile_variant(config, shape, self.arch, source, name)
         return compiled, self._function(compiled.cubin_path, "gemv")
+
+    def launches(self, shape: Shape, copies: int, cap: int = 4000) -> int:
+        """Launches per timed sample: ~target_us of work at the read ceiling, whole passes over copies."""
+        return launches_for(shape.bytes_moved / (self.ceiling_gbps * 1e3) + 1.0, copies, self.target_us, cap)
 
     def _launcher(self, fn, config: GemvConfig, shape: Shape):
         grid, block = config.grid(shape), (config.block,)
@@ -301,9 +305,7 @@ class CudaRunner(BaselinesMixin):
             m.status, m.error = Status.INVALID, "; ".join(why)
             return m
         try:
-            src = source if source is not None else render(config, shape)
-            compiled = compile_source(src, (name or config.label).replace(".", "_"), self.arch)
-            fn = self._function(compiled.cubin_path, "gemv")
+            compiled, fn = self.prepare(config, shape, source, name)
         except CompileError as e:
             m.status, m.error = Status.COMPILE_ERROR, str(e)
             return m
@@ -323,8 +325,7 @@ class CudaRunner(BaselinesMixin):
             if not timed:
                 return m
             b = self.buffers(shape)
-            est = shape.bytes_moved / (self.ceiling_gbps * 1e3) + 1.0
-            n = launches_for(est, b.copies, self.target_us)
+            n = self.launches(shape, b.copies)
             t = self.time_graph(lambda i: launch(b.W[i % b.copies], b.x[i % b.copies], b.y[i % b.copies]), n)
         except Exception as e:
             m.status, m.error = Status.LAUNCH_ERROR, (str(e).splitlines() or [type(e).__name__])[0]
@@ -366,7 +367,7 @@ class CudaRunner(BaselinesMixin):
         _, fn = self.prepare(config, shape)
         launch = self._launcher(fn, config, shape)
         b = self.buffers(shape)
-        n = launches_for(shape.bytes_moved / (self.ceiling_gbps * 1e3) + 1.0, b.copies, self.target_us, cap=400)
+        n = self.launches(shape, b.copies, cap=400)
         t = self.time_spin(lambda i: launch(b.W[i % b.copies], b.x[i % b.copies], b.y[i % b.copies]), n)
         self._fill_times(m, t, shape, "spin", n, b.copies)
         return m
