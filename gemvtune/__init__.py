@@ -7,11 +7,12 @@ function needs it.
 from .errors import GemvtuneError, NoDeviceError, UsageError
 from .shapes import DECODE_SUITE, MODELS, Shape, model_shapes, parse_batches, parse_shape
 from .space import DOMAINS, LLAMA_CPP, GemvConfig, parse_config, sample_configs, valid_configs
+from .space_splitk import SPLITK_SEED, SplitKConfig
 
 __version__ = "0.1.0"
 
 __all__ = [
     "DECODE_SUITE", "DOMAINS", "LLAMA_CPP", "MODELS", "GemvConfig", "GemvtuneError", "NoDeviceError",
     "Shape", "UsageError", "model_shapes", "parse_batches", "parse_config", "parse_shape",
-    "sample_configs", "valid_configs",
+    "sample_configs", "valid_configs", "SplitKConfig", "SPLITK_SEED",
 ]

@@ -48,18 +48,10 @@ def cli() -> None:
 @click.option("--batch", default="1", show_default=True, help="batch sizes n, e.g. 1,2,4")
 def space(shape_text: str, batch: str) -> None:
     """Summarize the valid configs for a shape and why the others are invalid."""
+    from . import space_splitk as sk
+
     for shape in _shapes(shape_text, batch):
-        total, valid, reasons = 0, 0, collections.Counter()
-        per_param: dict[str, collections.Counter] = {k: collections.Counter() for k in sp.DOMAINS}
-        for c in sp.all_configs():
-            total += 1
-            r = c.invalid_reasons(shape)
-            if r:
-                reasons[_reason_kind(r[0])] += 1
-            else:
-                valid += 1
-                for k, v in c.to_dict().items():
-                    per_param[k][v] += 1
+        total, valid, reasons, per_param = _census(sp.all_configs(), shape, sp.DOMAINS)
         click.echo(f"shape {shape} (M={shape.M}, d={shape.d}, n={shape.n}): {valid} valid of {total} gemv configs")
         llama = sp.LLAMA_CPP.invalid_reasons(shape)
         click.echo(f"  llama.cpp config {sp.LLAMA_CPP.label}: {'valid' if not llama else 'INVALID: ' + llama[0]}")
@@ -70,6 +62,26 @@ def space(shape_text: str, batch: str) -> None:
             click.echo("  invalid, by first reason:")
             for kind, n in reasons.most_common():
                 click.echo(f"    {n:7d}  {kind}")
+        sk_total, sk_valid, sk_reasons, _ = _census(sk.all_configs(), shape, sk.DOMAINS)
+        click.echo(f"  split-K GEMM family: {sk_valid} valid of {sk_total} configs")
+        for kind, n in sk_reasons.most_common():
+            click.echo(f"    {n:7d}  {kind}")
+
+
+def _census(configs, shape: Shape, domains) -> tuple[int, int, collections.Counter, dict[str, collections.Counter]]:
+    """(total, valid, invalid count by first reason, valid count per parameter value)."""
+    total, valid, reasons = 0, 0, collections.Counter()
+    per_param: dict[str, collections.Counter] = {k: collections.Counter() for k in domains}
+    for c in configs:
+        total += 1
+        r = c.invalid_reasons(shape)
+        if r:
+            reasons[_reason_kind(r[0])] += 1
+        else:
+            valid += 1
+            for k, v in c.to_dict().items():
+                per_param[k][v] += 1
+    return total, valid, reasons, per_param
 
 
 def _reason_kind(reason: str) -> str:
@@ -250,16 +262,25 @@ def _writable_dir(path: str) -> Path:
 @click.option("--table", "table_path", default=None, help="table to update (default <results>/table.json)")
 @click.option("--top-k", default=3, show_default=True, type=int, help="candidates re-measured before a winner")
 @click.option("--rounds", default=5, show_default=True, type=int, help="interleaved re-measurement rounds")
+@click.option("--batch", "batch_text", default="1", show_default=True,
+              help="batch sizes n (columns of x) to tune each shape at, e.g. 1,2,4,8,16")
+@click.option("--family", "family_text", default=None,
+              help="kernel families to search: gemv,splitk (default: both; gemv only on --replay)")
 @click.option("--replay", "replay_path", default=None,
               help="search recorded sweeps (a sweep-*.csv.gz or a folder of them) instead of a GPU")
 def search(shape_texts, model, sampler, trials, timeout, seed, storage, results_dir, table_path, top_k, rounds,
-           replay_path) -> None:
-    """Find the fastest correct GEMV per shape with Optuna; record it in the GPU's table."""
-    from .shapes import model_shapes
+           batch_text, family_text, replay_path) -> None:
+    """Find the fastest correct kernel per shape and batch with Optuna (the GEMV family and the
+    split-K tensor-core GEMM family); record the winners in the GPU's table."""
+    from .families import parse_families
+    from .shapes import model_shapes, parse_batches
 
-    shapes = [parse_shape(t) for t in shape_texts] + (model_shapes(model) if model else [])
-    if not shapes:
+    batches = parse_batches(batch_text)
+    base = [parse_shape(t) for t in shape_texts] + (model_shapes(model) if model else [])
+    if not base:
         raise UsageError("search needs --shape or --model")
+    shapes = [Shape(s.M, s.d, n) for s in dict.fromkeys(base) for n in batches]
+    families = parse_families(family_text) if family_text else (("gemv",) if replay_path else None)
     from .search import SearchOptions
 
     if trials is None:
@@ -267,7 +288,7 @@ def search(shape_texts, model, sampler, trials, timeout, seed, storage, results_
     if not str(trials).lstrip("-").isdigit():
         raise UsageError(f"--trials must be a positive integer, got {trials!r}")
     opts = SearchOptions(sampler=sampler, trials=int(trials), timeout=timeout, seed=seed, storage=storage,
-                         top_k=top_k, rounds=rounds)
+                         top_k=top_k, rounds=rounds, **({"families": families} if families else {}))
     from .search_cli import run_searches
 
     if replay_path:
@@ -292,7 +313,9 @@ def search(shape_texts, model, sampler, trials, timeout, seed, storage, results_
 @cli.command()
 @click.option("--table", "table_path", required=True, help="a table.json written by search")
 @click.option("--csv", "csv_path", default=None, help="write the table's contents as CSV here")
-def report(table_path: str, csv_path: str | None) -> None:
+@click.option("--crossover", "cross_dir", default=None,
+              help="write crossover.csv and one µs-against-n plot per shape (entries at several n) here")
+def report(table_path: str, csv_path: str | None, cross_dir: str | None) -> None:
     """Render a table's contents as CSV and a short terminal summary."""
     from .table import load_table
     from .tablereport import table_frame, table_summary
@@ -302,6 +325,17 @@ def report(table_path: str, csv_path: str | None) -> None:
     if csv_path:
         table_frame(t).to_csv(csv_path, index=False, float_format="%.6g")
         click.echo(f"wrote {csv_path}")
+    if cross_dir:
+        from .crossover import crossover_frame, crossover_markdown, crossovers, plot_crossover
+
+        out = _writable_dir(cross_dir)
+        df = crossover_frame(t)
+        df.to_csv(out / "crossover.csv", index=False, float_format="%.6g")
+        (out / "crossover.md").write_text(crossover_markdown(df))
+        paths = plot_crossover(df, out, t.gpu.get("name", ""))
+        for (M, d), n in crossovers(df).items():
+            click.echo(f"  {M}x{d}: " + (f"split-K GEMM wins from n={n}" if n else "the GEMV wins at every tuned n"))
+        click.echo(f"wrote {out / 'crossover.csv'} and {len(paths)} plot(s)")
 
 
 from . import cli_replay  # noqa: E402,F401  (registers sweep, study, study-report on the group)

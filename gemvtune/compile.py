@@ -202,14 +202,14 @@ def compile_source(source: str, name: str = "gemv", arch: str = DEFAULT_ARCH, ke
     return Compiled(key, str(cubin), res, dt, False, log)
 
 
-def compile_many(items: Iterable[tuple[str, str]], arch: str = DEFAULT_ARCH, jobs: int | None = None,
+def compile_many(items: Iterable[tuple[str, ...]], arch: str = DEFAULT_ARCH, jobs: int | None = None,
                  kernel: str = "gemv") -> list[Compiled | CompileError]:
-    """Compile (name, source) pairs in parallel; a failure is returned in place, never raised."""
+    """Compile (name, source[, kernel]) items in parallel; a failure is returned in place, never raised."""
     items = list(items)
 
-    def one(it: tuple[str, str]) -> Compiled | CompileError:
+    def one(it: tuple[str, ...]) -> Compiled | CompileError:
         try:
-            return compile_source(it[1], it[0], arch, kernel)
+            return compile_source(it[1], it[0], arch, it[2] if len(it) > 2 else kernel)
         except CompileError as e:
             return e
 
@@ -223,8 +223,10 @@ def compile_variant(config: Any, shape: Any, arch: str = DEFAULT_ARCH, source: s
     """Render (unless ``source`` is given) and compile one variant of a family."""
     from .render import render
 
+    from .families import family_of
+
     src = source if source is not None else render(config, shape)
-    return compile_source(src, (name or config.label).replace(".", "_"), arch)
+    return compile_source(src, (name or config.label).replace(".", "_"), arch, family_of(config).main_kernel)
 
 
 def compile_variants(pairs: Iterable[tuple[Any, Any]], arch: str = DEFAULT_ARCH,
@@ -232,4 +234,7 @@ def compile_variants(pairs: Iterable[tuple[Any, Any]], arch: str = DEFAULT_ARCH,
     """Render and compile (config, shape) pairs in parallel, in order; failures returned in place."""
     from .render import render
 
-    return compile_many([(c.label.replace(".", "_"), render(c, s)) for c, s in pairs], arch=arch, jobs=jobs)
+    from .families import family_of
+
+    return compile_many([(c.label.replace(".", "_"), render(c, s), family_of(c).main_kernel) for c, s in pairs],
+                        arch=arch, jobs=jobs)

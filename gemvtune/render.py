@@ -9,6 +9,7 @@ from pathlib import Path
 from .errors import UsageError
 from .shapes import Shape
 from .space import GemvConfig
+from .space_splitk import SplitKConfig
 
 KERNEL_NAME = "gemv"
 
@@ -34,21 +35,20 @@ def _env():
     )
 
 
-def render(config: GemvConfig, shape: Shape) -> str:
+def render(config: GemvConfig | SplitKConfig, shape: Shape) -> str:
     """CUDA source of one variant. Only validated, typed values reach the template."""
-    if not isinstance(config, GemvConfig):
-        raise UsageError(f"render needs a GemvConfig, got {type(config).__name__}")
+    if not isinstance(config, (GemvConfig, SplitKConfig)):
+        raise UsageError(f"render needs a GemvConfig or SplitKConfig, got {type(config).__name__}")
     reasons = config.invalid_reasons(shape)
     if reasons:
         raise UsageError(f"config {config.label} is invalid for {shape}: " + "; ".join(reasons))
     values = dict(config.to_dict())
-    values.update(
-        label=config.label,
-        vec_elems=config.vec_elems,
-        rows=config.rows_per_block,
-        d=int(shape.d),
-    )
-    return _env().get_template("gemv.cu.j2").render(**values)
+    values.update(label=config.label, d=int(shape.d), n=int(shape.n))
+    if isinstance(config, GemvConfig):
+        values.update(vec_elems=config.vec_elems, rows=config.rows_per_block)
+        return _env().get_template("gemv.cu.j2").render(**values)
+    values.update(n_tiles=config.n_tiles(shape.n), x_row=config.x_row_halves(shape.d))
+    return _env().get_template("splitk_gemm.cu.j2").render(**values)
 
 
 def source_hash(source: str, options: tuple[str, ...] = ()) -> str:

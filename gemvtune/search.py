@@ -3,7 +3,9 @@ time, duplicates served from the study, then the top few re-measured interleaved
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
+import threading
 import math
 import statistics
 import sys
@@ -16,7 +18,8 @@ import optuna
 from .errors import UsageError
 from .runners.base import Measurement, Status
 from .shapes import Shape
-from .space import DOMAINS, LLAMA_CPP, GemvConfig
+from .families import FAMILIES, FAMILY_NAMES, config_to_dict, family_of, get_family
+from .space import LLAMA_CPP
 
 SAMPLERS = ("tpe", "random", "gp", "exhaustive")
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -33,7 +36,10 @@ class SearchOptions:
     rounds: int = 5
     n_startup: int = 10
     progress: bool = True
-    domains: dict[str, Any] | None = None  # the space searched (default: the whole family; a sweep's grid on replay)
+    domains: dict[str, Any] | None = None  # the gemv space searched (default: the whole family; a sweep's grid on replay)
+    families: tuple[str, ...] = FAMILY_NAMES  # one study per family per shape, trials budget each
+    jobs: int | None = None        # trials in flight: compiles overlap, GPU measurement is serialized
+                                   # (default: the runner's compile_jobs; 1 on replay, reproducible)
 
     def __post_init__(self) -> None:
         if self.sampler not in SAMPLERS:
@@ -44,6 +50,12 @@ class SearchOptions:
             raise UsageError(f"--timeout must be positive seconds, got {self.timeout!r}")
         if self.top_k < 1 or self.rounds < 1:
             raise UsageError("top_k and rounds must be >= 1")
+        if self.jobs is not None and (isinstance(self.jobs, bool) or not isinstance(self.jobs, int) or self.jobs < 1):
+            raise UsageError(f"--jobs must be a positive integer, got {self.jobs!r}")
+        if not self.families:
+            raise UsageError("no kernel family to search")
+        for f in self.families:
+            get_family(f)
 
 
 @dataclass
@@ -64,13 +76,16 @@ def _infeasible(t: optuna.trial.FrozenTrial) -> tuple[float]:
     return (float(t.user_attrs.get("infeasible", 0.0)),)
 
 
-def make_sampler(name: str, seed: int, n_startup: int = 10) -> optuna.samplers.BaseSampler:
+def make_sampler(name: str, seed: int, n_startup: int = 10, constant_liar: bool = False) -> optuna.samplers.BaseSampler:
     if name == "tpe":
         import warnings
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # multivariate TPE is flagged experimental
-            return optuna.samplers.TPESampler(seed=seed, n_startup_trials=n_startup, multivariate=True)
+            # constant_liar (with several trials in flight, compiles overlapping): running trials count
+            # as bad so the sampler spreads them.
+            return optuna.samplers.TPESampler(seed=seed, n_startup_trials=n_startup, multivariate=True,
+                                              constant_liar=constant_liar)
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "gp":
@@ -111,14 +126,14 @@ def make_storage(url: str) -> Any:
         raise UsageError(f"cannot open storage {url}: {str(e).splitlines()[0]}") from None
 
 
-def study_name(shape: Shape, gpu_slug: str) -> str:
-    return f"gemvtune-{gpu_slug}-{shape.M}x{shape.d}x{shape.n}"
+def study_name(shape: Shape, gpu_slug: str, family: str = "gemv") -> str:
+    base = f"gemvtune-{gpu_slug}-{shape.M}x{shape.d}x{shape.n}"
+    return base if family == "gemv" else f"{base}-{family}"
 
 
-def complexity(c: GemvConfig) -> tuple:
-    """Smaller is simpler: fewer levers away from the llama.cpp point, then smaller unroll/split."""
-    levers = (c.split_k > 1) + (c.unroll > 1) + (c.hint != "default") + (c.x_load != "ldg") + (c.acc != "fp32")
-    return (levers, c.split_k, c.unroll, c != LLAMA_CPP)
+def complexity(c: Any) -> tuple:
+    """Smaller is simpler: the gemv family first, then fewer levers away from its seed point."""
+    return (FAMILY_NAMES.index(c.family),) + family_of(c).complexity(c)
 
 
 _ATTRS = ("status", "us_median", "us_min", "us_max", "gbps", "pct_ceiling", "relerr", "rowerr", "bound",
@@ -145,27 +160,36 @@ def _known(study: optuna.Study) -> dict[str, tuple[int, str, float | None]]:
 
 def run_search(runner: Any, shape: Shape, opts: SearchOptions, storage: Any, name: str,
                echo: Callable[[str], None] = print) -> SearchResult:
+    """Search every family of opts.families (one study each, ``name`` for gemv and ``name-<family>``
+    for the others), then confirm the best of all families against each other and the baselines."""
     started = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    study = optuna.create_study(study_name=name, storage=storage, direction="minimize",
-                                sampler=make_sampler(opts.sampler, opts.seed, opts.n_startup), load_if_exists=True)
-    known = _known(study)
-    measured0 = len(known)
-    enqueue_seed(study)
-    study.set_user_attr("shape", [shape.M, shape.d, shape.n])
+    studies: dict[str, optuna.Study] = {}
+    measured0 = measured = 0
     t0 = time.perf_counter()
-    measured = optimize(study, runner, shape, opts, known, measured0)
+    for fam in opts.families:
+        sname = name if fam == "gemv" else f"{name}-{fam}"
+        jobs = opts.jobs or int(getattr(runner, "compile_jobs", 1))
+        study = optuna.create_study(study_name=sname, storage=storage, direction="minimize",
+                                    sampler=make_sampler(opts.sampler, opts.seed, opts.n_startup, constant_liar=jobs > 1),
+                                    load_if_exists=True)
+        known = _known(study)
+        measured0 += len(known)
+        enqueue_seed(study, fam)
+        study.set_user_attr("shape", [shape.M, shape.d, shape.n])
+        study.set_user_attr("family", fam)
+        measured += optimize(study, runner, shape, opts, known, len(known), family=fam)
+        studies[fam] = study
     search_s = time.perf_counter() - t0
-    counter = {"measured": measured}
 
-    result = confirm(runner, shape, study, opts, echo)
-    trials = trial_rows(study)
+    result = confirm(runner, shape, studies, opts, echo)
+    trials = [r for fam, st in studies.items() for r in trial_rows(st, fam)]
     result.trials = trials
     result.study_name = name
-    result.measured = counter["measured"]
-    result.new_measured = counter["measured"] - measured0
+    result.measured = measured
+    result.new_measured = measured - measured0
     result.entry["search"] = {
-        "sampler": opts.sampler, "seed": opts.seed, "trials_budget": opts.trials,
-        "measured_trials": counter["measured"], "total_trials": len(trials), "study": name,
+        "sampler": opts.sampler, "seed": opts.seed, "trials_budget": opts.trials, "families": list(opts.families),
+        "measured_trials": measured, "total_trials": len(trials), "study": name,
         "started": started, "finished": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "search_s": round(search_s, 2), "confirm_rounds": opts.rounds, "top_k": opts.top_k,
         "replayed": bool(getattr(runner, "replayed", False)),
@@ -173,14 +197,26 @@ def run_search(runner: Any, shape: Shape, opts: SearchOptions, storage: Any, nam
     return result
 
 
-def enqueue_seed(study: optuna.Study) -> None:
-    """The llama.cpp config is the first trial of every study."""
-    if not any(t.params == LLAMA_CPP.to_dict() for t in study.get_trials(deepcopy=False)):
-        study.enqueue_trial(LLAMA_CPP.to_dict(), user_attrs={"enqueued": "llama.cpp"})
+def enqueue_seed(study: optuna.Study, family: str = "gemv") -> None:
+    """The family's seed is the first trial of every study (for gemv: the llama.cpp config)."""
+    seed = FAMILIES[family].seed.to_dict()
+    if not any(t.params == seed for t in study.get_trials(deepcopy=False)):
+        study.enqueue_trial(seed, user_attrs={"enqueued": "llama.cpp" if family == "gemv" else f"{family} seed"})
+
+
+def _answer_duplicate(trial: optuna.Trial, seen: tuple[int, str, float | None]) -> float:
+    """A config the study already measured: its value, or pruned with its status. No GPU time."""
+    num, status, value = seen
+    trial.set_user_attr("duplicate_of", num)
+    trial.set_user_attr("status", status)
+    if status == Status.OK and value is not None:
+        return value
+    raise optuna.TrialPruned(f"same config as trial {num} ({status})")
 
 
 def optimize(study: optuna.Study, runner: Any, shape: Shape, opts: SearchOptions,
-             known: dict[str, tuple[int, str, float | None]] | None = None, measured0: int | None = None) -> int:
+             known: dict[str, tuple[int, str, float | None]] | None = None, measured0: int | None = None,
+             family: str = "gemv") -> int:
     """The trial loop: until the study holds opts.trials measured trials (or the timeout). Returns
     how many measured trials the study holds."""
     if known is None:
@@ -188,9 +224,15 @@ def optimize(study: optuna.Study, runner: Any, shape: Shape, opts: SearchOptions
     if measured0 is None:
         measured0 = len(known)
     counter = {"measured": measured0}
+    jobs = opts.jobs or int(getattr(runner, "compile_jobs", 1))
+    if jobs > 1 and not hasattr(runner, "precompile"):
+        jobs = 1
+    gpu_lock = threading.Lock() if jobs > 1 else contextlib.nullcontext()
+    fam = FAMILIES[family]
+    domains = (opts.domains if family == "gemv" else None) or fam.domains
 
     def objective(trial: optuna.Trial) -> float:
-        cfg = GemvConfig(**{k: trial.suggest_categorical(k, list(v)) for k, v in (opts.domains or DOMAINS).items()})
+        cfg = fam.config_cls(**{k: trial.suggest_categorical(k, list(v)) for k, v in domains.items()})
         trial.set_user_attr("label", cfg.label)
         why = cfg.invalid_reasons(shape)
         if why:
@@ -201,22 +243,25 @@ def optimize(study: optuna.Study, runner: Any, shape: Shape, opts: SearchOptions
                 return 2.0 * max((v for _, st, v in known.values() if st == Status.OK and v), default=1e3)
             raise optuna.TrialPruned(why[0])
         if cfg.label in known:
-            num, status, value = known[cfg.label]
-            trial.set_user_attr("duplicate_of", num)
-            trial.set_user_attr("status", status)
-            if status == Status.OK and value is not None:
-                return value
-            raise optuna.TrialPruned(f"same config as trial {num} ({status})")
-        m = runner.measure(cfg, shape)
-        if m.status == "not_in_sweep":  # replay: nothing was recorded, nothing is made up or counted
-            trial.set_user_attr("status", m.status)
-            trial.set_user_attr("error", m.error)
-            raise optuna.TrialPruned(m.error)
-        trial.set_user_attr("measured", True)
-        for k, v in _attrs(m).items():
-            trial.set_user_attr(k, v)
-        counter["measured"] += 1
-        known[cfg.label] = (trial.number, m.status, m.us_median if m.ok else None)
+            return _answer_duplicate(trial, known[cfg.label])
+        if jobs > 1:  # compile outside the GPU lock, while another trial measures (errors: measure records them)
+            runner.precompile(cfg, shape)
+        with gpu_lock:
+            if counter["measured"] >= opts.trials:
+                trial.set_user_attr("status", "unmeasured")
+                raise optuna.TrialPruned("trial budget reached while this trial compiled")
+            if cfg.label in known:  # measured by another thread meanwhile
+                return _answer_duplicate(trial, known[cfg.label])
+            m = runner.measure(cfg, shape)
+            if m.status == "not_in_sweep":  # replay: nothing was recorded, nothing is made up or counted
+                trial.set_user_attr("status", m.status)
+                trial.set_user_attr("error", m.error)
+                raise optuna.TrialPruned(m.error)
+            trial.set_user_attr("measured", True)
+            for k, v in _attrs(m).items():
+                trial.set_user_attr(k, v)
+            counter["measured"] += 1
+            known[cfg.label] = (trial.number, m.status, m.us_median if m.ok else None)
         if not m.ok:
             raise optuna.TrialPruned(f"{m.status}: {m.error[:200]}")
         return m.us_median
@@ -225,7 +270,7 @@ def optimize(study: optuna.Study, runner: Any, shape: Shape, opts: SearchOptions
     if opts.progress and sys.stderr.isatty():
         from tqdm import tqdm
 
-        bar = tqdm(total=opts.trials, initial=min(measured0, opts.trials), desc=f"{shape}", unit="trial",
+        bar = tqdm(total=opts.trials, initial=min(measured0, opts.trials), desc=f"{shape} {family}", unit="trial",
                    file=sys.stderr, leave=False)
 
     def callback(st: optuna.Study, t: optuna.trial.FrozenTrial) -> None:
@@ -240,17 +285,17 @@ def optimize(study: optuna.Study, runner: Any, shape: Shape, opts: SearchOptions
 
     if measured0 < opts.trials:
         cap = 10 * (opts.trials - measured0) + 50  # invalid/duplicate proposals cost no GPU time, but are bounded
-        study.optimize(objective, n_trials=cap, timeout=opts.timeout, callbacks=[callback], catch=())
+        study.optimize(objective, n_trials=cap, timeout=opts.timeout, callbacks=[callback], catch=(), n_jobs=jobs)
     if bar is not None:
         bar.close()
     return counter["measured"]
 
 
 
-def trial_rows(study: optuna.Study) -> list[dict[str, Any]]:
+def trial_rows(study: optuna.Study, family: str = "gemv") -> list[dict[str, Any]]:
     rows = []
     for t in study.get_trials(deepcopy=False):
-        r: dict[str, Any] = {"trial": t.number, "state": t.state.name, "value": t.value}
+        r: dict[str, Any] = {"family": family, "trial": t.number, "state": t.state.name, "value": t.value}
         r.update({f"p_{k}": v for k, v in t.params.items()})
         r.update(t.user_attrs)
         rows.append(r)
@@ -269,23 +314,29 @@ def _summary(ms: list[Measurement]) -> dict[str, Any]:
             "pct_ceiling": best.pct_ceiling * best.us_median / med, "rounds": len(ok), "name": best.name}
 
 
-def confirm(runner: Any, shape: Shape, study: optuna.Study, opts: SearchOptions,
+def confirm(runner: Any, shape: Shape, studies: dict[str, optuna.Study] | optuna.Study, opts: SearchOptions,
             echo: Callable[[str], None]) -> SearchResult:
-    """Re-measure the top-k configs, the llama.cpp config and cuBLAS interleaved (A B C A B C ...)."""
-    done = [t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.COMPLETE
-            and t.user_attrs.get("measured")]
-    done.sort(key=lambda t: t.value)
-    cands: list[GemvConfig] = []
-    for t in done:
-        c = GemvConfig(**t.params)
-        if c not in cands:
-            cands.append(c)
-        if len(cands) == opts.top_k:
-            break
-    if not cands:
+    """Re-measure the top-k configs of every family, the llama.cpp config and cuBLAS interleaved
+    (A B C A B C ...); the fastest correct one wins, ties within the spread go to the simplest."""
+    if isinstance(studies, optuna.Study):
+        studies = {"gemv": studies}
+    top: dict[str, list[Any]] = {}
+    for fam, study in studies.items():
+        done = [t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.COMPLETE
+                and t.user_attrs.get("measured")]
+        done.sort(key=lambda t: t.value)
+        cands: list[Any] = []
+        for t in done:
+            c = FAMILIES[fam].config_cls(**t.params)
+            if c not in cands:
+                cands.append(c)
+            if len(cands) == opts.top_k:
+                break
+        top[fam] = cands
+    if not any(top.values()):
         raise UsageError(f"no correct variant was found for {shape} (see the search CSV for the reasons)")
-    pool = list(dict.fromkeys(cands + [LLAMA_CPP]))
-    per: dict[GemvConfig, list[Measurement]] = {c: [] for c in pool}
+    pool = list(dict.fromkeys([c for cs in top.values() for c in cs] + [LLAMA_CPP]))
+    per: dict[Any, list[Measurement]] = {c: [] for c in pool}
     base: dict[str, list[Measurement]] = {}
     for r in range(opts.rounds):
         for c in pool:
@@ -303,23 +354,25 @@ def confirm(runner: Any, shape: Shape, study: optuna.Study, opts: SearchOptions,
     if tie:
         w = min(within, key=complexity)
     s = stats[w]
+
+    def brief(c: Any) -> dict[str, Any]:
+        return {"family": c.family, "config": c.to_dict(), "label": c.label,
+                **{k: stats[c][k] for k in ("us", "us_min", "us_max", "gbps", "pct_ceiling", "spread")}}
+
     winner = Measurement(w.label, "winner", shape.M, shape.d, shape.n, Status.OK, us_median=s["us"],
                          us_min=s["us_min"], us_max=s["us_max"], gbps=s["gbps"], pct_ceiling=s["pct_ceiling"],
-                         params=w.to_dict())
+                         params=config_to_dict(w))
     baselines = {"llama.cpp": stats[LLAMA_CPP]}
     base_ms = {}
     for kind, ms in base.items():
         baselines[kind] = _summary(ms)
         base_ms[kind] = ms[-1]
-    candidates = [{"config": c.to_dict(), "label": c.label, **stats[c]} for c in ranked]
-    entry = {
-        "winner": {"family": "gemv", "config": w.to_dict(), "label": w.label, **{k: s[k] for k in
-                   ("us", "us_min", "us_max", "gbps", "pct_ceiling", "spread")}},
-        "gemv": {"config": w.to_dict(), "label": w.label, "us": s["us"]},
-        "baselines": baselines,
-        "tie": tie,
-        "candidates": candidates,
-    }
+    candidates = [{"family": c.family, "config": c.to_dict(), "label": c.label, **stats[c]} for c in ranked]
+    entry: dict[str, Any] = {"winner": brief(w), "baselines": baselines, "tie": tie, "candidates": candidates}
+    for fam in studies:  # the best of each family searched, even when another family won
+        best = next((c for c in ranked if c.family == fam), None)
+        if best is not None:
+            entry[fam] = brief(best)
     if tie:
         echo(f"{shape}: tie within the spread ({100 * noise:.1f}%) among {len(within)} configs; "
              f"chose the simplest, {w.label}")

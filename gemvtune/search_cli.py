@@ -46,8 +46,9 @@ def run_searches(runner: Any, shapes: list[Shape], opts: SearchOptions, results_
         w, b = res.entry["winner"], res.entry["baselines"]
         cub = (b.get("cublas-torch") or b.get("cublas") or {}).get("us")
         lla = b["llama.cpp"].get("us")
+        fams = "  ".join(f"{f} {res.entry[f]['us']:.2f}" for f in opts.families if f in res.entry)
         echo(f"{shape!s:>14s}  {w['label']:44s} {w['us']:8.2f} µs  {w['pct_ceiling']:5.1f}% ceiling  "
-             f"x{_ratio(cub, w['us'])} cuBLAS  x{_ratio(lla, w['us'])} llama.cpp  "
+             f"x{_ratio(cub, w['us'])} cuBLAS  x{_ratio(lla, w['us'])} llama.cpp  [{fams}]  "
              f"({res.new_measured} new / {res.measured} measured trials{', tie' if res.tie else ''}) -> {csv.name}")
         runner.release()
     return table

@@ -5,9 +5,10 @@ from __future__ import annotations
 import itertools
 import json
 import random
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from typing import Any, Iterator
 
+from .configbase import ConfigBase
 from .errors import UsageError
 from .shapes import Shape
 
@@ -35,7 +36,7 @@ def fp16_max_chain(d: int) -> int:
 
 
 @dataclass(frozen=True, order=True)
-class GemvConfig:
+class GemvConfig(ConfigBase):
     """One point of the GEMV family. Hashable, so measurements are ``dict[GemvConfig, ...]``."""
 
     block: int = 256
@@ -48,6 +49,7 @@ class GemvConfig:
     x_load: str = "ldg"
 
     family = "gemv"
+    DOMAINS = DOMAINS
 
     # ---- derived values -------------------------------------------------------------------
     @property
@@ -66,34 +68,35 @@ class GemvConfig:
         nvec = d // self.vec_elems
         return (nvec + self.split_k - 1) // self.split_k
 
-    def fp16_chain(self, d: int) -> int:
+    def kernels(self, shape: Shape) -> list[tuple[str, tuple[int, int, int], tuple[int, int, int]]]:
+        """The launches of one call, in order: (kernel name, grid, block)."""
+        return [("gemv", self.grid(shape), (self.block, 1, 1))]
+
+    def workspace(self, shape: Shape) -> tuple[int, int]:
+        """(float workspace elements, counters) one call needs."""
+        return max(1, self.split_k * shape.n * shape.M), max(1, self.grid(shape)[0])
+
+    def fp16_chain(self, d: int, n: int = 1) -> int:
         """Most sequential additions into one accumulator lane (what sets the FP16 error).
 
-        A thread loads ceil(vps / tpr) vectors; the unrolled loop spreads them over ``unroll``
-        accumulators, the remainder goes to the first one; each vector adds vec/lanes terms per lane."""
+        A thread loads ceil(vps / tpr) vectors; with n = 1 the unrolled loop spreads them over
+        ``unroll`` accumulators, the remainder goes to the first one (with n > 1 each column has one
+        accumulator); each vector adds vec/lanes terms per lane."""
         lanes = 1 if self.vec == "half" else 2
         per_thread = -(-self.vectors_per_split(d) // self.tpr)
+        if n > 1:
+            return max(1, per_thread * self.vec_elems // lanes)
         main = per_thread // self.unroll if self.unroll > 1 and self.unroll * self.tpr <= self.vectors_per_split(d) else 0
         slot0 = main + (per_thread - main * self.unroll)
         return max(1, slot0 * self.vec_elems // lanes)
 
     # ---- validity -------------------------------------------------------------------------
-    def domain_errors(self) -> list[str]:
-        errs = []
-        for f in fields(self):
-            v = getattr(self, f.name)
-            if v not in DOMAINS[f.name] or isinstance(v, bool):
-                errs.append(f"{f.name}={v!r} is not one of {list(DOMAINS[f.name])}")
-        return errs
-
     def invalid_reasons(self, shape: Shape) -> list[str]:
         """Why this config cannot run ``shape`` (empty: valid). Each reason is one short line."""
         errs = self.domain_errors()
         if errs:
             return errs
         r: list[str] = []
-        if shape.n != 1:
-            r.append(f"batch n={shape.n}: the gemv family computes one column (n=1)")
         ve = self.vec_elems
         if shape.d % ve:
             r.append(f"d={shape.d} is not divisible by the {self.vec} width ({ve} halves)")
@@ -113,36 +116,13 @@ class GemvConfig:
                 f"unroll={self.unroll} x tpr={self.tpr} needs {self.unroll * self.tpr} vectors per split, "
                 f"the row has {vps}: the unrolled loop would never run"
             )
-        if self.acc == "fp16" and self.fp16_chain(shape.d) > fp16_max_chain(shape.d):
-            r.append(f"fp16 accumulation chains of {self.fp16_chain(shape.d)} terms exceed {fp16_max_chain(shape.d)} "
+        if self.acc == "fp16" and self.fp16_chain(shape.d, shape.n) > fp16_max_chain(shape.d):
+            r.append(f"fp16 accumulation chains of {self.fp16_chain(shape.d, shape.n)} terms exceed {fp16_max_chain(shape.d)} "
                      f"(max(16, d/128)): the error would pass the fp16 bound; use more threads per row, "
                      f"more unroll, or fp32")
-        if self.x_load == "smem" and vps * ve * 2 > SMEM_X_LIMIT:
-            r.append(f"x slice of {vps * ve * 2} B does not fit the {SMEM_X_LIMIT // 1024} KiB of shared memory")
+        if self.x_load == "smem" and shape.n * vps * ve * 2 > SMEM_X_LIMIT:
+            r.append(f"x slice of {shape.n * vps * ve * 2} B ({shape.n} column(s)) does not fit the {SMEM_X_LIMIT // 1024} KiB of shared memory")
         return r
-
-    def is_valid(self, shape: Shape) -> bool:
-        return not self.invalid_reasons(shape)
-
-    # ---- (de)serialization ----------------------------------------------------------------
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Any) -> "GemvConfig":
-        if not isinstance(data, dict):
-            raise UsageError(f"a gemv config must be a JSON object, got {type(data).__name__}")
-        names = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - names - {"family"})
-        if unknown:
-            raise UsageError(f"unknown gemv parameter(s) {', '.join(unknown)}; known: {', '.join(DOMAINS)}")
-        if data.get("family", "gemv") != "gemv":
-            raise UsageError(f"config family {data['family']!r} is not 'gemv'")
-        cfg = cls(**{k: v for k, v in data.items() if k != "family"})
-        errs = cfg.domain_errors()
-        if errs:
-            raise UsageError("bad gemv config: " + "; ".join(errs))
-        return cfg
 
     @property
     def label(self) -> str:

@@ -15,6 +15,7 @@ from typing import Any, Iterator
 
 from .errors import UsageError
 from .shapes import Shape
+from .families import config_from_dict
 from .space import LLAMA_CPP, GemvConfig
 
 SCHEMA_VERSION = 1
@@ -63,11 +64,17 @@ def _read(path: Path) -> dict[str, Any]:
                                                  and data["schema"] > SCHEMA_VERSION else ""))
     for k, e in data["entries"].items():
         try:
-            GemvConfig.from_dict(e["winner"]["config"])
+            winner_config(e)
             Shape(int(e["M"]), int(e["d"]), int(e.get("n", 1)))
-        except (KeyError, TypeError, ValueError) as err:
+        except (KeyError, TypeError, ValueError, UsageError) as err:
             raise UsageError(f"table {path}: entry {k} is malformed ({err})") from None
     return data
+
+
+def winner_config(entry: dict[str, Any]) -> Any:
+    """The winning config of a table entry, of whichever family won (tables before split-K: gemv)."""
+    w = entry["winner"]
+    return config_from_dict({"family": w.get("family", "gemv"), **w["config"]})
 
 
 def _atomic_write_json(path: Path, data: dict[str, Any]) -> None:
@@ -115,7 +122,7 @@ def record(path: str | Path, shape: Shape, entry: dict[str, Any], device: dict[s
         if ceiling:
             data["ceiling"] = ceiling
         entry = {"M": shape.M, "d": shape.d, "n": shape.n, "updated": _now(), **entry}
-        GemvConfig.from_dict(entry["winner"]["config"])  # never write a config we could not load
+        winner_config(entry)  # never write a config we could not load
         data["entries"][entry_key(shape)] = entry
         _atomic_write_json(path, data)
         return data
@@ -126,9 +133,8 @@ class Table:
 
     def __init__(self, data: dict[str, Any], path: str | None = None, strict_gpu: bool = False):
         self.data, self.path, self.strict_gpu = data, path, strict_gpu
-        self._configs: dict[tuple[int, int, int], GemvConfig] = {
-            (int(e["M"]), int(e["d"]), int(e.get("n", 1))): GemvConfig.from_dict(e["winner"]["config"])
-            for e in data["entries"].values()
+        self._configs: dict[tuple[int, int, int], Any] = {
+            (int(e["M"]), int(e["d"]), int(e.get("n", 1))): winner_config(e) for e in data["entries"].values()
         }
         self._warned: set[tuple[int, int, int]] = set()
         self._dispatch = None
@@ -145,12 +151,18 @@ class Table:
     def entry(self, shape: Shape) -> dict[str, Any] | None:
         return self.data["entries"].get(entry_key(shape))
 
-    def lookup(self, shape: Shape) -> tuple[GemvConfig, str]:
-        """(config, how): the tuned config; else the tuned config of the nearest shape (log-distance in
-        M and d) that is valid for this one; else the llama.cpp config."""
+    def lookup(self, shape: Shape) -> tuple[Any, str]:
+        """(config, how): the tuned winner (of either family) for (M, d, n); else the winner tuned for
+        the same (M, d) at the nearest batch n that is valid for this one (ties: the larger n); else
+        the tuned config of the nearest shape (log-distance in M and d) at this n; else the llama.cpp
+        config."""
         k = (shape.M, shape.d, shape.n)
         if k in self._configs:
             return self._configs[k], "tuned"
+        same = sorted(((abs(n - shape.n), -n), cfg, n) for (M, d, n), cfg in self._configs.items()
+                      if (M, d) == (shape.M, shape.d) and cfg.is_valid(shape))
+        if same:
+            return same[0][1], f"winner tuned at n={same[0][2]}"
         best = None
         for (M, d, n), cfg in self._configs.items():
             if n != shape.n or not cfg.is_valid(shape):
@@ -176,8 +188,8 @@ class Table:
         return cfg
 
     def gemv(self, W: Any, x: Any, out: Any = None) -> Any:
-        """y = W x with the tuned kernel; W [M, d] and x [d] FP16 on one CUDA device (CuPy arrays or
-        torch tensors), out (optional) [M] FP32. Returns out (a CuPy array, or a torch tensor for torch
+        """y = W x with the tuned kernel; W [M, d] and x [d] (or X [n, d], n <= 16: Y = X W^T) FP16 on
+        one CUDA device (CuPy arrays or torch tensors), out (optional) [M] (or [n, M]) FP32. Returns out (a CuPy array, or a torch tensor for torch
         input). Works inside CUDA graph capture once each shape has run once outside it."""
         if self._dispatch is None:
             from .runners.cuda import Dispatcher

@@ -40,3 +40,16 @@ def table_summary(t: Table) -> str:
                      f"x{x(r.x_cublas)} cuBLAS x{x(r.x_llama)} llama.cpp ({r.sampler}, {r.trials} trials"
                      f"{', REPLAYED' if r.replayed else ''})")
     return "\n".join(lines)
+
+
+def table_markdown(t: Table, n: int | None = 1) -> str:
+    """The table's winners (at batch n, or all) as a markdown table, as the README quotes them."""
+    df = table_frame(t)
+    if n is not None:
+        df = df[df.n == n]
+    lines = ["| M×d | n | family | winner | µs | % ceiling | ×cuBLAS | ×llama.cpp | trials |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for _, r in df.sort_values(["d", "M", "n"]).iterrows():
+        lines.append(f"| {r.M}×{r.d} | {r.n} | {r.family} | `{r.winner}` | {r.us:.2f} | {r.pct_ceiling:.1f} | "
+                     f"{r.x_cublas:.3f} | {r.x_llama:.3f} | {r.trials} |")
+    return "\n".join(lines) + "\n"

@@ -61,12 +61,12 @@ def test_cache_hits(tmp_path, monkeypatch):
 
 
 def test_compile_error_carries_source_and_options():
-    src = render(LLAMA_CPP, Shape(64, 4096)).replace("acc_init(s[u]);", "acc_init(s[u]) this is not C++;")
+    src = render(LLAMA_CPP, Shape(64, 4096)).replace("acc_init(s[u][c]);", "acc_init(s[u][c]) this is not C++;")
     with pytest.raises(CompileError) as e:
         compile_source(src, "broken")
     assert "error" in str(e.value) and "\n" not in str(e.value)
     d = e.value.details()
-    assert "-arch=sm_90" in d and "acc_init(s[u]) this is not C++" in d
+    assert "-arch=sm_90" in d and "acc_init(s[u][c]) this is not C++" in d
     assert any(line.lstrip().split("  ")[0].isdigit() for line in d.splitlines()[-20:])
 
 
@@ -79,3 +79,49 @@ ptxas info    : Used 40 registers, used 1 barriers, 8 bytes cumulative stack siz
 """
     r = Resources.parse(log, "gemv")
     assert r == Resources(registers=40, spill_stores=12, spill_loads=4, stack_bytes=8, smem_bytes=4105)
+
+
+def batch_and_splitk_subset() -> list[tuple]:
+    """The split-K GEMM family's space: every (w_load, x_load, combine) combination and every value of
+    every other parameter, at n = 1, 3, 8, 16 on tail shapes (M not a multiple of 16, d not a multiple
+    of 32, one d not a multiple of 8); and the GEMV family at n > 1 (every vec x acc)."""
+    from gemvtune import space_splitk as sk
+
+    rng = random.Random(11)
+    shapes = [Shape(129, 4104, 3), Shape(7, 72, 16), Shape(33, 4101, 8), Shape(4096, 4096, 1)]
+    out = []
+    for i, (wl, xl, comb) in enumerate(itertools.product(sk.DOMAINS["w_load"], sk.DOMAINS["x_load"],
+                                                         sk.DOMAINS["combine"])):
+        for s in shapes:
+            pool = [c for c in sk.valid_configs(s) if (c.w_load, c.x_load, c.combine) == (wl, xl, comb)]
+            if pool:
+                out.append((rng.choice(pool), s))
+    v = sk.valid_configs(Shape(1000, 9176, 5))
+    for key in ("mt", "warps", "split", "depth"):
+        for val in sk.DOMAINS[key]:
+            out.append((rng.choice([c for c in v if getattr(c, key) == val]), Shape(1000, 9176, 5)))
+    for n in (2, 8, 16):
+        s = Shape(129, 4104, n)
+        for vec, acc in itertools.product(DOMAINS["vec"], DOMAINS["acc"]):
+            pool = [c for c in valid_configs(s) if (c.vec, c.acc) == (vec, acc)]
+            if pool:
+                out.append((rng.choice(pool), s))
+    return list(dict.fromkeys(out))
+
+
+def test_splitk_and_batch_subset_compiles_for_sm90():
+    from gemvtune import space_splitk as sk
+    from gemvtune.compile import compile_variants
+
+    subset = batch_and_splitk_subset()
+    cfgs = [c for c, _ in subset if c.family == "splitk"]
+    for k, values in sk.DOMAINS.items():
+        assert {getattr(c, k) for c in cfgs} == set(values), k
+    assert {s.n for c, s in subset if c.family == "gemv"} == {2, 8, 16}
+    results = compile_variants(subset, arch="sm_90")
+    failures = [(c.label, str(s), str(r)) for (c, s), r in zip(subset, results) if isinstance(r, CompileError)]
+    assert not failures, failures[:3]
+    for (c, s), r in zip(subset, results):
+        assert 0 < r.resources.registers <= 255, c.label
+        if c.family == "splitk":  # (GEMV variants with many columns in 512-1024-thread blocks may spill: recorded, slow)
+            assert r.resources.spill_stores == 0 and r.resources.stack_bytes == 0, (c.label, str(s), r.resources)

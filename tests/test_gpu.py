@@ -7,6 +7,7 @@ import pytest
 from gemvtune import LLAMA_CPP, GemvConfig, Shape
 from gemvtune.render import render
 from gemvtune.space import DOMAINS, valid_configs
+from gemvtune import space_splitk
 
 pytestmark = pytest.mark.gpu
 
@@ -22,18 +23,20 @@ def runner():
     return CudaRunner(replays=3)
 
 
-def broad_sample(shape: Shape, k: int = 48, seed: int = 1) -> list[GemvConfig]:
-    """Every value of every parameter that is valid for the shape, plus a seeded random rest."""
-    rng = random.Random(seed)
-    valid = valid_configs(shape)
+def _sample(valid: list, domains: dict, k: int, rng: random.Random) -> list:
+    """The llama.cpp config if valid, one config for every valid value of every parameter, k random."""
     out = [LLAMA_CPP] if LLAMA_CPP in valid else []
-    for key, values in DOMAINS.items():
+    for key, values in domains.items():
         for v in values:
             pool = [c for c in valid if getattr(c, key) == v]
             if pool:
                 out.append(rng.choice(pool))
-    out += rng.sample(valid, min(k, len(valid)))
-    return list(dict.fromkeys(out))
+    return out + rng.sample(valid, min(k, len(valid)))
+
+
+def broad_sample(shape: Shape, k: int = 48, seed: int = 1) -> list[GemvConfig]:
+    """Every value of every parameter that is valid for the shape, plus a seeded random rest."""
+    return list(dict.fromkeys(_sample(valid_configs(shape), DOMAINS, k, random.Random(seed))))
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
@@ -49,15 +52,15 @@ def test_broad_sample_verifies(runner, shape):
 
 def _planted(shape: Shape, kind: str) -> str:
     src = render(LLAMA_CPP, shape)
+    store = "for (int c = 0; c < N; ++c) y[(size_t)c * M + row] = sum[c];"
     if kind == "drop_tail":
         new = src.replace("const int v_end = min(NVEC, v_begin + VPS);",
                           "const int v_end = min(NVEC, v_begin + VPS) - 1;")
     elif kind == "skip_row":
-        new = src.replace("if (active && lane == 0) y[row] = sum;",
-                          "if (active && lane == 0 && row != M / 2) y[row] = sum;")
+        new = src.replace(store, "for (int c = 0; c < N; ++c) if (row != M / 2) y[(size_t)c * M + row] = sum[c];")
     else:
-        new = src.replace("if (active && lane == 0) y[row] = sum;",
-                          "if (active && lane == 0) y[row] = row == M - 1 ? __int_as_float(0x7fc00000) : sum;")
+        new = src.replace(store, "for (int c = 0; c < N; ++c) y[(size_t)c * M + row] = row == M - 1 ? "
+                                 "__int_as_float(0x7fc00000) : sum[c];")
     assert new != src
     return new
 
@@ -90,3 +93,45 @@ def test_launch_failure_is_recorded(runner):
     m = runner.measure(cfg, s, timed=False, source=src, name="planted-launch")
     assert m.status == "launch_error" and m.error
     assert runner.measure(LLAMA_CPP, s, timed=False).ok  # the runner still works afterwards
+
+
+# ---- batch n > 1 and the split-K GEMM family ---------------------------------------------------
+BATCH_SHAPES = [Shape(M, d, n) for n in (1, 3, 8, 16) for M, d in ((129, 4104), (7, 72), (33, 4101))]
+
+
+def family_sample(shape: Shape, k: int, seed: int = 2) -> list:
+    """Both families: every valid value of every parameter, plus a seeded random rest."""
+    rng = random.Random(seed)
+    out = _sample(valid_configs(shape), DOMAINS, k, rng)
+    out += _sample(space_splitk.valid_configs(shape), space_splitk.DOMAINS, k, rng)
+    return list(dict.fromkeys(out))
+
+
+@pytest.mark.parametrize("shape", BATCH_SHAPES, ids=str)
+def test_both_families_verify_at_batch(runner, shape):
+    from gemvtune.compile import compile_variants
+
+    cfgs = family_sample(shape, k=12)
+    assert any(c.family == "splitk" for c in cfgs) and any(c.family == "gemv" for c in cfgs)
+    compile_variants([(c, shape) for c in cfgs], arch=runner.arch)   # in parallel; measure() hits the cache
+    failed = []
+    for c in cfgs:
+        m = runner.measure(c, shape, timed=False)
+        if not m.ok:
+            failed.append((c.label, m.status, m.error))
+    runner.release()
+    assert not failed, failed[:5]
+
+
+@pytest.mark.parametrize("shape", [Shape(129, 4104, 3), Shape(4096, 4096, 16)], ids=str)
+def test_splitk_planted_faults_caught_and_timed_ok(runner, shape):
+    from gemvtune.space_splitk import SplitKConfig
+
+    cfg = SplitKConfig(split=4, combine="pass2")
+    src = render(cfg, shape)
+    bad = src.replace("const int c_end = min(NCH, c_begin + CPS);", "const int c_end = min(NCH, c_begin + CPS) - 1;")
+    assert bad != src
+    assert runner.measure(cfg, shape, timed=False, source=bad, name="planted-splitk-drop").status == "wrong"
+    m = runner.measure(SplitKConfig(split=4, combine="atomic"), shape)
+    assert m.ok and m.us_median > 0 and m.launches > 0
+    assert runner.measure_cublas(shape).ok

@@ -50,8 +50,10 @@ def test_committed_table_runs_and_matches_its_timing(runner, table):
         cfg, how = table.lookup(shape)
         assert how == "tuned"
         W = (cp.random.random((shape.M, shape.d), dtype=cp.float32) * 2 - 1).astype(cp.float16)
-        x = (cp.random.random(shape.d, dtype=cp.float32) * 2 - 1).astype(cp.float16)
+        xs = (shape.d,) if shape.n == 1 else (shape.n, shape.d)
+        x = (cp.random.random(xs, dtype=cp.float32) * 2 - 1).astype(cp.float16)
         y = table.gemv(W, x)
+        assert y.shape == ((shape.M,) if shape.n == 1 else (shape.n, shape.M))
         _check(runner, W, x, y, cfg.acc, shape.d)
         m = runner.measure(cfg, shape)
         want = table.entry(shape)["winner"]["us"]

@@ -10,10 +10,10 @@ from gemvtune.search import SearchOptions, complexity, make_storage, run_search
 SHAPE = Shape(4096, 4096)
 
 
-def _search(tmp_path, trials=60, sampler="tpe", runner=None, seed=0):
+def _search(tmp_path, trials=60, sampler="tpe", runner=None, seed=0, families=("gemv",)):
     runner = runner or FakeRunner()
     storage = make_storage(f"journal:{tmp_path / 'journal.log'}")
-    opts = SearchOptions(sampler=sampler, trials=trials, seed=seed, progress=False)
+    opts = SearchOptions(sampler=sampler, trials=trials, seed=seed, progress=False, families=families)
     return runner, run_search(runner, SHAPE, opts, storage, "s", echo=lambda s: None)
 
 
@@ -115,3 +115,62 @@ def test_gp_sampler(tmp_path):
     infeasible = [t for t in res.trials if t.get("infeasible")]
     assert all(t["status"] == "invalid" and t["state"] == "COMPLETE" for t in infeasible)
     assert res.entry["winner"]["us"] == min(t["value"] for t in res.trials if t["state"] == "COMPLETE")
+
+
+def test_both_families_searched_and_kept(tmp_path):
+    from gemvtune.space_splitk import SPLITK_SEED
+
+    runner, res = _search(tmp_path, trials=40, families=("gemv", "splitk"))
+    fams = [c.family for c in runner.calls]
+    assert fams[0] == "gemv" and runner.calls[0] == LLAMA_CPP           # each study starts at its seed
+    assert runner.calls[fams.index("splitk")] == SPLITK_SEED
+    assert res.measured == 80                                          # the budget is per family
+    e = res.entry
+    assert e["splitk"]["us"] == pytest.approx(11.0) and e["splitk"]["config"]["split"] == 4
+    assert e["gemv"]["us"] <= 11.0
+    assert e["winner"]["us"] == min(e["gemv"]["us"], e["splitk"]["us"])
+    assert e["winner"]["family"] == "gemv"     # faster, or tied with the splitk best (simpler family wins)
+    assert {t["family"] for t in res.trials} == {"gemv", "splitk"}
+    # a splitk-only search names the splitk winner, and a table records it and loads it back
+    (tmp_path / "b").mkdir()
+    runner2, res2 = _search(tmp_path / "b", trials=20, families=("splitk",))
+    assert res2.entry["winner"]["family"] == "splitk" and "gemv" not in res2.entry
+    from gemvtune.table import load_table, record
+
+    record(tmp_path / "t.json", SHAPE, res2.entry, runner2.device_info())
+    cfg, how = load_table(tmp_path / "t.json").lookup(SHAPE)
+    assert how == "tuned" and cfg.family == "splitk" and cfg.label == res2.entry["winner"]["label"]
+
+
+def test_parallel_trials_keep_the_budget_and_measure_nothing_twice(tmp_path):
+    import threading
+    import time
+
+    class Compiling(FakeRunner):
+        compile_jobs = 4
+
+        def __init__(self):
+            super().__init__()
+            self.compiled, self.busy, self.overlap = [], 0, False
+            self._l = threading.Lock()
+
+        def precompile(self, config, shape):
+            time.sleep(0.002)
+            self.compiled.append(config)
+
+        def measure(self, config, shape, **kw):
+            with self._l:
+                self.busy += 1
+                self.overlap |= self.busy > 1
+            try:
+                return super().measure(config, shape, **kw)
+            finally:
+                with self._l:
+                    self.busy -= 1
+
+    runner, res = _search(tmp_path, trials=40, runner=Compiling())
+    assert res.measured == 40
+    measured = [t["label"] for t in res.trials if t.get("measured")]
+    assert len(measured) == len(set(measured)) == 40
+    assert runner.compiled and not runner.overlap          # compiles ran; GPU measurements never overlapped
+    assert res.entry["search"]["measured_trials"] == 40

@@ -29,7 +29,8 @@ def test_domains_cover_issue():
     (GemvConfig(split_k=16, tpr=256), Shape(64, 4096), "vectors per split"),
     (GemvConfig(unroll=8, tpr=256), Shape(64, 2048), "unrolled loop would never run"),
     (GemvConfig(x_load="smem", vec="half8", tpr=32), Shape(64, 32768), "shared memory"),
-    (GemvConfig(), Shape(64, 4096, 2), "n=1"),
+    (GemvConfig(x_load="smem", vec="half8", tpr=32), Shape(64, 4096, 16), "16 column(s)"),
+    (GemvConfig(acc="fp16", tpr=32, block=32, vec="half2", unroll=4), Shape(64, 4096, 2), "fp16 accumulation chains"),
     (GemvConfig(split_k=4, vec="half8", tpr=2), Shape(8, 16), "split_k=4 exceeds"),
     (GemvConfig(acc="fp16", tpr=4, block=32, vec="half8"), Shape(64, 4096), "fp16 accumulation chains"),
 ])

@@ -119,3 +119,33 @@ def test_other_gpu_warns_or_refuses(tmp_path):
     with pytest.raises(UsageError, match="tuned on NVIDIA H200"):
         load_table(p, strict_gpu=True)._check_gpu("NVIDIA H100")
     load_table(p, strict_gpu=True)._check_gpu("NVIDIA H200")  # same model: silent
+
+
+def _sk_entry(cfg, us, gemv_us):
+    e = _entry(LLAMA_CPP, us)
+    e["winner"] = {**e["winner"], "family": cfg.family, "config": cfg.to_dict(), "label": cfg.label}
+    e["gemv"] = {"family": "gemv", "config": LLAMA_CPP.to_dict(), "label": LLAMA_CPP.label, "us": gemv_us}
+    e["splitk"] = {"family": "splitk", "config": {}, "label": "x", "us": us if cfg.family == "splitk" else gemv_us + 1}
+    return e
+
+
+def test_batch_entries_dispatch_by_n_and_crossover(tmp_path):
+    from gemvtune.crossover import crossover_frame, crossovers, plot_crossover
+    from gemvtune.space_splitk import SplitKConfig
+
+    p = tmp_path / "t.json"
+    sk = SplitKConfig(mt=1, warps=2, split=8)
+    for n, fam_cfg, us, gus in ((1, LLAMA_CPP, 10.0, 10.0), (2, LLAMA_CPP, 11.0, 11.0), (4, sk, 11.5, 12.0),
+                                (8, sk, 12.0, 14.0)):
+        record(p, Shape(4096, 4096, n), _sk_entry(fam_cfg, us, gus), DEV, {"read_gbps": 4600})
+    t = load_table(p)
+    assert t.lookup(Shape(4096, 4096, 8)) == (sk, "tuned")
+    assert t.lookup(Shape(4096, 4096, 2)) == (LLAMA_CPP, "tuned")
+    cfg, how = t.lookup(Shape(4096, 4096, 6))            # untuned n: the winner of the nearest tuned n
+    assert cfg == sk and how == "winner tuned at n=8"     # 4 and 8 are both 2 away: ties go to the larger n
+    df = crossover_frame(t)
+    assert list(df.n) == [1, 2, 4, 8] and list(df.winner_family) == ["gemv", "gemv", "splitk", "splitk"]
+    assert crossovers(df) == {(4096, 4096): 4}
+    assert df.floor_us.iloc[0] == pytest.approx(Shape(4096, 4096).bytes_moved / 4600e3)
+    paths = plot_crossover(df, tmp_path, "NVIDIA H200")
+    assert [x.name for x in paths] == ["crossover-4096x4096.png"] and paths[0].stat().st_size > 10000

@@ -9,6 +9,11 @@ from ..base import Measurement, Status
 from ._cupy import cp
 
 
+def _cublas(W, x):
+    """W x for x [d] (a GEMV call), X W^T for X [n, d] (a GEMM with W transposed in place)."""
+    return cp.matmul(W, x) if x.ndim == 1 else cp.matmul(x, W.T)
+
+
 class BaselinesMixin:
     """Methods of CudaRunner that time library baselines (uses its buffers, timers and verifier)."""
 
@@ -18,13 +23,13 @@ class BaselinesMixin:
         m = Measurement("cublas (cupy.matmul)", "cublas", shape.M, shape.d, shape.n, Status.OK)
         m.bound = error_bound("fp16", shape.d)  # its output is FP16: one final rounding to 2^-11
         try:
-            ok, m.relerr, m.rowerr, reason = self._verify(lambda W, x, y: cp.matmul(W, x), shape, m.bound)
+            ok, m.relerr, m.rowerr, reason = self._verify(lambda W, x, y: _cublas(W, x), shape, m.bound)
             if not ok:
                 m.status, m.error = Status.WRONG, reason
                 return m
             b = self.buffers(shape)
             n = self.launches(shape, b.copies, cap=400)
-            t = self.time_spin(lambda i: cp.matmul(b.W[i % b.copies], b.x[i % b.copies]), n)
+            t = self.time_spin(lambda i: _cublas(b.W[i % b.copies], b.x[i % b.copies]), n)
         except Exception as e:
             m.status, m.error = Status.LAUNCH_ERROR, str(e).splitlines()[0]
             return m
@@ -50,7 +55,7 @@ class BaselinesMixin:
         try:
             b = self.buffers(shape)
             Wt = [torch.from_dlpack(w) for w in b.W]
-            xt = [torch.from_dlpack(x).view(1, -1) for x in b.x]
+            xt = [torch.from_dlpack(x).view(shape.n, shape.d) for x in b.x]
             n = self.launches(shape, b.copies)
             cp.cuda.Device().synchronize()
             side = torch.cuda.Stream()

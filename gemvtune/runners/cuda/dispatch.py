@@ -28,20 +28,23 @@ class Dispatcher:
         p = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
         return p["name"].decode() if isinstance(p["name"], bytes) else str(p["name"])
 
-    def _plan(self, table, M: int, d: int, dev: int) -> tuple:
-        cfg = table.config_for(Shape(M, d))
+    def _plan(self, table, shape: Shape, dev: int) -> tuple:
+        cfg = table.config_for(shape)
         with cp.cuda.Device(dev):
             props = cp.cuda.runtime.getDeviceProperties(dev)
             arch = f"sm_{props['major']}{props['minor']}"
-            compiled = compile_variant(cfg, Shape(M, d), arch)
-            if compiled.cubin_path not in self._modules:
-                self._modules[compiled.cubin_path] = cp.RawModule(path=compiled.cubin_path).get_function("gemv")
-            fn = self._modules[compiled.cubin_path]
-            grid = cfg.grid(Shape(M, d))
-            ws = cp.empty(max(1, cfg.split_k * M), dtype=cp.float32)
-            counters = cp.zeros(max(1, grid[0]), dtype=cp.uint32)
-        plan = (fn, grid, (cfg.block,), ws, counters, np.int32(M), cfg.vec_elems * 2, cfg)
-        self._plans[(M, d, dev)] = plan
+            compiled = compile_variant(cfg, shape, arch)
+            kernels = []
+            for name, grid, block in cfg.kernels(shape):
+                key = (compiled.cubin_path, name)
+                if key not in self._modules:
+                    self._modules[key] = cp.RawModule(path=compiled.cubin_path).get_function(name)
+                kernels.append((self._modules[key], grid, block))
+            nws, ncount = cfg.workspace(shape)
+            ws = cp.empty(nws, dtype=cp.float32)
+            counters = cp.zeros(ncount, dtype=cp.uint32)
+        plan = (tuple(kernels), ws, counters, np.int32(shape.M), cfg.vec_elems * 2, cfg)
+        self._plans[(shape.M, shape.d, shape.n, dev)] = plan
         return plan
 
     def gemv(self, table, W, x, out=None):
@@ -64,7 +67,9 @@ class Dispatcher:
                 if t is not None and t.dtype != want:
                     raise UsageError(f"{name} must be {str(want).replace('torch.', '')}, got {str(t.dtype).replace('torch.', '')}")
             if out is None:
-                torch_out = torch_mod.empty(W.shape[0] if W.dim() == 2 else 0, dtype=torch_mod.float32, device=W.device)
+                rows = W.shape[0] if W.dim() == 2 else 0
+                ysh = (rows,) if x.dim() == 1 or (x.dim() == 2 and x.shape[0] == 1) else (x.shape[0], rows)
+                torch_out = torch_mod.empty(ysh, dtype=torch_mod.float32, device=W.device)
             sptr = torch_mod.cuda.current_stream(W.device).cuda_stream
             stream = self._streams.get(sptr)
             if stream is None:
@@ -80,25 +85,30 @@ class Dispatcher:
         M, d = W.shape
         if x.ndim == 2 and x.shape[0] == 1:
             x = x.reshape(-1)
-        if x.ndim != 1 or x.shape[0] != d:
-            raise UsageError(f"x must have shape [{d}] to match W {tuple(W.shape)}, got {tuple(x.shape)}")
+        n = 1 if x.ndim == 1 else x.shape[0]
+        if x.ndim not in (1, 2) or x.shape[-1] != d or not 1 <= n <= 16:
+            raise UsageError(f"x must have shape [{d}] or [n, {d}] with n <= 16 to match W {tuple(W.shape)}, "
+                             f"got {tuple(x.shape)}")
         if not W.flags.c_contiguous or not x.flags.c_contiguous:
             raise UsageError("W and x must be C-contiguous (row-major, no strided views)")
         dev = W.device.id
         if x.device.id != dev or (out is not None and out.device.id != dev):
             raise UsageError(f"W, x and out must be on one device (W on {dev}, x on {x.device.id})")
-        plan = self._plans.get((M, d, dev)) or self._plan(table, M, d, dev)
-        fn, grid, block, ws, counters, M32, align, _ = plan
+        plan = self._plans.get((M, d, n, dev)) or self._plan(table, Shape(M, d, n), dev)
+        kernels, ws, counters, M32, align, _ = plan
         if W.data.ptr % align or x.data.ptr % align:
             raise UsageError(f"W and x must be {align}-byte aligned for the tuned kernel "
                              f"(is W an offset view?)")
+        yshape = (M,) if n == 1 else (n, M)
         if out is None:
-            out = cp.empty(M, dtype=cp.float32)
-        elif out.dtype != cp.float32 or out.size != M or not out.flags.c_contiguous:
-            raise UsageError(f"out must be a contiguous float32 array of {M} elements")
+            out = cp.empty(yshape, dtype=cp.float32)
+        elif out.dtype != cp.float32 or out.size != n * M or not out.flags.c_contiguous:
+            raise UsageError(f"out must be a contiguous float32 array of {n * M} elements")
         if stream is None:
-            fn(grid, block, (W, x, out, ws, counters, M32))
+            for fn, grid, block in kernels:
+                fn(grid, block, (W, x, out, ws, counters, M32))
             return out
         with stream:
-            fn(grid, block, (W, x, out, ws, counters, M32))
+            for fn, grid, block in kernels:
+                fn(grid, block, (W, x, out, ws, counters, M32))
         return torch_out

@@ -20,7 +20,7 @@ import numpy as np
 from ...compile import CompileError, compile_source, compile_variant
 from ...errors import NoDeviceError
 from ...shapes import Shape
-from ...space import GemvConfig
+from ...families import config_to_dict
 from ...timing import ROW_FACTOR, copies_for, error_bound, gbps, launches_for, summarize
 from ..base import Measurement, Status
 from ._cupy import _rand_half, cp, cuda_available
@@ -187,11 +187,20 @@ class CudaRunner(BaselinesMixin):
             self._bufs = _ShapeBuffers(
                 shape,
                 [_rand_half((shape.M, shape.d), self.rng) for _ in range(c)],
-                [_rand_half((shape.d,), self.rng) for _ in range(c)],
-                [cp.full(shape.M, cp.nan, dtype=cp.float32) for _ in range(c)],
+                [_rand_half(self.x_shape(shape), self.rng) for _ in range(c)],
+                [cp.full(self.y_shape(shape), cp.nan, dtype=cp.float32) for _ in range(c)],
                 c,
             )
         return self._bufs
+
+    @staticmethod
+    def x_shape(shape: Shape) -> tuple[int, ...]:
+        """x is [d] for n = 1 (plain decode) and [n, d] otherwise; y is [M] or [n, M]."""
+        return (shape.d,) if shape.n == 1 else (shape.n, shape.d)
+
+    @staticmethod
+    def y_shape(shape: Shape) -> tuple[int, ...]:
+        return (shape.M,) if shape.n == 1 else (shape.n, shape.M)
 
     def release(self) -> None:
         self._bufs = None
@@ -241,7 +250,11 @@ class CudaRunner(BaselinesMixin):
 
     # ---- verification -------------------------------------------------------------------------
     def reference(self, W, x) -> tuple[Any, Any]:
-        """float64 y = W x and the per-row scale ||W_i * x|| (row-chunked to bound memory)."""
+        """float64 y = W x and the per-row scale ||W_i * x|| (row-chunked to bound memory); for
+        X [n, d], both are [n, M] (one column at a time)."""
+        if x.ndim == 2:
+            cols = [self.reference(W, x[i]) for i in range(x.shape[0])]
+            return cp.stack([c[0] for c in cols]), cp.stack([c[1] for c in cols])
         M, d = W.shape
         ref = cp.empty(M, dtype=cp.float64)
         scale = cp.empty(M, dtype=cp.float64)
@@ -275,37 +288,56 @@ class CudaRunner(BaselinesMixin):
         return True, relerr, rowerr, ""
 
     # ---- variants -------------------------------------------------------------------------------
-    def prepare(self, config: GemvConfig, shape: Shape, source: str | None = None,
-                name: str | None = None) -> tuple[Any, Any]:
-        """Compile (or fetch) one variant; returns (compiled, function)."""
+    @property
+    def compile_jobs(self) -> int:
+        """Trials a search keeps in flight: their compiles overlap; measurement is serialized."""
+        return max(1, min(8, os.cpu_count() or 1))
+
+    def precompile(self, config: Any, shape: Shape) -> None:
+        """Compile into the disk cache (thread-safe, CPU only); a failure is left for measure to record."""
+        try:
+            compile_variant(config, shape, self.arch)
+        except Exception:
+            pass
+
+    def prepare(self, config: Any, shape: Shape, source: str | None = None,
+                name: str | None = None) -> tuple[Any, list[tuple[Any, tuple, tuple]]]:
+        """Compile (or fetch) one variant; returns (compiled, [(function, grid, block), ...]): the
+        kernels of one call in launch order (split-K GEMMs may add a zeroing or reduction kernel)."""
         compiled = compile_variant(config, shape, self.arch, source, name)
-        return compiled, self._function(compiled.cubin_path, "gemv")
+        return compiled, [(self._function(compiled.cubin_path, k), g, b) for k, g, b in config.kernels(shape)]
 
     def launches(self, shape: Shape, copies: int, cap: int = 4000) -> int:
         """Launches per timed sample: ~target_us of work at the read ceiling, whole passes over copies."""
         return launches_for(shape.bytes_moved / (self.ceiling_gbps * 1e3) + 1.0, copies, self.target_us, cap)
 
-    def _launcher(self, fn, config: GemvConfig, shape: Shape):
-        grid, block = config.grid(shape), (config.block,)
-        ws = cp.empty(max(1, config.split_k * shape.M), dtype=cp.float32)
-        counters = cp.zeros(max(1, grid[0]), dtype=cp.uint32)
+    def _launcher(self, kernels: list[tuple[Any, tuple, tuple]], config: Any, shape: Shape):
+        nws, ncount = config.workspace(shape)
+        ws = cp.empty(nws, dtype=cp.float32)
+        counters = cp.zeros(ncount, dtype=cp.uint32)
         M = np.int32(shape.M)
 
         def launch(W, x, y):
-            fn(grid, block, (W, x, y, ws, counters, M))
+            for fn, grid, block in kernels:
+                fn(grid, block, (W, x, y, ws, counters, M))
         return launch
 
-    def measure(self, config: GemvConfig, shape: Shape, kind: str = "variant", verify: bool = True,
+    def measure(self, config: Any, shape: Shape, kind: str = "variant", verify: bool = True,
                 timed: bool = True, source: str | None = None, name: str | None = None) -> Measurement:
         """Compile, verify on fresh inputs, then time. ``source`` replaces the rendered source (used
         to plant faulty kernels: the check must catch them). Nothing raises out of here."""
-        m = Measurement(name or config.label, kind, shape.M, shape.d, shape.n, Status.OK, params=config.to_dict())
+        with cp.cuda.Device(self.device_id), self.stream:  # current device and stream are per thread in CuPy
+            return self._measure(config, shape, kind, verify, timed, source, name)
+
+    def _measure(self, config: Any, shape: Shape, kind: str, verify: bool, timed: bool, source: str | None,
+                 name: str | None) -> Measurement:
+        m = Measurement(name or config.label, kind, shape.M, shape.d, shape.n, Status.OK, params=config_to_dict(config))
         why = config.invalid_reasons(shape)
         if why:
             m.status, m.error = Status.INVALID, "; ".join(why)
             return m
         try:
-            compiled, fn = self.prepare(config, shape, source, name)
+            compiled, kernels = self.prepare(config, shape, source, name)
         except CompileError as e:
             m.status, m.error = Status.COMPILE_ERROR, str(e)
             return m
@@ -316,7 +348,7 @@ class CudaRunner(BaselinesMixin):
         m.registers, m.spill_bytes, m.smem_bytes, m.compile_s = r.registers, r.spill_stores, r.smem_bytes, compiled.compile_s
         m.bound = error_bound(config.acc, shape.d)
         try:
-            launch = self._launcher(fn, config, shape)
+            launch = self._launcher(kernels, config, shape)
             if verify:
                 ok, m.relerr, m.rowerr, reason = self._verify(lambda W, x, y: launch(W, x, y), shape, m.bound)
                 if not ok:
@@ -338,12 +370,12 @@ class CudaRunner(BaselinesMixin):
         with NaN, one launch, float64 reference (two float64 GEMVs against the resident copies)."""
         with self.stream:
             W, W64, W64sq = self._verify_matrix(shape)
-            x = _rand_half((shape.d,), self.rng)
-            y = cp.full(shape.M, cp.nan, dtype=cp.float32)
+            x = _rand_half(self.x_shape(shape), self.rng)
+            y = cp.full(self.y_shape(shape), cp.nan, dtype=cp.float32)
             out = run(W, x, y)
             self.stream.synchronize()
-            x64 = x.astype(cp.float64)
-            ref, scale = W64 @ x64, cp.sqrt(W64sq @ (x64 * x64))
+            x64 = x.astype(cp.float64).reshape(shape.n, shape.d)
+            ref, scale = x64 @ W64.T, cp.sqrt((x64 * x64) @ W64sq.T)   # [n, M], like y
             return self.check(y if out is None else out, ref, scale, bound)
 
     def _verify_matrix(self, shape: Shape) -> tuple[Any, Any, Any]:
@@ -361,11 +393,11 @@ class CudaRunner(BaselinesMixin):
         m.pct_ceiling = 100.0 * m.gbps / self.ceiling_gbps
         m.method, m.launches, m.samples, m.copies = method, n, st.n, copies
 
-    def measure_spin(self, config: GemvConfig, shape: Shape) -> Measurement:
+    def measure_spin(self, config: Any, shape: Shape) -> Measurement:
         """The same variant timed with the spin method (to show it agrees with the graph method)."""
-        m = Measurement(config.label, "spin-check", shape.M, shape.d, shape.n, Status.OK, params=config.to_dict())
-        _, fn = self.prepare(config, shape)
-        launch = self._launcher(fn, config, shape)
+        m = Measurement(config.label, "spin-check", shape.M, shape.d, shape.n, Status.OK, params=config_to_dict(config))
+        _, kernels = self.prepare(config, shape)
+        launch = self._launcher(kernels, config, shape)
         b = self.buffers(shape)
         n = self.launches(shape, b.copies, cap=400)
         t = self.time_spin(lambda i: launch(b.W[i % b.copies], b.x[i % b.copies], b.y[i % b.copies]), n)

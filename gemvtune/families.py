@@ -1,0 +1,80 @@
+"""The kernel families gemvtune searches, by name: their config class, domains, seed point and
+template. Everything that handles "a config of some family" goes through here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from . import space, space_splitk
+from .errors import UsageError
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    config_cls: type
+    domains: dict[str, tuple[Any, ...]]
+    seed: Any                       # the first trial of every study of this family
+    template: str
+    main_kernel: str
+    complexity: Callable[[Any], tuple]
+    describe: str
+
+
+def _gemv_complexity(c: space.GemvConfig) -> tuple:
+    levers = (c.split_k > 1) + (c.unroll > 1) + (c.hint != "default") + (c.x_load != "ldg") + (c.acc != "fp32")
+    return (levers, c.split_k, c.unroll, c != space.LLAMA_CPP)
+
+
+def _splitk_complexity(c: space_splitk.SplitKConfig) -> tuple:
+    levers = (c.split > 1) + (c.w_load != "reg") + (c.x_load != "ldg") + (c.combine != "atomic")
+    return (levers, c.split, c.depth, c.warps, c.mt)
+
+
+FAMILIES: dict[str, Family] = {
+    "gemv": Family("gemv", space.GemvConfig, space.DOMAINS, space.LLAMA_CPP, "gemv.cu.j2", "gemv",
+                   _gemv_complexity, "CUDA-core GEMV, each W load used for all n columns (llama.cpp's kernel is a point)"),
+    "splitk": Family("splitk", space_splitk.SplitKConfig, space_splitk.DOMAINS, space_splitk.SPLITK_SEED,
+                     "splitk_gemm.cu.j2", "splitk_gemm", _splitk_complexity,
+                     "tensor-core GEMM (mma.sync m16n8k16) with d split across blocks"),
+}
+# Order of families in a search; the gemv family first (its seed is the llama.cpp config).
+FAMILY_NAMES = tuple(FAMILIES)
+
+
+def family_of(config: Any) -> Family:
+    try:
+        return FAMILIES[config.family]
+    except (AttributeError, KeyError):
+        raise UsageError(f"not a gemvtune config: {type(config).__name__}") from None
+
+
+def get_family(name: str) -> Family:
+    if name not in FAMILIES:
+        raise UsageError(f"unknown family {name!r}; choose one of {', '.join(FAMILIES)}")
+    return FAMILIES[name]
+
+
+def parse_families(text: str) -> tuple[str, ...]:
+    names = tuple(dict.fromkeys(p.strip() for p in text.split(",") if p.strip()))
+    if not names:
+        raise UsageError("--family needs at least one of " + ", ".join(FAMILIES))
+    for n in names:
+        get_family(n)
+    return names
+
+
+def config_from_dict(data: Any) -> Any:
+    """A config of any family from its JSON object (``family`` defaults to gemv)."""
+    if not isinstance(data, dict):
+        raise UsageError(f"a config must be a JSON object, got {type(data).__name__}")
+    fam = data.get("family", "gemv")
+    if not isinstance(fam, str):
+        raise UsageError(f"config family must be a string, got {fam!r}")
+    return get_family(fam).config_cls.from_dict(data)
+
+
+def config_to_dict(config: Any) -> dict[str, Any]:
+    """JSON object of a config, naming its family (tables and CSVs keep both families apart)."""
+    return {"family": config.family, **config.to_dict()}
