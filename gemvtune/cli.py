@@ -168,16 +168,22 @@ def ceiling(gib: float) -> None:
 @click.option("--shape", "shape_texts", multiple=True, help="M x d (repeatable)")
 @click.option("--suite", type=click.Choice(["decode"]), default=None, help="the decode suite of shapes")
 @click.option("--model", default=None, help="every linear-layer shape of a model preset")
-@click.option("--configs", "spec", default="sample:64", show_default=True,
-              help="all | sample:N | llama | FILE.json | one inline config")
+@click.option("--configs", "spec", default="tuned", show_default=True,
+              help="tuned (the table's kernel) | all | sample:N | llama | FILE.json | one inline config")
+@click.option("--table", "table_path", default=None, help="table for --configs tuned (default results/<gpu>/table.json)")
+@click.option("--batch", "batch_text", default="1", show_default=True, help="batch sizes n, e.g. 1,2,4")
+@click.option("--rounds", default=3, show_default=True, type=click.IntRange(1, 50),
+              help="interleaved rounds (tuned, llama.cpp, cuBLAS) for --configs tuned")
 @click.option("--seed", default=0, show_default=True)
 @click.option("--out", "out_dir", default=None, help="output folder (default results/<gpu>/)")
 @click.option("--no-spin-check", is_flag=True, help="skip timing llama.cpp with the spin method too")
-def bench(shape_texts: tuple[str, ...], suite: str | None, model: str | None, spec: str, seed: int,
-          out_dir: str | None, no_spin_check: bool) -> None:
-    """Measure variants and the baselines (llama.cpp config, cuBLAS) per shape; print a table, write a CSV."""
+def bench(shape_texts: tuple[str, ...], suite: str | None, model: str | None, spec: str, table_path: str | None,
+          batch_text: str, rounds: int, seed: int, out_dir: str | None, no_spin_check: bool) -> None:
+    """Benchmark in one process: the read ceiling, the table's tuned kernel, the llama.cpp config and
+    cuBLAS per shape (ratios, geometric means, CSV, bar chart); or chosen variants (--configs)."""
     from .shapes import DECODE_SUITE, model_shapes
 
+    batches = parse_batches(batch_text)
     shapes = [parse_shape(t) for t in shape_texts]
     if suite == "decode":
         shapes += [Shape(M, d) for M, d in DECODE_SUITE]
@@ -185,7 +191,22 @@ def bench(shape_texts: tuple[str, ...], suite: str | None, model: str | None, sp
         shapes += model_shapes(model)
     if not shapes:
         raise UsageError("bench needs --shape, --suite or --model")
-    shapes = list(dict.fromkeys(shapes))
+    shapes = list(dict.fromkeys(Shape(s.M, s.d, n) for s in shapes for n in batches))
+    if spec == "tuned":
+        from .table import load_table
+
+        if table_path is None:
+            _gpu_check()
+            from .report import gpu_slug
+            from .runners.cuda import CudaRunner
+
+            table_path = str(Path("results") / gpu_slug(CudaRunner().device_info()["name"]) / "table.json")
+        load_table(table_path)  # a missing or corrupt table fails before any GPU work
+        _gpu_check()
+        from .bench import run_tuned_bench
+
+        run_tuned_bench(shapes, table_path, out_dir, echo=click.echo, rounds=rounds)
+        return
     for s in shapes:
         select_configs(spec, s, seed)  # bad --configs fails before any GPU work
     _gpu_check()

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from ...compile import compile_variant
-from ...errors import NoDeviceError
+from ...errors import NoDeviceError, UsageError
 from ...shapes import Shape
 from ._cupy import cp, cuda_available
 
@@ -48,8 +48,6 @@ class Dispatcher:
         return plan
 
     def gemv(self, table, W, x, out=None):
-        from ...errors import UsageError
-
         torch_mod = None
         if not isinstance(W, cp.ndarray):
             if type(W).__module__.split(".")[0] == "torch":
@@ -78,31 +76,35 @@ class Dispatcher:
                 W, x, out = cp.from_dlpack(W), cp.from_dlpack(x), cp.from_dlpack(torch_out)
         else:
             stream = None
-        if W.dtype != cp.float16 or x.dtype != cp.float16:
+        # The checks below read cheap attributes (dtype char, the contiguity bit, the pointer's device)
+        # rather than building Flags/Device objects: this is the per-call hot path.
+        if W.dtype.char != "e" or x.dtype.char != "e":
             raise UsageError(f"W and x must be float16, got {W.dtype} and {x.dtype}")
         if W.ndim != 2:
             raise UsageError(f"W must be 2-D [M, d], got shape {W.shape}")
         M, d = W.shape
-        if x.ndim == 2 and x.shape[0] == 1:
+        xs = x.shape
+        if len(xs) == 2 and xs[0] == 1:
             x = x.reshape(-1)
-        n = 1 if x.ndim == 1 else x.shape[0]
-        if x.ndim not in (1, 2) or x.shape[-1] != d or not 1 <= n <= 16:
+            xs = x.shape
+        n = 1 if len(xs) == 1 else xs[0]
+        if len(xs) not in (1, 2) or xs[-1] != d or not 1 <= n <= 16:
             raise UsageError(f"x must have shape [{d}] or [n, {d}] with n <= 16 to match W {tuple(W.shape)}, "
-                             f"got {tuple(x.shape)}")
-        if not W.flags.c_contiguous or not x.flags.c_contiguous:
+                             f"got {tuple(xs)}")
+        if not (_contiguous(W) and _contiguous(x)):
             raise UsageError("W and x must be C-contiguous (row-major, no strided views)")
-        dev = W.device.id
-        if x.device.id != dev or (out is not None and out.device.id != dev):
-            raise UsageError(f"W, x and out must be on one device (W on {dev}, x on {x.device.id})")
+        wd, xd = W.data, x.data
+        dev = wd.device_id
+        if xd.device_id != dev or (out is not None and out.data.device_id != dev):
+            raise UsageError(f"W, x and out must be on one device (W on {dev}, x on {xd.device_id})")
         plan = self._plans.get((M, d, n, dev)) or self._plan(table, Shape(M, d, n), dev)
         kernels, ws, counters, M32, align, _ = plan
-        if W.data.ptr % align or x.data.ptr % align:
+        if wd.ptr % align or xd.ptr % align:
             raise UsageError(f"W and x must be {align}-byte aligned for the tuned kernel "
                              f"(is W an offset view?)")
-        yshape = (M,) if n == 1 else (n, M)
         if out is None:
-            out = cp.empty(yshape, dtype=cp.float32)
-        elif out.dtype != cp.float32 or out.size != n * M or not out.flags.c_contiguous:
+            out = cp.empty((M,) if n == 1 else (n, M), dtype=cp.float32)
+        elif out.dtype.char != "f" or out.size != n * M or not _contiguous(out):
             raise UsageError(f"out must be a contiguous float32 array of {n * M} elements")
         if stream is None:
             for fn, grid, block in kernels:
@@ -112,3 +114,46 @@ class Dispatcher:
             for fn, grid, block in kernels:
                 fn(grid, block, (W, x, out, ws, counters, M32))
         return torch_out
+
+
+def _contiguous(a) -> bool:
+    """C-contiguity from CuPy's cached bit where it is exposed, else through ``flags``."""
+    try:
+        return a._c_contiguous
+    except AttributeError:
+        return a.flags.c_contiguous
+
+
+def dispatch_overhead(table, shape: Shape, calls: int = 200, repeats: int = 15) -> dict[str, float]:
+    """CPU time per call of ``table.gemv(W, x, out=out)`` against launching the same kernels bare
+    (``RawKernel(grid, block, args)``), interleaved over repeats; medians in µs and their ratio."""
+    import statistics
+    import time
+
+    xs = (shape.d,) if shape.n == 1 else (shape.n, shape.d)
+    W = cp.ones((shape.M, shape.d), dtype=cp.float16)
+    x = cp.ones(xs, dtype=cp.float16)
+    out = cp.empty((shape.M,) if shape.n == 1 else (shape.n, shape.M), dtype=cp.float32)
+    table.gemv(W, x, out=out)                       # builds the plan (compile, module, workspaces)
+    disp = table._dispatch
+    kernels, ws, counters, M32, _, _ = disp._plans[(shape.M, shape.d, shape.n, W.device.id)]
+    args = (W, x, out, ws, counters, M32)
+
+    def bare() -> None:
+        for fn, grid, block in kernels:
+            fn(grid, block, args)
+
+    def tuned() -> None:
+        table.gemv(W, x, out=out)
+
+    per: dict[str, list[float]] = {"bare": [], "table": []}
+    for _ in range(repeats):
+        for name, f in (("bare", bare), ("table", tuned)):
+            cp.cuda.Device().synchronize()
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                f()
+            per[name].append((time.perf_counter() - t0) / calls * 1e6)
+    cp.cuda.Device().synchronize()
+    b, t = statistics.median(per["bare"]), statistics.median(per["table"])
+    return {"bare_launch_us": b, "table_gemv_us": t, "dispatch_ratio": t / b}
