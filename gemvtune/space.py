@@ -26,6 +26,7 @@ DOMAINS: dict[str, tuple[Any, ...]] = {
     "split_k": (1, 2, 4, 8, 16),                       # d split across blocks (grid.y)
     "hint": ("default", "nc", "evict_first"),          # cache hint on W loads
     "x_load": ("ldg", "smem"),                         # x read through L1/__ldg, or staged in smem
+    "pdl": ("off", "on"),                              # programmatic dependent launch (W prefetch, then wait)
 }
 
 
@@ -47,6 +48,7 @@ class GemvConfig(ConfigBase):
     split_k: int = 1
     hint: str = "default"
     x_load: str = "ldg"
+    pdl: str = "off"
 
     family = "gemv"
     DOMAINS = DOMAINS
@@ -128,7 +130,7 @@ class GemvConfig(ConfigBase):
     def label(self) -> str:
         return (
             f"b{self.block}.{self.vec}.{self.acc}.t{self.tpr}.u{self.unroll}.k{self.split_k}"
-            f".{self.hint}.{self.x_load}"
+            f".{self.hint}.{self.x_load}" + (".pdl" if self.pdl == "on" else "")
         )
 
 

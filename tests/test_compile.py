@@ -24,7 +24,7 @@ def representative_subset() -> list[tuple[GemvConfig, Shape]]:
         out.append((rng.choice(pool), s))
     s = Shape(1024, 16384)
     v = valid_configs(s)
-    for key in ("split_k", "block", "tpr", "unroll"):
+    for key in ("split_k", "block", "tpr", "unroll", "pdl"):
         for val in DOMAINS[key]:
             pool = [c for c in v if getattr(c, key) == val]
             out.append((rng.choice(pool), s))

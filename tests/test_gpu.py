@@ -135,3 +135,12 @@ def test_splitk_planted_faults_caught_and_timed_ok(runner, shape):
     m = runner.measure(SplitKConfig(split=4, combine="atomic"), shape)
     assert m.ok and m.us_median > 0 and m.launches > 0
     assert runner.measure_cublas(shape).ok
+
+
+def test_pdl_launch_verifies_and_times(runner):
+    """pdl=on variants launch through cuLaunchKernelEx with programmatic stream serialization, inside
+    the timing graph too; correct, and timed like any other variant."""
+    for s in (Shape(4096, 4096), Shape(129, 4104, 3)):
+        on = GemvConfig(block=128, vec="half8", tpr=64, unroll=2, hint="nc", pdl="on", split_k=2)
+        m = runner.measure(on, s)
+        assert m.ok and m.method == "graph" and m.us_median > 0, (m.status, m.error)

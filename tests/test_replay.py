@@ -101,5 +101,5 @@ def test_kt_export(tmp_path):
     d = json.loads(p.read_text())
     assert d["tune_params_keys"] == list(s.grid) and d["kernel_name"] == "gemv"
     assert len(d["cache"]) == len(s.rows)
-    key = ",".join(str(v) for v in LLAMA_CPP.to_dict().values())
+    key = ",".join(str(LLAMA_CPP.to_dict()[k]) for k in s.grid)
     assert d["cache"][key]["time"] == pytest.approx(s.rows[LLAMA_CPP.label]["us_median"] / 1000)

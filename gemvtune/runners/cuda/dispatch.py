@@ -10,6 +10,7 @@ from ...compile import compile_variant
 from ...errors import NoDeviceError, UsageError
 from ...shapes import Shape
 from ._cupy import cp, cuda_available
+from .pdl import PdlFunction
 
 
 class Dispatcher:
@@ -39,7 +40,8 @@ class Dispatcher:
                 key = (compiled.cubin_path, name)
                 if key not in self._modules:
                     self._modules[key] = cp.RawModule(path=compiled.cubin_path).get_function(name)
-                kernels.append((self._modules[key], grid, block))
+                fn = self._modules[key]
+                kernels.append((PdlFunction(fn) if getattr(cfg, "pdl", "off") == "on" else fn, grid, block))
             nws, ncount = cfg.workspace(shape)
             ws = cp.empty(nws, dtype=cp.float32)
             counters = cp.zeros(ncount, dtype=cp.uint32)

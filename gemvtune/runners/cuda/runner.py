@@ -25,6 +25,7 @@ from ...timing import ROW_FACTOR, copies_for, error_bound, gbps, launches_for, s
 from ..base import Measurement, Status
 from ._cupy import _rand_half, cp, cuda_available
 from .baselines import BaselinesMixin
+from .pdl import PdlFunction
 
 _AUX_SRC = r"""
 extern "C" __global__ void read_stream(const uint4* __restrict__ p, unsigned long long n, unsigned int* out) {
@@ -305,7 +306,8 @@ class CudaRunner(BaselinesMixin):
         """Compile (or fetch) one variant; returns (compiled, [(function, grid, block), ...]): the
         kernels of one call in launch order (split-K GEMMs may add a zeroing or reduction kernel)."""
         compiled = compile_variant(config, shape, self.arch, source, name)
-        return compiled, [(self._function(compiled.cubin_path, k), g, b) for k, g, b in config.kernels(shape)]
+        wrap = PdlFunction if getattr(config, "pdl", "off") == "on" else (lambda f: f)
+        return compiled, [(wrap(self._function(compiled.cubin_path, k)), g, b) for k, g, b in config.kernels(shape)]
 
     def launches(self, shape: Shape, copies: int, cap: int = 4000) -> int:
         """Launches per timed sample: ~target_us of work at the read ceiling, whole passes over copies."""

@@ -1,0 +1,75 @@
+"""Launches with programmatic dependent launch (Hopper+): ``cuLaunchKernelEx`` with the
+programmatic-stream-serialization attribute, through ctypes (CuPy's launch has no attributes).
+Captured into CUDA graphs like any stream launch; the kernel must use griddepcontrol (gemv ``pdl=on``)."""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from typing import Any
+
+CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6
+
+
+class CUlaunchAttributeValue(ctypes.Union):
+    _fields_ = [("pad", ctypes.c_char * 64), ("programmaticStreamSerializationAllowed", ctypes.c_int)]
+
+
+class CUlaunchAttribute(ctypes.Structure):
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", CUlaunchAttributeValue)]
+
+
+class CUlaunchConfig(ctypes.Structure):
+    _fields_ = [("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint), ("gridDimZ", ctypes.c_uint),
+                ("blockDimX", ctypes.c_uint), ("blockDimY", ctypes.c_uint), ("blockDimZ", ctypes.c_uint),
+                ("sharedMemBytes", ctypes.c_uint), ("hStream", ctypes.c_void_p),
+                ("attrs", ctypes.POINTER(CUlaunchAttribute)), ("numAttrs", ctypes.c_uint)]
+
+
+@functools.lru_cache(maxsize=1)
+def _launch_fn() -> Any:
+    lib = ctypes.CDLL("libcuda.so.1")
+    f = lib.cuLaunchKernelEx
+    f.restype = ctypes.c_int
+    f.argtypes = [ctypes.POINTER(CUlaunchConfig), ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]
+    return f
+
+
+def pack_args(args: tuple) -> tuple[Any, list]:
+    """``void* params[]`` for the kernel: device arrays by their pointer, integers as 32-bit ints.
+    Returns (params, keep): keep holds the values the pointers point to."""
+    keep: list = []
+    for a in args:
+        if hasattr(a, "data") and hasattr(a.data, "ptr"):
+            keep.append(ctypes.c_void_p(a.data.ptr))
+        elif isinstance(a, int) or (hasattr(a, "dtype") and getattr(a.dtype, "kind", "") == "i"):
+            keep.append(ctypes.c_int(int(a)))
+        else:
+            raise TypeError(f"PDL launch: unsupported kernel argument {type(a).__name__}")
+    params = (ctypes.c_void_p * len(keep))(*[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in keep])
+    return params, keep
+
+
+def make_config(grid: tuple, block: tuple, stream_ptr: int, attr: CUlaunchAttribute) -> CUlaunchConfig:
+    g = tuple(grid) + (1,) * (3 - len(grid))
+    b = tuple(block) + (1,) * (3 - len(block))
+    return CUlaunchConfig(g[0], g[1], g[2], b[0], b[1], b[2], 0, ctypes.c_void_p(stream_ptr or None),
+                          ctypes.pointer(attr), 1)
+
+
+class PdlFunction:
+    """Callable like a CuPy kernel, ``f(grid, block, args)``, on the current CuPy stream."""
+
+    def __init__(self, function: Any):
+        self.function = function
+        self.attr = CUlaunchAttribute(CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION)
+        self.attr.value.programmaticStreamSerializationAllowed = 1
+
+    def __call__(self, grid: tuple, block: tuple, args: tuple) -> None:
+        from ._cupy import cp
+
+        params, keep = pack_args(args)
+        cfg = make_config(grid, block, cp.cuda.get_current_stream().ptr, self.attr)
+        rc = _launch_fn()(ctypes.byref(cfg), ctypes.c_void_p(self.function.ptr), params, None)
+        if rc != 0:
+            raise RuntimeError(f"cuLaunchKernelEx (programmatic dependent launch) failed: CUresult {rc}")
