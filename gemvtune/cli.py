@@ -289,8 +289,11 @@ def _writable_dir(path: str) -> Path:
               help="kernel families to search: gemv,splitk (default: both; gemv only on --replay)")
 @click.option("--replay", "replay_path", default=None,
               help="search recorded sweeps (a sweep-*.csv.gz or a folder of them) instead of a GPU")
+@click.option("--watchdog", "watchdog_s", default=None, type=click.FloatRange(min=1.0),
+              help="run the GPU runner in a child process; a call that gives no answer in this many seconds "
+                   "(a hanging kernel) is recorded as timeout and the child replaced")
 def search(shape_texts, model, sampler, trials, timeout, seed, storage, results_dir, table_path, top_k, rounds,
-           batch_text, family_text, replay_path) -> None:
+           batch_text, family_text, replay_path, watchdog_s) -> None:
     """Find the fastest correct kernel per shape and batch with Optuna (the GEMV family and the
     split-K tensor-core GEMM family); record the winners in the GPU's table."""
     from .families import parse_families
@@ -326,7 +329,12 @@ def search(shape_texts, model, sampler, trials, timeout, seed, storage, results_
         _gpu_check()
         from .runners.cuda import CudaRunner
 
-        runner = CudaRunner()
+        if watchdog_s:
+            from .runners.isolated import IsolatedRunner
+
+            runner = IsolatedRunner(CudaRunner, timeout_s=watchdog_s)
+        else:
+            runner = CudaRunner()
     run_searches(runner, list(dict.fromkeys(shapes)), opts, results_dir, table_path, echo=click.echo,
                  writable=_writable_dir)
 

@@ -28,8 +28,11 @@ DEFAULT_ARCH = "sm_90"
 class CompileError(GemvtuneError):
     """NVRTC rejected a source. Carries the log, the options and the numbered source."""
 
-    def __init__(self, name: str, log: str, options: Sequence[str], source: str):
-        first = next((ln for ln in log.splitlines() if "error" in ln), log.strip().splitlines()[0] if log.strip() else "")
+    def __init__(self, name: str, log: str, options: Sequence[str], source: str, status: str = ""):
+        first = next((ln for ln in log.splitlines() if "error" in ln), "")
+        if not first:  # no error line (e.g. a static shared-memory overflow): the status, and what ptxas used
+            used = next((ln for ln in reversed(log.splitlines()) if "Used" in ln), "")
+            first = f"{status or 'NVRTC error'}" + (f" ({used.split(':', 1)[-1].strip()})" if used else "")
         super().__init__(f"compile of {name} failed: {first.strip()}")
         self.log, self.options, self.source = log, list(options), source
 
@@ -150,7 +153,7 @@ class _Nvrtc:
             lib.nvrtcGetProgramLog(prog, buf)
             log = buf.value.decode(errors="replace")
             if rc != 0:
-                raise CompileError(name, log, options, source)
+                raise CompileError(name, log, options, source, lib.nvrtcGetErrorString(rc).decode())
             lib.nvrtcGetCUBINSize(prog, ctypes.byref(n))
             cubin = ctypes.create_string_buffer(n.value)
             self.check(lib.nvrtcGetCUBIN(prog, cubin), "get cubin")

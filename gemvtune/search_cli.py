@@ -10,7 +10,8 @@ from typing import Any, Callable
 from .report import gpu_slug, provenance
 from .search import SearchOptions, make_storage, run_search, study_name
 from .shapes import Shape
-from .table import record
+from .errors import UsageError
+from .table import load_table, record
 
 
 def _ratio(a: Any, b: Any) -> str:
@@ -28,6 +29,10 @@ def run_searches(runner: Any, shapes: list[Shape], opts: SearchOptions, results_
     slug = gpu_slug(dev["name"])
     out = writable(results_dir or str(Path("results") / slug))
     table = Path(table_path) if table_path else out / "table.json"
+    if table.exists():  # a table we could not update fails now, before any search output is written
+        made = load_table(table).gpu.get("name")
+        if made and made != dev.get("name"):
+            raise UsageError(f"table {table} was made on {made}, not {dev.get('name')}: use a table per GPU")
     storage_url = opts.storage or f"journal:{out / 'optuna-journal.log'}"
     storage = make_storage(storage_url)
     ceil = runner.ceiling()

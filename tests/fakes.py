@@ -48,3 +48,14 @@ class FakeRunner:
         m = Measurement("cublas (fake)", "cublas", shape.M, shape.d, shape.n, Status.OK, us_median=15.0,
                         us_min=15.0, us_max=15.0, gbps=1.0, pct_ceiling=40.0)
         return [m]
+
+
+class HangRunner(FakeRunner):
+    """Hangs (sleeps for good) on every config with unroll=8, as a kernel stuck in a loop would."""
+
+    def measure(self, config, shape, kind="variant", verify=True, timed=True, **kw):
+        if getattr(config, "unroll", 1) == 8:
+            import time
+
+            time.sleep(3600)
+        return super().measure(config, shape, kind=kind, verify=verify, timed=timed, **kw)

@@ -125,3 +125,12 @@ def test_splitk_and_batch_subset_compiles_for_sm90():
         assert 0 < r.resources.registers <= 255, c.label
         if c.family == "splitk":  # (GEMV variants with many columns in 512-1024-thread blocks may spill: recorded, slow)
             assert r.resources.spill_stores == 0 and r.resources.stack_bytes == 0, (c.label, str(s), r.resources)
+
+
+def test_static_shared_memory_overflow_is_a_clear_compile_error():
+    hog = ("__shared__ float hog[40000]; hog[tid * 150] = 1.f; __syncthreads(); "
+           "if (hog[(tid * 151) % 40000] == 2.f) return;")
+    src = render(LLAMA_CPP, Shape(64, 4096)).replace("const int tid = threadIdx.x;", "const int tid = threadIdx.x;\n" + hog)
+    with pytest.raises(CompileError) as e:
+        compile_source(src, "hog")
+    assert "NVRTC_ERROR_COMPILATION" in str(e.value) and "bytes smem" in str(e.value) and "\n" not in str(e.value)

@@ -58,6 +58,9 @@ def _planted(shape: Shape, kind: str) -> str:
                           "const int v_end = min(NVEC, v_begin + VPS) - 1;")
     elif kind == "skip_row":
         new = src.replace(store, "for (int c = 0; c < N; ++c) if (row != M / 2) y[(size_t)c * M + row] = sum[c];")
+    elif kind == "race":  # the barrier between the warps' partial sums and their reduction, removed
+        marker = "if ((lane & 31) == 0) red[r_in_block][lane >> 5][c] = sum[c];\n    }\n    __syncthreads();"
+        new = src.replace(marker, marker.replace("__syncthreads();", "/* barrier removed */"))
     else:
         new = src.replace(store, "for (int c = 0; c < N; ++c) y[(size_t)c * M + row] = row == M - 1 ? "
                                  "__int_as_float(0x7fc00000) : sum[c];")
@@ -65,7 +68,7 @@ def _planted(shape: Shape, kind: str) -> str:
     return new
 
 
-@pytest.mark.parametrize("kind", ["drop_tail", "skip_row", "nan"])
+@pytest.mark.parametrize("kind", ["drop_tail", "skip_row", "nan", "race"])
 @pytest.mark.parametrize("shape", [Shape(4096, 4104), Shape(128256, 4096), Shape(7, 14336)], ids=str)
 def test_planted_wrong_kernels_are_caught(runner, shape, kind):
     m = runner.measure(LLAMA_CPP, shape, timed=False, source=_planted(shape, kind), name=f"planted-{kind}")
@@ -144,3 +147,16 @@ def test_pdl_launch_verifies_and_times(runner):
         on = GemvConfig(block=128, vec="half8", tpr=64, unroll=2, hint="nc", pdl="on", split_k=2)
         m = runner.measure(on, s)
         assert m.ok and m.method == "graph" and m.us_median > 0, (m.status, m.error)
+
+
+HOG = ("__shared__ float hog[40000]; hog[tid * 150] = 1.f; __syncthreads(); "
+       "if (hog[(tid * 151) % 40000] == 2.f) return;")  # 160 KB of static shared memory, really used
+
+
+def test_too_much_shared_memory_is_recorded(runner):
+    s = Shape(64, 4096)
+    src = render(LLAMA_CPP, s).replace("const int tid = threadIdx.x;",
+                                       "const int tid = threadIdx.x;\n    " + HOG)
+    m = runner.measure(LLAMA_CPP, s, timed=False, source=src, name="planted-smem")
+    assert m.status in ("compile_error", "launch_error") and m.error
+    assert runner.measure(LLAMA_CPP, s, timed=False).ok

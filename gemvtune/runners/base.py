@@ -15,6 +15,7 @@ class Status:
     COMPILE_ERROR = "compile_error"
     LAUNCH_ERROR = "launch_error"    # could not launch (resources), or faulted
     INVALID = "invalid"              # the config is not valid for the shape (never compiled)
+    TIMEOUT = "timeout"              # no answer within the watchdog's limit (a hang): process killed
 
 
 @dataclass

@@ -1,0 +1,144 @@
+"""The bad-input catalogue (listed in the README's troubleshooting section): every case gets one
+clear line on stderr naming the problem, exit code 2 for usage errors (3: no CUDA device), no
+traceback, and nothing half-written."""
+
+import json
+import os
+import re
+
+import pytest
+
+from conftest import ROOT, run_cli
+from gemvtune import GemvConfig, Shape, UsageError, parse_config, parse_shape
+from gemvtune.table import load_table
+
+SWEEPS = str(ROOT / "results" / "nvidia-h200" / "sweeps")
+TABLE = ROOT / "results" / "nvidia-h200" / "table.json"
+
+
+def _files(tmp):
+    """The bad files the catalogue points at."""
+    (tmp / "unknown.json").write_text(json.dumps([{"vec": "half8", "colour": "red"}]))
+    (tmp / "range.json").write_text(json.dumps([{"block": 48}]))
+    (tmp / "notjson.json").write_text("{vec: half8")
+    (tmp / "empty.json").write_text("")
+    (tmp / "trunc.json").write_text(TABLE.read_text()[:500])
+    data = json.loads(TABLE.read_text())
+    (tmp / "newer.json").write_text(json.dumps({**data, "schema": 99}))
+    (tmp / "list.json").write_text("[1, 2]")
+    other = {**data, "gpu": {**data["gpu"], "name": "NVIDIA A100-SXM4-80GB"}}
+    (tmp / "other-gpu").mkdir()
+    (tmp / "other-gpu" / "table.json").write_text(json.dumps(other))
+    ro = tmp / "ro"
+    ro.mkdir()
+    os.chmod(ro, 0o500)
+
+
+# (what, args, needle in stderr, exit code); {tmp} is the test's folder
+CLI_CASES = [
+    ("shape without d", ["space", "--shape", "14336"], "malformed shape", 2),
+    ("shape with a unit", ["render", "--shape", "14336x4096x", "--config", "llama"], "malformed shape", 2),
+    ("zero M", ["space", "--shape", "0x4096"], ">= 1", 2),
+    ("negative d", ["space", "--shape", "64x-8"], "malformed shape", 2),
+    ("fractional M", ["space", "--shape", "1.5x4096"], "malformed shape", 2),
+    ("huge shape", ["space", "--shape", "9999999x9999999"], "more than any GPU holds", 2),
+    ("batch zero", ["space", "--shape", "64x64", "--batch", "0"], "outside 1..16", 2),
+    ("batch too large", ["search", "--shape", "64x64", "--batch", "17", "--replay", SWEEPS], "outside 1..16", 2),
+    ("malformed batch list", ["space", "--shape", "64x64", "--batch", "1,two"], "malformed batch list", 2),
+    ("d not divisible by the vector", ["render", "--shape", "64x4100", "--config", "vec=half8"], "not divisible", 2),
+    ("unknown sampler", ["search", "--shape", "64x64", "--sampler", "annealing"], "unknown sampler", 2),
+    ("unknown model preset", ["search", "--model", "gpt-9"], "unknown model", 2),
+    ("unknown config preset", ["render", "--shape", "64x64", "--config", "llama9"], "malformed config item", 2),
+    ("unknown family", ["search", "--shape", "64x64", "--family", "gemm", "--replay", SWEEPS], "unknown family", 2),
+    ("unknown parameter", ["render", "--shape", "64x64", "--config", "colour=red"], "unknown gemv parameter", 2),
+    ("trials zero", ["search", "--shape", "64x64", "--trials", "0"], "positive integer", 2),
+    ("trials negative", ["search", "--shape", "64x64", "--trials", "-5"], "positive integer", 2),
+    ("config file, unknown key", ["compile-check", "--shape", "64x64", "--configs", "{tmp}/unknown.json"],
+     "unknown gemv parameter", 2),
+    ("config file, value out of range", ["compile-check", "--shape", "64x64", "--configs", "{tmp}/range.json"],
+     "block=48 is not one of", 2),
+    ("config file not JSON", ["compile-check", "--shape", "64x64", "--configs", "{tmp}/notjson.json"], "not valid JSON", 2),
+    ("config file missing", ["compile-check", "--shape", "64x64", "--configs", "{tmp}/none.json"], "does not exist", 2),
+    ("table missing", ["report", "--table", "{tmp}/none.json"], "does not exist", 2),
+    ("table empty", ["report", "--table", "{tmp}/empty.json"], "is empty", 2),
+    ("table truncated", ["report", "--table", "{tmp}/trunc.json"], "not valid JSON", 2),
+    ("table of a newer schema", ["report", "--table", "{tmp}/newer.json"], "newer gemvtune", 2),
+    ("not a table", ["report", "--table", "{tmp}/list.json"], "not a gemvtune table", 2),
+    ("table made on another GPU model", ["search", "--shape", "4096x4096", "--replay", SWEEPS, "--trials", "3",
+                                         "--results", "{tmp}/other-gpu"], "use a table per GPU", 2),
+    ("malformed storage URL", ["search", "--shape", "4096x4096", "--replay", SWEEPS, "--storage", "nonsense",
+                               "--results", "{tmp}/s1"], "malformed --storage", 2),
+    ("unreachable storage", ["search", "--shape", "4096x4096", "--replay", SWEEPS, "--storage",
+                             "postgresql://nobody@127.0.0.1:1/none", "--results", "{tmp}/s2"], "cannot open storage", 2),
+    ("unwritable results folder", ["search", "--shape", "4096x4096", "--replay", SWEEPS, "--results", "{tmp}/ro/x"],
+     "not writable", 2),
+    ("results folder under a file", ["search", "--shape", "4096x4096", "--replay", SWEEPS, "--results",
+                                     "{tmp}/empty.json/x"], "not writable", 2),
+    ("no recorded sweep for the shape", ["search", "--shape", "1000x1000", "--replay", SWEEPS], "sweep", 2),
+    ("no CUDA device", ["search", "--shape", "4096x4096", "--trials", "3", "--results", "{tmp}/g"], "CUDA", 3),
+]
+
+
+@pytest.fixture(scope="module")
+def tmp(tmp_path_factory):
+    d = tmp_path_factory.mktemp("bad")
+    _files(d)
+    yield d
+    os.chmod(d / "ro", 0o700)
+
+
+@pytest.mark.parametrize("what,args,needle,code", CLI_CASES, ids=[c[0] for c in CLI_CASES])
+def test_cli_catalogue(tmp, what, args, needle, code):
+    if code == 3:
+        from gemvtune.runners.cuda._cupy import cuda_available
+
+        if not cuda_available():
+            pytest.skip("a CUDA device answers here")
+    if what == "unwritable results folder" and os.geteuid() == 0:
+        pytest.skip("root writes through read-only permissions")
+    before = {p: p.read_bytes() for p in tmp.rglob("*") if p.is_file()}
+    r = run_cli(*[a.replace("{tmp}", str(tmp)) for a in args])
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == code, (r.returncode, r.stderr)
+    assert len(lines) == 1 and needle in lines[0] and "Traceback" not in r.stderr, r.stderr
+    after = {p: p.read_bytes() for p in tmp.rglob("*") if p.is_file() and p in before}
+    assert after == before                                    # nothing that was there is changed
+    assert not [p for p in tmp.rglob("*") if p.is_file() and p not in before and p.suffix in (".json", ".csv")]
+
+
+API_CASES = [
+    ("shape zero", lambda: Shape(0, 4096), ">= 1"),
+    ("shape batch 17", lambda: Shape(64, 64, 17), "above the supported 16"),
+    ("shape not an int", lambda: Shape(64.0, 64), "must be an integer"),
+    ("parse a malformed shape", lambda: parse_shape("64 by 64"), "malformed shape"),
+    ("config out of range", lambda: GemvConfig.from_dict({"vec": "half16"}), "not one of"),
+    ("config of another family", lambda: GemvConfig.from_dict({"family": "splitk"}), "is not 'gemv'"),
+    ("config JSON broken", lambda: parse_config("{vec"), "not valid JSON"),
+    ("table missing", lambda: load_table("/nonexistent/table.json"), "does not exist"),
+]
+
+
+@pytest.mark.parametrize("what,f,needle", API_CASES, ids=[c[0] for c in API_CASES])
+def test_api_catalogue(what, f, needle):
+    with pytest.raises(UsageError, match=re.escape(needle)) as e:
+        f()
+    assert "\n" not in str(e.value)
+
+
+def test_gemv_without_a_device_is_one_clear_error():
+    import numpy as np
+
+    from gemvtune.errors import NoDeviceError
+    from gemvtune.runners.cuda._cupy import cuda_available
+
+    if not cuda_available():
+        pytest.skip("a CUDA device answers here")
+    with pytest.raises(NoDeviceError, match="CUDA"):
+        load_table(TABLE).gemv(np.zeros((64, 64), np.float16), np.zeros(64, np.float16))
+
+
+def test_nothing_from_a_user_is_executed():
+    """No eval/exec, no pickle of user files, in the package; tables and configs are JSON."""
+    src = "\n".join(p.read_text() for p in (ROOT / "gemvtune").rglob("*.py"))
+    assert not re.search(r"\b(eval|exec)\(", src)
+    assert "pickle" not in src and "yaml.load(" not in src

@@ -1,0 +1,59 @@
+"""Interruptions lose nothing: a search killed with SIGKILL mid-way resumes with every completed trial
+kept and the table intact (replay runner, so this runs on CI)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import optuna
+
+from conftest import ROOT, run_cli
+from gemvtune import Shape
+from gemvtune.search import make_storage, study_name
+
+SWEEPS = str(ROOT / "results" / "nvidia-h200" / "sweeps")
+
+
+def _measured(storage, name):
+    st = optuna.load_study(study_name=name, storage=storage)
+    return {t.number: (t.user_attrs["label"], t.value) for t in st.get_trials(deepcopy=False)
+            if t.user_attrs.get("measured") and t.state != optuna.trial.TrialState.RUNNING}
+
+
+def test_sigkill_mid_search_then_resume(tmp_path):
+    out = tmp_path / "res"
+    r = run_cli("search", "--shape", "4096x4096", "--replay", SWEEPS, "--trials", "10", "--results", str(out))
+    assert r.returncode == 0, r.stderr
+    table = out / "table.json"
+    first = json.loads(table.read_text())["entries"]["4096x4096x1"]
+
+    args = [sys.executable, "-m", "gemvtune", "search", "--shape", "14336x4096", "--replay", SWEEPS,
+            "--trials", "100", "--results", str(out)]
+    journal = out / "optuna-journal.log"
+    base = journal.read_text().count('"measured"')
+    p = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while time.time() < deadline and journal.read_text().count('"measured"') < base + 10 and p.poll() is None:
+        time.sleep(0.01)
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait()
+    assert p.returncode == -signal.SIGKILL, "the search finished before it could be killed"
+
+    storage = make_storage(f"journal:{journal}")
+    name = study_name(Shape(14336, 4096), "nvidia-h200")
+    before = _measured(storage, name)
+    assert 5 <= len(before) < 100                      # (the trial measured last may still be RUNNING)
+    json.loads(table.read_text())                        # the table is whole (atomic replace)
+
+    r = run_cli(*args[3:])
+    assert r.returncode == 0, r.stderr
+    after = _measured(make_storage(f"journal:{journal}"), name)
+    assert len(after) == 100                             # the budget counts the trials kept from before
+    assert all(after[k] == v for k, v in before.items())  # every completed trial kept, none re-measured
+    labels = [lab for lab, _ in after.values()]
+    assert len(labels) == len(set(labels))
+    data = json.loads(table.read_text())["entries"]
+    assert data["4096x4096x1"] == first and "14336x4096x1" in data
