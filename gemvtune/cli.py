@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Callable
@@ -263,7 +264,7 @@ def _writable_dir(path: str) -> Path:
     p = Path(path)
     try:
         p.mkdir(parents=True, exist_ok=True)
-        probe = p / ".gemvtune-write-test"
+        probe = p / f".gemvtune-write-test-{os.getpid()}"  # per process: concurrent searches share folders
         probe.write_text("")
         probe.unlink()
     except OSError as e:

@@ -57,3 +57,21 @@ def test_sigkill_mid_search_then_resume(tmp_path):
     assert len(labels) == len(set(labels))
     data = json.loads(table.read_text())["entries"]
     assert data["4096x4096x1"] == first and "14336x4096x1" in data
+
+
+def test_two_searches_write_one_table_concurrently(tmp_path):
+    """Two processes (replay runner) searching different shapes into the same results folder: both
+    entries land in the table, the shared journal holds both studies."""
+    out = tmp_path / "res"
+    procs = [subprocess.Popen([sys.executable, "-m", "gemvtune", "search", "--shape", s, "--replay", SWEEPS,
+                               "--trials", "15", "--results", str(out)], cwd=ROOT, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+             for s in ("4096x4096", "6144x4096", "28672x4096")]
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+    entries = json.loads((out / "table.json").read_text())["entries"]
+    assert {"4096x4096x1", "6144x4096x1", "28672x4096x1"} <= set(entries)
+    storage = make_storage(f"journal:{out / 'optuna-journal.log'}")
+    for s in (Shape(4096, 4096), Shape(6144, 4096), Shape(28672, 4096)):
+        assert len(_measured(storage, study_name(s, "nvidia-h200"))) == 15
