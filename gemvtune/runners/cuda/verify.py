@@ -1,0 +1,74 @@
+"""Verification, part of the CUDA runner: fresh random inputs, a float64 reference, and the check
+every variant (and baseline) must pass before it is timed."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+from ...shapes import Shape
+from ...timing import ROW_FACTOR
+from ._cupy import _rand_half, cp
+
+
+class VerifyMixin:
+    """Methods of CudaRunner that check answers (uses its stream and random generator)."""
+
+    def reference(self, W, x) -> tuple[Any, Any]:
+        """float64 y = W x and the per-row scale ||W_i * x|| (row-chunked to bound memory); for
+        X [n, d], both are [n, M] (one column at a time)."""
+        if x.ndim == 2:
+            cols = [self.reference(W, x[i]) for i in range(x.shape[0])]
+            return cp.stack([c[0] for c in cols]), cp.stack([c[1] for c in cols])
+        M, d = W.shape
+        ref = cp.empty(M, dtype=cp.float64)
+        scale = cp.empty(M, dtype=cp.float64)
+        x64 = x.astype(cp.float64)
+        rows = max(1, (1 << 26) // d)
+        for r0 in range(0, M, rows):
+            p = W[r0:r0 + rows].astype(cp.float64) * x64
+            ref[r0:r0 + rows] = p.sum(axis=1)
+            scale[r0:r0 + rows] = cp.sqrt((p * p).sum(axis=1))
+        return ref, scale
+
+    @staticmethod
+    def check(y, ref, scale, bound: float) -> tuple[bool, float, float, str]:
+        """(passed, relerr, rowerr, reason). NaN anywhere (the poison) fails.
+
+        relerr = ||y - ref|| / ||s||, where s_i = ||W_i * x|| is each row's root-sum-square of terms:
+        for random data E[ref_i^2] = s_i^2, so this is the usual relative L2 error, but it stays
+        well-conditioned when a few rows (M = 1, 7) happen to cancel to near zero."""
+        y64 = y.astype(cp.float64).ravel()
+        bad = int((~cp.isfinite(y64)).sum())
+        if bad:
+            return False, math.nan, math.nan, f"{bad} of {y64.size} outputs NaN/inf (unwritten or overflow)"
+        diff = y64 - ref.ravel()
+        relerr = float(cp.linalg.norm(diff) / cp.linalg.norm(scale))
+        rowerr = float(cp.max(cp.abs(diff) / cp.maximum(scale.ravel(), 1e-30)))
+        if relerr > bound:
+            return False, relerr, rowerr, f"relative error {relerr:.3g} above the bound {bound:.3g}"
+        if rowerr > ROW_FACTOR * bound:
+            worst = int(cp.argmax(cp.abs(diff) / cp.maximum(scale.ravel(), 1e-30)))
+            return False, relerr, rowerr, f"row {worst}: error {rowerr:.3g} x its scale, above {ROW_FACTOR * bound:.3g}"
+        return True, relerr, rowerr, ""
+
+    def _verify(self, run: Callable[[Any, Any, Any], Any], shape: Shape, bound: float) -> tuple[bool, float, float, str]:
+        """Random W (fresh per shape, kept with its float64 copies), fresh random x per call, y poisoned
+        with NaN, one launch, float64 reference (two float64 GEMVs against the resident copies)."""
+        with self.stream:
+            W, W64, W64sq = self._verify_matrix(shape)
+            x = _rand_half(self.x_shape(shape), self.rng)
+            y = cp.full(self.y_shape(shape), cp.nan, dtype=cp.float32)
+            out = run(W, x, y)
+            self.stream.synchronize()
+            x64 = x.astype(cp.float64).reshape(shape.n, shape.d)
+            ref, scale = x64 @ W64.T, cp.sqrt((x64 * x64) @ W64sq.T)   # [n, M], like y
+            return self.check(y if out is None else out, ref, scale, bound)
+
+    def _verify_matrix(self, shape: Shape) -> tuple[Any, Any, Any]:
+        if self._vmat is None or self._vmat[0] != shape:
+            self._vmat = None
+            W = _rand_half((shape.M, shape.d), self.rng)
+            W64 = W.astype(cp.float64)
+            self._vmat = (shape, W, W64, W64 * W64)
+        return self._vmat[1:]
