@@ -232,6 +232,15 @@ def compile_variant(config: Any, shape: Any, arch: str = DEFAULT_ARCH, source: s
     return compile_source(src, (name or config.label).replace(".", "_"), arch, family_of(config).main_kernel)
 
 
+def precompile_variant(config: Any, shape: Any, arch: str = DEFAULT_ARCH) -> None:
+    """Compile into the disk cache ahead of a measurement (thread-safe, CPU only); a failure is left
+    for the measurement to record."""
+    try:
+        compile_variant(config, shape, arch)
+    except Exception:
+        pass
+
+
 def compile_variants(pairs: Iterable[tuple[Any, Any]], arch: str = DEFAULT_ARCH,
                      jobs: int | None = None) -> list[Compiled | CompileError]:
     """Render and compile (config, shape) pairs in parallel, in order; failures returned in place."""

@@ -174,7 +174,7 @@ def run_search(runner: Any, shape: Shape, opts: SearchOptions, storage: Any, nam
     t0 = time.perf_counter()
     for fam in opts.families:
         sname = name if fam == "gemv" else f"{name}-{fam}"
-        jobs = opts.jobs or int(getattr(runner, "compile_jobs", 1))
+        jobs = trials_in_flight(opts, runner)
         study = optuna.create_study(study_name=sname, storage=storage, direction="minimize",
                                     sampler=make_sampler(opts.sampler, opts.seed, opts.n_startup, constant_liar=jobs > 1),
                                     load_if_exists=True)
@@ -210,6 +210,12 @@ def enqueue_seed(study: optuna.Study, family: str = "gemv") -> None:
         study.enqueue_trial(seed, user_attrs={"enqueued": "llama.cpp" if family == "gemv" else f"{family} seed"})
 
 
+def trials_in_flight(opts: SearchOptions, runner: Any) -> int:
+    """opts.jobs, else the runner's compile_jobs; 1 for a runner that cannot compile ahead."""
+    jobs = opts.jobs or int(getattr(runner, "compile_jobs", 1))
+    return jobs if hasattr(runner, "precompile") else 1
+
+
 def _answer_duplicate(trial: optuna.Trial, seen: tuple[int, str, float | None]) -> float:
     """A config the study already measured: its value, or pruned with its status. No GPU time."""
     num, status, value = seen
@@ -230,9 +236,7 @@ def optimize(study: optuna.Study, runner: Any, shape: Shape, opts: SearchOptions
     if measured0 is None:
         measured0 = len(known)
     counter = {"measured": measured0}
-    jobs = opts.jobs or int(getattr(runner, "compile_jobs", 1))
-    if jobs > 1 and not hasattr(runner, "precompile"):
-        jobs = 1
+    jobs = trials_in_flight(opts, runner)
     gpu_lock = threading.Lock() if jobs > 1 else contextlib.nullcontext()
     fam = FAMILIES[family]
     domains = (opts.domains if family == "gemv" else None) or fam.domains

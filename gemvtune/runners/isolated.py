@@ -9,7 +9,7 @@ import multiprocessing as mp
 import time
 from typing import Any, Callable
 
-from ..compile import DEFAULT_ARCH
+from ..compile import DEFAULT_ARCH, precompile_variant
 from ..shapes import Shape
 from .base import Measurement, Status
 
@@ -130,9 +130,5 @@ class IsolatedRunner:
         self._call("release", (), {}, self.timeout_s)
 
     def precompile(self, config: Any, shape: Shape) -> None:
-        from ..compile import compile_variant
-
-        try:  # compiles need no GPU: in this process, into the disk cache the child reads
-            compile_variant(config, shape, self.arch)
-        except Exception:
-            pass
+        """Compiles need no GPU: in this process, into the disk cache the child reads."""
+        precompile_variant(config, shape, self.arch)

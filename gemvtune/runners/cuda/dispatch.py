@@ -10,7 +10,7 @@ from ...compile import compile_variant
 from ...errors import NoDeviceError, UsageError
 from ...shapes import Shape
 from ._cupy import cp, cuda_available
-from .pdl import PdlFunction
+from .pdl import launcher
 
 
 class Dispatcher:
@@ -41,7 +41,7 @@ class Dispatcher:
                 if key not in self._modules:
                     self._modules[key] = cp.RawModule(path=compiled.cubin_path).get_function(name)
                 fn = self._modules[key]
-                kernels.append((PdlFunction(fn) if getattr(cfg, "pdl", "off") == "on" else fn, grid, block))
+                kernels.append((launcher(fn, cfg), grid, block))
             nws, ncount = cfg.workspace(shape)
             ws = cp.empty(nws, dtype=cp.float32)
             counters = cp.zeros(ncount, dtype=cp.uint32)

@@ -73,3 +73,8 @@ class PdlFunction:
         rc = _launch_fn()(ctypes.byref(cfg), ctypes.c_void_p(self.function.ptr), params, None)
         if rc != 0:
             raise RuntimeError(f"cuLaunchKernelEx (programmatic dependent launch) failed: CUresult {rc}")
+
+
+def launcher(function: Any, config: Any) -> Any:
+    """The callable that launches ``function`` for ``config``: with PDL when the config asks for it."""
+    return PdlFunction(function) if getattr(config, "pdl", "off") == "on" else function

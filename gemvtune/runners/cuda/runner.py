@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ...compile import CompileError, compile_source, compile_variant
+from ...compile import CompileError, compile_source, compile_variant, precompile_variant
 from ...errors import NoDeviceError
 from ...shapes import Shape
 from ...families import config_to_dict
@@ -24,7 +24,7 @@ from ...timing import copies_for, error_bound, gbps, launches_for, summarize
 from ..base import Measurement, Status
 from ._cupy import _rand_half, cp, cuda_available
 from .baselines import BaselinesMixin
-from .pdl import PdlFunction
+from .pdl import launcher
 from .verify import VerifyMixin
 
 _AUX_SRC = r"""
@@ -256,19 +256,15 @@ class CudaRunner(VerifyMixin, BaselinesMixin):
         return max(1, min(8, os.cpu_count() or 1))
 
     def precompile(self, config: Any, shape: Shape) -> None:
-        """Compile into the disk cache (thread-safe, CPU only); a failure is left for measure to record."""
-        try:
-            compile_variant(config, shape, self.arch)
-        except Exception:
-            pass
+        precompile_variant(config, shape, self.arch)
 
     def prepare(self, config: Any, shape: Shape, source: str | None = None,
                 name: str | None = None) -> tuple[Any, list[tuple[Any, tuple, tuple]]]:
         """Compile (or fetch) one variant; returns (compiled, [(function, grid, block), ...]): the
         kernels of one call in launch order (split-K GEMMs may add a zeroing or reduction kernel)."""
         compiled = compile_variant(config, shape, self.arch, source, name)
-        wrap = PdlFunction if getattr(config, "pdl", "off") == "on" else (lambda f: f)
-        return compiled, [(wrap(self._function(compiled.cubin_path, k)), g, b) for k, g, b in config.kernels(shape)]
+        return compiled, [(launcher(self._function(compiled.cubin_path, k), config), g, b)
+                          for k, g, b in config.kernels(shape)]
 
     def launches(self, shape: Shape, copies: int, cap: int = 4000) -> int:
         """Launches per timed sample: ~target_us of work at the read ceiling, whole passes over copies."""
