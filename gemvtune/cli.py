@@ -222,14 +222,19 @@ def bench(shape_texts: tuple[str, ...], suite: str | None, model: str | None, sp
 @click.option("--configs", "spec", default="sample:16", show_default=True,
               help="all | sample:N | llama | FILE.json | one inline config")
 @click.option("--seed", default=0, show_default=True)
-def verify(shape_texts: tuple[str, ...], spec: str, seed: int) -> None:
-    """Check variants against a float64 reference on fresh random inputs (no timing). Exit 1 if any is wrong."""
-    shapes = [parse_shape(t) for t in shape_texts]
+@click.option("--batch", default="1", show_default=True, help="batch sizes n, e.g. 1,3,8")
+def verify(shape_texts: tuple[str, ...], spec: str, seed: int, batch: str) -> None:
+    """Check variants (either family; a config file may mix them) against a float64 reference on fresh
+    random inputs (no timing). Configs invalid for a shape are listed as such. Exit 1 if any is wrong."""
+    shapes = [parse_shape(t, n) for t in shape_texts for n in parse_batches(batch)]
     picks = {s: select_configs(spec, s, seed) for s in shapes}
     _gpu_check()
     from .runners.cuda import CudaRunner
 
+    from .compile import compile_variants
+
     r = CudaRunner()
+    compile_variants([(c, s) for s, cs in picks.items() for c in cs if c.is_valid(s)], arch=r.arch)  # in parallel
     bad = total = 0
     for s, configs in picks.items():
         for c in configs:

@@ -179,8 +179,9 @@ def parse_config(text: str) -> GemvConfig:
     return GemvConfig.from_dict(data)
 
 
-def load_configs(path: str) -> list[GemvConfig]:
-    """A JSON file holding a list of config objects (or one object)."""
+def load_configs(path: str) -> list[Any]:
+    """A JSON file holding a list of config objects (or one object); each may name its ``family``
+    (gemv when it does not)."""
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
@@ -191,4 +192,6 @@ def load_configs(path: str) -> list[GemvConfig]:
     items = data if isinstance(data, list) else [data]
     if not items:
         raise UsageError(f"config file {path} holds no configs")
-    return [GemvConfig.from_dict(x) for x in items]
+    from .families import config_from_dict
+
+    return [config_from_dict(x) for x in items]

@@ -134,3 +134,24 @@ def test_static_shared_memory_overflow_is_a_clear_compile_error():
     with pytest.raises(CompileError) as e:
         compile_source(src, "hog")
     assert "NVRTC_ERROR_COMPILATION" in str(e.value) and "bytes smem" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_sanitizer_config_set_covers_both_families_and_compiles():
+    """tests/data/sanitize_configs.json is what compute-sanitizer runs on the H200 (scripts/device_check.sh):
+    at every edge shape it must hold every vector width, pdl on, and split-K GEMMs, and all compile."""
+    from pathlib import Path
+
+    from gemvtune.compile import compile_variants
+    from gemvtune.space import load_configs
+
+    cfgs = load_configs(str(Path(__file__).parent / "data" / "sanitize_configs.json"))
+    pairs = []
+    for M in (1, 7, 129):
+        for d in (8, 72, 4104):
+            s = Shape(M, d, 3 if M == 7 else 1)
+            valid = [c for c in cfgs if c.is_valid(s)]
+            assert {c.vec for c in valid if c.family == "gemv"} == set(DOMAINS["vec"]), s
+            assert any(c.family == "splitk" for c in valid) and any(getattr(c, "pdl", "") == "on" for c in valid), s
+            pairs += [(c, s) for c in valid]
+    bad = [r for r in compile_variants(pairs) if isinstance(r, CompileError)]
+    assert not bad, bad[:2]

@@ -160,3 +160,27 @@ def test_too_much_shared_memory_is_recorded(runner):
     m = runner.measure(LLAMA_CPP, s, timed=False, source=src, name="planted-smem")
     assert m.status in ("compile_error", "launch_error") and m.error
     assert runner.measure(LLAMA_CPP, s, timed=False).ok
+
+
+HANG = 'for (;;) { asm volatile("nanosleep.u32 1000;"); }'   # never returns; asm volatile keeps the loop
+
+
+def test_watchdog_bounds_a_hanging_kernel():
+    """A kernel that never finishes, measured through the watchdog with the real CUDA runner: answered
+    as a timeout within the limit, and the next call (a fresh child process) measures normally."""
+    import time
+
+    from gemvtune.runners.cuda import CudaRunner
+    from gemvtune.runners.isolated import IsolatedRunner
+
+    s = Shape(64, 4096)
+    src = render(LLAMA_CPP, s).replace("const int tid = threadIdx.x;", "const int tid = threadIdx.x;\n    " + HANG)
+    iso = IsolatedRunner(CudaRunner, timeout_s=20)
+    try:
+        t0 = time.perf_counter()
+        m = iso.measure(LLAMA_CPP, s, timed=False, source=src, name="planted-hang")
+        assert m.status == "timeout" and time.perf_counter() - t0 < 40, (m.status, m.error)
+        ok = iso.measure(LLAMA_CPP, s)
+        assert ok.ok and ok.us_median > 0 and iso.restarts == 1, (ok.status, ok.error)
+    finally:
+        iso.close()

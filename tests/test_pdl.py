@@ -65,3 +65,20 @@ def test_pdl_variant_renders_and_compiles():
     assert on.label == off.label + ".pdl"
     r = compile_variant(on, s).resources
     assert r.registers > 0 and r.spill_stores == 0
+
+
+def test_function_handle_reads_the_loaded_function():
+    """CuPy's RawModule.get_function gives a RawKernel: its CUfunction is on .kernel.ptr (the first
+    H200 run failed every pdl=on variant with "'RawKernel' object has no attribute 'ptr'")."""
+    from types import SimpleNamespace
+
+    from gemvtune.runners.cuda.pdl import function_handle
+
+    raw = SimpleNamespace(kernel=SimpleNamespace(ptr=0x7F00))   # RawKernel-like
+    assert function_handle(raw) == 0x7F00
+    assert function_handle(SimpleNamespace(ptr=0x10)) == 0x10   # a bare cupy.cuda.function.Function
+    with pytest.raises(RuntimeError, match="no CUfunction"):
+        function_handle(SimpleNamespace(kernel=SimpleNamespace(ptr=0)))
+    cupy = pytest.importorskip("cupy")
+
+    assert "kernel" in dir(cupy.RawKernel)   # the attribute relied on exists in this CuPy

@@ -57,11 +57,22 @@ def make_config(grid: tuple, block: tuple, stream_ptr: int, attr: CUlaunchAttrib
                           ctypes.pointer(attr), 1)
 
 
+def function_handle(function: Any) -> int:
+    """The CUfunction of a CuPy kernel: a RawModule's ``get_function`` gives a RawKernel, whose
+    ``kernel`` is the loaded ``cupy.cuda.function.Function`` that holds ``ptr``."""
+    inner = getattr(function, "kernel", function)
+    ptr = getattr(inner, "ptr", None)
+    if not ptr:
+        raise RuntimeError(f"no CUfunction handle on {type(function).__name__}")
+    return int(ptr)
+
+
 class PdlFunction:
     """Callable like a CuPy kernel, ``f(grid, block, args)``, on the current CuPy stream."""
 
     def __init__(self, function: Any):
         self.function = function
+        self._ptr: int | None = None
         self.attr = CUlaunchAttribute(CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION)
         self.attr.value.programmaticStreamSerializationAllowed = 1
 
@@ -70,7 +81,9 @@ class PdlFunction:
 
         params, keep = pack_args(args)
         cfg = make_config(grid, block, cp.cuda.get_current_stream().ptr, self.attr)
-        rc = _launch_fn()(ctypes.byref(cfg), ctypes.c_void_p(self.function.ptr), params, None)
+        if self._ptr is None:
+            self._ptr = function_handle(self.function)
+        rc = _launch_fn()(ctypes.byref(cfg), ctypes.c_void_p(self._ptr), params, None)
         if rc != 0:
             raise RuntimeError(f"cuLaunchKernelEx (programmatic dependent launch) failed: CUresult {rc}")
 

@@ -1,0 +1,48 @@
+"""Profiler target for issue 7 (run under ncu): per shape, the table's tuned GEMV kernel and the read
+ceiling's streaming kernel over exactly the shape's weight bytes, each launched a few times on
+rotating copies (plain launches, so ncu sees each kernel; ncu flushes caches between them).
+
+    ncu --kernel-name regex:"gemv|read_stream" --launch-skip 2 --launch-count 4 ... \\
+        python3 scripts/ncu_small.py --table results/nvidia-h200/table.json --shape 4096x4096
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+from gemvtune.families import config_from_dict
+from gemvtune.runners.cuda import CudaRunner
+from gemvtune.runners.cuda._cupy import cp
+from gemvtune.shapes import parse_shape
+from gemvtune.table import load_table
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--table", required=True)
+    ap.add_argument("--shape", action="append", required=True)
+    ap.add_argument("--launches", type=int, default=4)
+    a = ap.parse_args()
+    table = load_table(a.table)
+    r = CudaRunner()
+    for text in a.shape:
+        s = parse_shape(text)
+        cfg = config_from_dict({"family": "gemv", **table.entry(s)["gemv"]["config"]})
+        _, kernels = r.prepare(cfg, s)
+        launch = r._launcher(kernels, cfg, s)
+        b = r.buffers(s)
+        for i in range(a.launches):
+            launch(b.W[i % b.copies], b.x[i % b.copies], b.y[i % b.copies])
+        words = s.weight_bytes // 16
+        sink = cp.zeros(1, dtype=cp.uint32)
+        for i in range(a.launches):   # the ceiling's kernel, same bytes, its best grid (8 blocks per SM)
+            r._read_stream((r.sm_count * 8,), (256,), (b.W[i % b.copies], np.uint64(words), sink))
+        cp.cuda.Device().synchronize()
+        print(f"{s}: {cfg.label} and read_stream over {s.weight_bytes / 1e6:.1f} MB, {a.launches} launches each")
+        r.release()
+
+
+if __name__ == "__main__":
+    main()
