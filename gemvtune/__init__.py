@@ -16,3 +16,15 @@ __all__ = [
     "Shape", "UsageError", "model_shapes", "parse_batches", "parse_config", "parse_shape",
     "sample_configs", "valid_configs", "SplitKConfig", "SPLITK_SEED",
 ]
+
+_TORCH_NAMES = ("GemvLinear", "restore_linears", "swap_linears")
+
+
+def __getattr__(name: str):
+    """``gemvtune.GemvLinear``, ``swap_linears`` and ``restore_linears`` load torch (through
+    gemvtune.torch_linear) only when first asked for; ``import gemvtune`` stays light."""
+    if name in _TORCH_NAMES:
+        from . import torch_linear
+
+        return getattr(torch_linear, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

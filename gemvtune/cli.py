@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import collections
-import json
 import os
 import sys
 from pathlib import Path
@@ -178,12 +177,22 @@ def ceiling(gib: float) -> None:
 @click.option("--seed", default=0, show_default=True)
 @click.option("--out", "out_dir", default=None, help="output folder (default results/<gpu>/)")
 @click.option("--no-spin-check", is_flag=True, help="skip timing llama.cpp with the spin method too")
+@click.option("--layers", "layers_text", default=None, metavar="N",
+              help="with --model: time one whole decode step of N layers + LM head (one CUDA graph per "
+                   "implementation; default --out results/<gpu>/bench/)")
 def bench(shape_texts: tuple[str, ...], suite: str | None, model: str | None, spec: str, table_path: str | None,
-          batch_text: str, rounds: int, seed: int, out_dir: str | None, no_spin_check: bool) -> None:
+          batch_text: str, rounds: int, seed: int, out_dir: str | None, no_spin_check: bool,
+          layers_text: str | None) -> None:
     """Benchmark in one process: the read ceiling, the table's tuned kernel, the llama.cpp config and
-    cuBLAS per shape (ratios, geometric means, CSV, bar chart); or chosen variants (--configs)."""
+    cuBLAS per shape (ratios, geometric means, CSV, bar chart); or chosen variants (--configs); or,
+    with --layers, one decode step of a model (tuned vs llama.cpp config vs cuBLAS)."""
     from .shapes import DECODE_SUITE, model_shapes
 
+    layers = None
+    if layers_text is not None:
+        from .decodestep import check_decode_args
+
+        layers = check_decode_args(model, layers_text, shape_texts, suite, spec, batch_text)
     batches = parse_batches(batch_text)
     shapes = [parse_shape(t) for t in shape_texts]
     if suite == "decode":
@@ -204,6 +213,11 @@ def bench(shape_texts: tuple[str, ...], suite: str | None, model: str | None, sp
             table_path = str(Path("results") / gpu_slug(CudaRunner().device_info()["name"]) / "table.json")
         load_table(table_path)  # a missing or corrupt table fails before any GPU work
         _gpu_check()
+        if layers is not None:
+            from .decodestep import run_decode_step
+
+            run_decode_step(model, layers, table_path, out_dir, echo=click.echo, rounds=rounds)
+            return
         from .bench import run_tuned_bench
 
         run_tuned_bench(shapes, table_path, out_dir, echo=click.echo, rounds=rounds)
@@ -278,74 +292,6 @@ def _writable_dir(path: str) -> Path:
 
 
 @cli.command()
-@click.option("--shape", "shape_texts", multiple=True, help="M x d (repeatable)")
-@click.option("--model", default=None, help="tune every linear-layer shape of a model preset")
-@click.option("--sampler", default="tpe", show_default=True, help="tpe | random | gp | exhaustive")
-@click.option("--trials", default=None, help="measured trials per shape, the study's total (default: from the search-quality study, see README)")
-@click.option("--timeout", default=None, type=float, help="seconds of search per shape in this run")
-@click.option("--seed", default=0, show_default=True, type=int)
-@click.option("--storage", default=None, help="Optuna storage: journal:PATH (default under --results) or a DB URL")
-@click.option("--results", "results_dir", default=None, help="results folder (default results/<gpu>/)")
-@click.option("--table", "table_path", default=None, help="table to update (default <results>/table.json)")
-@click.option("--top-k", default=3, show_default=True, type=int, help="candidates re-measured before a winner")
-@click.option("--rounds", default=5, show_default=True, type=int, help="interleaved re-measurement rounds")
-@click.option("--batch", "batch_text", default="1", show_default=True,
-              help="batch sizes n (columns of x) to tune each shape at, e.g. 1,2,4,8,16")
-@click.option("--family", "family_text", default=None,
-              help="kernel families to search: gemv,splitk (default: both; gemv only on --replay)")
-@click.option("--replay", "replay_path", default=None,
-              help="search recorded sweeps (a sweep-*.csv.gz or a folder of them) instead of a GPU")
-@click.option("--watchdog", "watchdog_s", default=None, type=click.FloatRange(min=1.0),
-              help="run the GPU runner in a child process; a call that gives no answer in this many seconds "
-                   "(a hanging kernel) is recorded as timeout and the child replaced")
-def search(shape_texts, model, sampler, trials, timeout, seed, storage, results_dir, table_path, top_k, rounds,
-           batch_text, family_text, replay_path, watchdog_s) -> None:
-    """Find the fastest correct kernel per shape and batch with Optuna (the GEMV family and the
-    split-K tensor-core GEMM family); record the winners in the GPU's table."""
-    from .families import parse_families
-    from .shapes import model_shapes, parse_batches
-
-    batches = parse_batches(batch_text)
-    base = [parse_shape(t) for t in shape_texts] + (model_shapes(model) if model else [])
-    if not base:
-        raise UsageError("search needs --shape or --model")
-    shapes = [Shape(s.M, s.d, n) for s in dict.fromkeys(base) for n in batches]
-    families = parse_families(family_text) if family_text else (("gemv",) if replay_path else None)
-    from .search import SearchOptions
-
-    if trials is None:
-        trials = str(SearchOptions.trials)
-    if not str(trials).lstrip("-").isdigit():
-        raise UsageError(f"--trials must be a positive integer, got {trials!r}")
-    opts = SearchOptions(sampler=sampler, trials=int(trials), timeout=timeout, seed=seed, storage=storage,
-                         top_k=top_k, rounds=rounds, **({"families": families} if families else {}))
-    from .search_cli import run_searches
-
-    if replay_path:
-        from .report import gpu_slug
-        from .runners.replay import ReplayRunner
-
-        runner = ReplayRunner(replay_path)
-        for s in shapes:
-            runner.sweep(s)  # a shape with no recorded sweep fails before anything is written
-        grids = {json.dumps(runner.sweep(s).grid, sort_keys=True) for s in shapes}
-        opts.domains = runner.sweep(shapes[0]).grid if len(grids) == 1 and runner.sweep(shapes[0]).grid else None
-        results_dir = results_dir or str(Path("results") / gpu_slug(runner.device_info().get("name", "gpu")) / "replay")
-    else:
-        _gpu_check()
-        from .runners.cuda import CudaRunner
-
-        if watchdog_s:
-            from .runners.isolated import IsolatedRunner
-
-            runner = IsolatedRunner(CudaRunner, timeout_s=watchdog_s)
-        else:
-            runner = CudaRunner()
-    run_searches(runner, list(dict.fromkeys(shapes)), opts, results_dir, table_path, echo=click.echo,
-                 writable=_writable_dir)
-
-
-@cli.command()
 @click.option("--table", "table_path", required=True, help="a table.json written by search")
 @click.option("--csv", "csv_path", default=None, help="write the table's contents as CSV here")
 @click.option("--crossover", "cross_dir", default=None,
@@ -374,6 +320,8 @@ def report(table_path: str, csv_path: str | None, cross_dir: str | None) -> None
 
 
 from . import cli_replay  # noqa: E402,F401  (registers sweep, study, study-report on the group)
+from . import cli_search  # noqa: E402,F401  (registers search and worker on the group)
+from . import cli_export  # noqa: E402,F401
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -15,8 +15,10 @@ from typing import Any, Callable
 
 import optuna
 
+from .coord import Coordinator
 from .errors import UsageError
 from .runners.base import Measurement, Status
+from .storage import HEARTBEAT_S, Store, make_storage  # noqa: F401  (make_storage: re-exported)
 from .shapes import Shape
 from .families import FAMILIES, FAMILY_NAMES, config_to_dict, family_of, get_family
 from .space import LLAMA_CPP
@@ -76,6 +78,17 @@ def _infeasible(t: optuna.trial.FrozenTrial) -> tuple[float]:
     return (float(t.user_attrs.get("infeasible", 0.0)),)
 
 
+class _BruteForce(optuna.samplers.BruteForceSampler):
+    """Optuna's BruteForceSampler, skipping finished trials that never got a parameter (a worker killed
+    between asking for a trial and sampling it leaves one, failed by its heartbeat): the stock sampler
+    puts such a trial at the root of its tree and then refuses every later proposal."""
+
+    @staticmethod
+    def _populate_tree(tree: Any, trials: list, params: dict[str, Any]) -> None:
+        trials = [t for t in trials if t.params or not t.state.is_finished()]
+        optuna.samplers.BruteForceSampler._populate_tree(tree, trials, params)
+
+
 def make_sampler(name: str, seed: int, n_startup: int = 10, constant_liar: bool = False) -> optuna.samplers.BaseSampler:
     if name == "tpe":
         import warnings
@@ -98,38 +111,8 @@ def make_sampler(name: str, seed: int, n_startup: int = 10, constant_liar: bool 
         # completed-but-infeasible trials instead (see optimize), which its constraint model learns.
         return optuna.samplers.GPSampler(seed=seed, n_startup_trials=n_startup, constraints_func=_infeasible)
     if name == "exhaustive":
-        return optuna.samplers.BruteForceSampler(seed=seed)
+        return _BruteForce(seed=seed)
     raise UsageError(f"unknown sampler {name!r}; choose one of {', '.join(SAMPLERS)}")
-
-
-def make_storage(url: str) -> Any:
-    """``journal:PATH`` (the default kind: a file, safe for several processes on one host), or any
-    SQLAlchemy URL Optuna's RDB storage takes (sqlite:///..., postgresql://...)."""
-    if not isinstance(url, str) or not url.strip():
-        raise UsageError("empty --storage URL")
-    if url.startswith("journal:"):
-        from optuna.storages import JournalStorage
-        from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
-
-        path = url[len("journal:"):]
-        if not path:
-            raise UsageError("--storage journal:PATH needs a path")
-        try:
-            # The lock is held only while a few lines are appended: one older than 5 s was left by a
-            # killed process (SIGKILL), and is broken instead of stalling the next run for 30 s.
-            return JournalStorage(JournalFileBackend(path, lock_obj=JournalFileOpenLock(path, grace_period=5)))
-        except OSError as e:
-            raise UsageError(f"cannot open journal storage {path}: {e}") from None
-    if "://" not in url:
-        raise UsageError(f"malformed --storage {url!r}: expected journal:PATH or a URL like sqlite:///file.db")
-    try:
-        import warnings
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # heartbeats are flagged experimental
-            return optuna.storages.RDBStorage(url, heartbeat_interval=60, grace_period=180)
-    except Exception as e:
-        raise UsageError(f"cannot open storage {url}: {str(e).splitlines()[0]}") from None
 
 
 def study_name(shape: Shape, gpu_slug: str, family: str = "gemv") -> str:
@@ -164,11 +147,22 @@ def _known(study: optuna.Study) -> dict[str, tuple[int, str, float | None]]:
     return known
 
 
+def local_coordinator(storage: Any) -> Coordinator:
+    """A coordinator for one process (a thread lock around the storage): still fails and retries the
+    running trials a killed earlier run left behind."""
+    return Coordinator(Store("memory:", "memory", storage, HEARTBEAT_S))
+
+
 def run_search(runner: Any, shape: Shape, opts: SearchOptions, storage: Any, name: str,
-               echo: Callable[[str], None] = print) -> SearchResult:
+               echo: Callable[[str], None] = print, coord: Coordinator | None = None,
+               joiner: bool = False) -> SearchResult | None:
     """Search every family of opts.families (one study each, ``name`` for gemv and ``name-<family>``
-    for the others), then confirm the best of all families against each other and the baselines."""
+    for the others), then confirm the best of all families against each other and the baselines.
+    With several workers on one study (``coord``), only the worker that claims the confirmation
+    confirms; the others return None."""
+    coord = coord or local_coordinator(storage)
     started = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    t_start = time.time()
     studies: dict[str, optuna.Study] = {}
     measured0 = measured = 0
     t0 = time.perf_counter()
@@ -176,18 +170,34 @@ def run_search(runner: Any, shape: Shape, opts: SearchOptions, storage: Any, nam
         sname = name if fam == "gemv" else f"{name}-{fam}"
         jobs = trials_in_flight(opts, runner)
         study = optuna.create_study(study_name=sname, storage=storage, direction="minimize",
-                                    sampler=make_sampler(opts.sampler, opts.seed, opts.n_startup, constant_liar=jobs > 1),
+                                    sampler=make_sampler(opts.sampler, opts.seed + coord.worker.index, opts.n_startup,
+                                                         constant_liar=jobs > 1),
                                     load_if_exists=True)
-        known = _known(study)
+        known = Coordinator.state(study)[2]
         measured0 += len(known)
         enqueue_seed(study, fam)
         study.set_user_attr("shape", [shape.M, shape.d, shape.n])
         study.set_user_attr("family", fam)
-        measured += optimize(study, runner, shape, opts, known, len(known), family=fam)
+        if not studies:   # the first study describes the search, for workers that join by name
+            study.set_user_attr("search_options", {
+                "trials": opts.trials, "sampler": opts.sampler, "seed": opts.seed, "families": list(opts.families),
+                "top_k": opts.top_k, "rounds": opts.rounds, "n_startup": opts.n_startup})
+            info = runner.device_info()
+            study.set_user_attr("gpu", info.get("name", ""))
+        measured += optimize(study, runner, shape, opts, known, len(known), family=fam, coord=coord)
         studies[fam] = study
     search_s = time.perf_counter() - t0
 
-    result = confirm(runner, shape, studies, opts, echo)
+    base = studies[opts.families[0]]
+    key = f"{opts.trials}:{','.join(opts.families)}"
+    mine, who = coord.claim_confirm(base, key, since=t_start, joiner=joiner and measured == measured0)
+    if not mine:
+        echo(f"{shape}: {measured} measured trials in the study; the confirmation is by worker {who}")
+        return None
+    try:
+        result = confirm(runner, shape, studies, opts, echo)
+    finally:
+        coord.finish_confirm(base, key)   # (if this process dies before its table write, a re-run confirms again)
     trials = [r for fam, st in studies.items() for r in trial_rows(st, fam)]
     result.trials = trials
     result.study_name = name
@@ -228,20 +238,21 @@ def _answer_duplicate(trial: optuna.Trial, seen: tuple[int, str, float | None]) 
 
 def optimize(study: optuna.Study, runner: Any, shape: Shape, opts: SearchOptions,
              known: dict[str, tuple[int, str, float | None]] | None = None, measured0: int | None = None,
-             family: str = "gemv") -> int:
-    """The trial loop: until the study holds opts.trials measured trials (or the timeout). Returns
-    how many measured trials the study holds."""
+             family: str = "gemv", coord: Coordinator | None = None) -> int:
+    """The trial loop: until the study holds opts.trials measured trials, counted over every worker
+    sharing it (or the timeout). Returns how many measured trials the study holds."""
+    coord = coord or local_coordinator(study._storage)
     if known is None:
-        known = _known(study)
+        known = Coordinator.state(study)[2]
     if measured0 is None:
         measured0 = len(known)
-    counter = {"measured": measured0}
+    counter = {"measured": measured0, "full": False}
     jobs = trials_in_flight(opts, runner)
     gpu_lock = threading.Lock() if jobs > 1 else contextlib.nullcontext()
     fam = FAMILIES[family]
     domains = (opts.domains if family == "gemv" else None) or fam.domains
 
-    def objective(trial: optuna.Trial) -> float:
+    def measured_trial(trial: optuna.Trial) -> float:
         cfg = fam.config_cls(**{k: trial.suggest_categorical(k, list(v)) for k, v in domains.items()})
         trial.set_user_attr("label", cfg.label)
         why = cfg.invalid_reasons(shape)
@@ -257,24 +268,37 @@ def optimize(study: optuna.Study, runner: Any, shape: Shape, opts: SearchOptions
         if jobs > 1:  # compile outside the GPU lock, while another trial measures (errors: measure records them)
             runner.precompile(cfg, shape)
         with gpu_lock:
-            if counter["measured"] >= opts.trials:
+            verdict, info = coord.claim(study, trial, cfg.label, opts.trials)
+            if verdict == "dup":   # measured meanwhile, by another thread or worker
+                known[cfg.label] = info
+                return _answer_duplicate(trial, info)
+            if verdict in ("busy", "full"):
                 trial.set_user_attr("status", "unmeasured")
-                raise optuna.TrialPruned("trial budget reached while this trial compiled")
-            if cfg.label in known:  # measured by another thread meanwhile
-                return _answer_duplicate(trial, known[cfg.label])
+                if verdict == "full":
+                    counter["full"] = True
+                    study.stop()
+                    raise optuna.TrialPruned("trial budget reached (counting every worker's trials)")
+                raise optuna.TrialPruned(f"the same config is being measured by trial {info}")
             m = runner.measure(cfg, shape)
             if m.status == "not_in_sweep":  # replay: nothing was recorded, nothing is made up or counted
                 trial.set_user_attr("status", m.status)
                 trial.set_user_attr("error", m.error)
                 raise optuna.TrialPruned(m.error)
-            trial.set_user_attr("measured", True)
             for k, v in _attrs(m).items():
                 trial.set_user_attr(k, v)
-            counter["measured"] += 1
+            trial.set_user_attr("measured", True)
+            counter["measured"] = max(counter["measured"] + 1, info + 1)
             known[cfg.label] = (trial.number, m.status, m.us_median if m.ok else None)
         if not m.ok:
             raise optuna.TrialPruned(f"{m.status}: {m.error[:200]}")
         return m.us_median
+
+    def objective(trial: optuna.Trial) -> float:
+        coord.start_trial(trial)
+        try:
+            return measured_trial(trial)
+        finally:
+            coord.end_trial(trial)
 
     bar = None
     if opts.progress and sys.stderr.isatty():
@@ -293,13 +317,22 @@ def optimize(study: optuna.Study, runner: Any, shape: Shape, opts: SearchOptions
         if counter["measured"] >= opts.trials:
             st.stop()
 
-    if measured0 < opts.trials:
-        cap = 10 * (opts.trials - measured0) + 50  # invalid/duplicate proposals cost no GPU time, but are bounded
-        study.optimize(objective, n_trials=cap, timeout=opts.timeout, callbacks=[callback], catch=(), n_jobs=jobs)
+    deadline = time.monotonic() + opts.timeout if opts.timeout else None
+    done = measured0
+    while done < opts.trials:
+        before, counter["full"] = done, False
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            break
+        cap = 10 * (opts.trials - done) + 50  # invalid/duplicate proposals cost no GPU time, but are bounded
+        study.optimize(objective, n_trials=cap, timeout=left, callbacks=[callback], catch=(), n_jobs=jobs)
+        done, finished = coord.wait_budget(study, opts.trials, deadline)
+        counter["measured"] = done
+        if finished or (done == before and not counter["full"]):
+            break   # the budget is spent (by every worker), the time is up, or nothing new can be proposed
     if bar is not None:
         bar.close()
-    return counter["measured"]
-
+    return done
 
 
 def trial_rows(study: optuna.Study, family: str = "gemv") -> list[dict[str, Any]]:

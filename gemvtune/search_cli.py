@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .report import gpu_slug, provenance
-from .search import SearchOptions, make_storage, run_search, study_name
+from .coord import Coordinator, this_worker
+from .search import SearchOptions, run_search, study_name
+from .storage import HEARTBEAT_S, open_store
 from .shapes import Shape
 from .errors import UsageError
 from .table import load_table, record
@@ -21,8 +23,15 @@ def _ratio(a: Any, b: Any) -> str:
         return "-"
 
 
+def device_label(dev: dict[str, Any]) -> str:
+    """What the CSV's device column says: the device index this process used, its name and PCI bus id
+    (tells workers pinned to different GPUs apart)."""
+    return " ".join(str(x) for x in (dev.get("device", ""), dev.get("name", ""), dev.get("pci_bus_id", "")) if x != "")
+
+
 def run_searches(runner: Any, shapes: list[Shape], opts: SearchOptions, results_dir: str | None,
-                 table_path: str | None, echo: Callable[[str], None], writable: Callable[[str], Path]) -> Path:
+                 table_path: str | None, echo: Callable[[str], None], writable: Callable[[str], Path],
+                 heartbeat_s: float = HEARTBEAT_S, joiner: bool = False) -> Path:
     import pandas as pd
 
     dev = runner.device_info()
@@ -34,13 +43,18 @@ def run_searches(runner: Any, shapes: list[Shape], opts: SearchOptions, results_
         if made and made != dev.get("name"):
             raise UsageError(f"table {table} was made on {made}, not {dev.get('name')}: use a table per GPU")
     storage_url = opts.storage or f"journal:{out / 'optuna-journal.log'}"
-    storage = make_storage(storage_url)
+    store = open_store(storage_url, heartbeat_s)
+    storage = store.storage
+    coord = Coordinator(store, this_worker(device_label(dev)))
     ceil = runner.ceiling()
     replay = " (REPLAYED from recorded sweeps)" if getattr(runner, "replayed", False) else ""
     echo(f"{dev['name']}{replay}: read ceiling {ceil['read_gbps']:.0f} GB/s; storage {storage_url}; table {table}")
     for shape in shapes:
         name = study_name(shape, slug)
-        res = run_search(runner, shape, opts, storage, name, echo=echo)
+        res = run_search(runner, shape, opts, storage, name, echo=echo, coord=coord, joiner=joiner)
+        if res is None:   # another worker of this study confirms and writes the table
+            runner.release()
+            continue
         stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
         csv = out / f"search-{shape.M}x{shape.d}x{shape.n}-{stamp}.csv"
         pd.DataFrame(res.trials).to_csv(csv, index=False, float_format="%.6g")
@@ -56,4 +70,5 @@ def run_searches(runner: Any, shapes: list[Shape], opts: SearchOptions, results_
              f"x{_ratio(cub, w['us'])} cuBLAS  x{_ratio(lla, w['us'])} llama.cpp  [{fams}]  "
              f"({res.new_measured} new / {res.measured} measured trials{', tie' if res.tie else ''}) -> {csv.name}")
         runner.release()
+    coord.close()
     return table

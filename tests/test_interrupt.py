@@ -33,10 +33,10 @@ def test_sigkill_mid_search_then_resume(tmp_path):
     args = [sys.executable, "-m", "gemvtune", "search", "--shape", "14336x4096", "--replay", SWEEPS,
             "--trials", "100", "--results", str(out)]
     journal = out / "optuna-journal.log"
-    base = journal.read_text().count('"measured"')
+    base = journal.read_text().count('"measured":true')
     p = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 120
-    while time.time() < deadline and journal.read_text().count('"measured"') < base + 10 and p.poll() is None:
+    while time.time() < deadline and journal.read_text().count('"measured":true') < base + 10 and p.poll() is None:
         time.sleep(0.01)
     os.kill(p.pid, signal.SIGKILL)
     p.wait()

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +75,9 @@ class ReplayRunner:
         self._device = {**first.meta.get("device", {}), "replayed_from": [str(s.path) for s in self.sweeps.values()]}
         self._ceiling = first.meta.get("ceiling") or {}
         self.calls = 0
+        # Seconds each measurement takes, to stand in for GPU time (tests of several workers use it so the
+        # workers really overlap); 0 by default.
+        self.delay_s = float(os.environ.get("GEMVTUNE_REPLAY_DELAY", "0") or 0)
 
     def sweep(self, shape: Shape) -> Sweep:
         if shape not in self.sweeps:
@@ -102,6 +107,8 @@ class ReplayRunner:
             m.status, m.error = Status.INVALID, "; ".join(why)
             return m
         row = self.sweep(shape).rows.get(config.label)
+        if self.delay_s > 0:
+            time.sleep(self.delay_s)
         if row is None:
             m.status, m.error = NOT_IN_SWEEP, f"{config.label} was not measured in the sweep of {shape}"
             return m

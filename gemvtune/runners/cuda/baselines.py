@@ -38,8 +38,9 @@ class BaselinesMixin:
 
     def baselines(self, shape: Shape) -> list[Measurement]:
         """cuBLAS via cupy.matmul (spin) and, where torch is installed, via torch in a graph."""
-        out = [self.measure_cublas(shape)]
-        t = self.measure_torch_linear(shape)
+        with self.gpu_lock.held():
+            out = [self.measure_cublas(shape)]
+            t = self.measure_torch_linear(shape)
         if t is not None:
             out.append(t)
         return out

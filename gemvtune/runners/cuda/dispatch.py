@@ -75,7 +75,9 @@ class Dispatcher:
             if stream is None:
                 stream = self._streams[sptr] = cp.cuda.ExternalStream(sptr, W.device.index)
             with stream:  # the consumer stream is torch's own: DLPack adds no cross-stream wait (capture-safe)
-                W, x, out = cp.from_dlpack(W), cp.from_dlpack(x), cp.from_dlpack(torch_out)
+                # detach(): a view of the same memory; DLPack refuses tensors that require grad, and
+                # gemv records no gradient (the PyTorch drop-in uses F.linear whenever one is needed).
+                W, x, out = cp.from_dlpack(W.detach()), cp.from_dlpack(x.detach()), cp.from_dlpack(torch_out)
         else:
             stream = None
         # The checks below read cheap attributes (dtype char, the contiguity bit, the pointer's device)

@@ -24,6 +24,7 @@ from ...timing import copies_for, error_bound, gbps, launches_for, summarize
 from ..base import Measurement, Status
 from ._cupy import _rand_half, cp, cuda_available
 from .baselines import BaselinesMixin
+from .gpulock import GpuLock
 from .pdl import launcher
 from .verify import VerifyMixin
 
@@ -72,6 +73,9 @@ class CudaRunner(VerifyMixin, BaselinesMixin):
         cp.cuda.Device(device).use()
         self.props = cp.cuda.runtime.getDeviceProperties(device)
         self.arch = f"sm_{self.props['major']}{self.props['minor']}"
+        p = self.props
+        self.pci_bus_id = f"{int(p.get('pciDomainID', 0)):08X}:{int(p.get('pciBusID', 0)):02X}:{int(p.get('pciDeviceID', 0)):02X}.0"
+        self.gpu_lock = GpuLock(self.pci_bus_id)   # timing is exclusive per GPU across this host's processes
         self.replays, self.warmup, self.target_us = replays, warmup, target_us
         self.rng = cp.random.default_rng(seed)
         if os.environ.get("GEMVTUNE_NO_POOL"):
@@ -92,9 +96,10 @@ class CudaRunner(VerifyMixin, BaselinesMixin):
     # ---- device ------------------------------------------------------------------------------
     def device_info(self) -> dict[str, Any]:
         p = self.props
-        try:
+        pci = self.pci_bus_id
+        try:  # by PCI bus id: the device index here is CUDA_VISIBLE_DEVICES-relative, nvidia-smi's is not
             drv = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader",
-                                  f"--id={self.device_id}"], capture_output=True, text=True, timeout=20).stdout.strip()
+                                  f"--id={pci}"], capture_output=True, text=True, timeout=20).stdout.strip()
         except Exception:
             drv = ""
         return {
@@ -108,6 +113,8 @@ class CudaRunner(VerifyMixin, BaselinesMixin):
             "cuda_runtime": cp.cuda.runtime.runtimeGetVersion(),
             "cupy": cp.__version__,
             "device": self.device_id,
+            "pci_bus_id": pci,
+            "visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
         }
 
     @property
@@ -212,6 +219,10 @@ class CudaRunner(VerifyMixin, BaselinesMixin):
     def ceiling(self, gib: float = 1.0, copies: int = 2) -> dict[str, float]:
         """Read bandwidth of a streaming kernel (16-byte nc loads, 4 in flight, grid-stride; the best
         of a few grid sizes) and the launch floor (empty kernel in a graph)."""
+        with self.gpu_lock.held():
+            return self._ceiling(gib, copies)
+
+    def _ceiling(self, gib: float, copies: int) -> dict[str, float]:
         nbytes = int(gib * 2**30) // 16 * 16
         bufs = [self.rng.random(nbytes // 4, dtype=cp.float32) for _ in range(copies)]
         sink = cp.zeros(1, dtype=cp.uint32)
@@ -285,7 +296,7 @@ class CudaRunner(VerifyMixin, BaselinesMixin):
                 timed: bool = True, source: str | None = None, name: str | None = None) -> Measurement:
         """Compile, verify on fresh inputs, then time. ``source`` replaces the rendered source (used
         to plant faulty kernels: the check must catch them). Nothing raises out of here."""
-        with cp.cuda.Device(self.device_id), self.stream:  # current device and stream are per thread in CuPy
+        with cp.cuda.Device(self.device_id), self.stream, self.gpu_lock.held():  # (device, stream: per thread in CuPy)
             return self._measure(config, shape, kind, verify, timed, source, name)
 
     def _measure(self, config: Any, shape: Shape, kind: str, verify: bool, timed: bool, source: str | None,

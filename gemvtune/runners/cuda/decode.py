@@ -1,0 +1,194 @@
+"""The decode-step benchmark's GPU half (part of the CUDA runner package, the only place that imports
+cupy): every linear layer of N transformer layers plus the LM head, weights all resident, one step
+captured in ONE CUDA graph per implementation, replays timed between CUDA events.
+
+Each linear reads its own fixed random x (the chain is not numerically connected: only the memory
+traffic and the launch sequence of a real step are reproduced). Orchestration and reports:
+gemvtune.decodestep."""
+
+from __future__ import annotations
+
+import math
+import sys
+from typing import Any, Callable
+
+from ...shapes import Shape
+from ...timing import error_bound
+from ._cupy import _rand_half, cp
+
+
+def free_bytes() -> int:
+    """Free device memory now (bytes), CuPy's cached blocks released first."""
+    cp.get_default_memory_pool().free_all_blocks()
+    return int(cp.cuda.runtime.memGetInfo()[0])
+
+
+def launchers(runner: Any, configs: dict[Shape, Any]) -> dict[Shape, Callable]:
+    """One launch(W, x, y) per distinct shape (its workspace shared by that shape's layers: they run in
+    order on one stream, as in the dispatcher)."""
+    out = {}
+    for shape, cfg in configs.items():
+        _, kernels = runner.prepare(cfg, shape)
+        out[shape] = runner._launcher(kernels, cfg, shape)
+    return out
+
+
+def verify(runner: Any, configs: dict[str, dict[Shape, Any]], launch: dict[str, dict[Shape, Callable]]
+           ) -> dict[str, list[tuple[Shape, bool, float, str]]]:
+    """Every implementation's kernel of every shape on fresh random inputs against the float64
+    reference (the runner's check); shape by shape, so each reference matrix is built once. Run it
+    before the step's weights are allocated: the reference of the LM head alone takes ~16 GB."""
+    res: dict[str, list] = {impl: [] for impl in configs}
+    shapes = list(dict.fromkeys(s for cs in configs.values() for s in cs))
+    for shape in shapes:
+        for impl, cs in configs.items():
+            if shape in cs:
+                ok, rel, _, why = runner._verify(lambda W, x, y, f=launch[impl][shape]: f(W, x, y), shape,
+                                                 error_bound(cs[shape].acc, shape.d))
+                res[impl].append((shape, ok, rel, why))
+    runner.release()
+    return res
+
+
+class DecodeStepBench:
+    """Weights, inputs and per-implementation outputs of one decode step; ``capture_*`` builds one
+    graph per implementation, ``time(impl, replays)`` replays it (µs per step per replay)."""
+
+    def __init__(self, runner: Any, ops: list[tuple[str, Shape]]):
+        self.runner, self.ops = runner, ops
+        self.W: list = []
+        self.x: list = []
+        self.y: dict[str, list] = {}
+        self.methods: dict[str, str] = {}
+        self.configs: dict[str, dict[Shape, Any]] = {}
+        self._timers: dict[str, Callable[[int], list[float]]] = {}
+        self._keep: list = []
+        with runner.stream:
+            for _, s in ops:
+                self.W.append(_rand_half((s.M, s.d), runner.rng))
+                self.x.append(_rand_half((s.d,), runner.rng))
+            runner.stream.synchronize()
+
+    @property
+    def weight_bytes(self) -> int:
+        return sum(s.weight_bytes for _, s in self.ops)
+
+    # ---- our kernels (tuned, llama.cpp config) ------------------------------------------------------
+    def capture_kernels(self, impl: str, configs: dict[Shape, Any], launch: dict[Shape, Callable]) -> None:
+        """The whole step (ops in order) captured into one CuPy graph on the runner's stream."""
+        s = self.runner.stream
+        self.configs[impl] = configs
+        ys = self.y[impl] = [cp.full(sh.M, cp.nan, dtype=cp.float32) for _, sh in self.ops]
+        with s:
+            s.begin_capture()
+            try:
+                for i, (_, shape) in enumerate(self.ops):
+                    launch[shape](self.W[i], self.x[i], ys[i])
+            finally:
+                g = s.end_capture()
+        self._keep.append(g)
+        self.methods[impl] = "graph"
+
+        def timer(replays: int) -> list[float]:
+            out = []
+            with s:
+                e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+                for _ in range(replays):
+                    e0.record(s)
+                    g.launch(s)
+                    e1.record(s)
+                    e1.synchronize()
+                    out.append(cp.cuda.get_elapsed_time(e0, e1) * 1000.0)
+            return out
+        self._timers[impl] = timer
+
+    # ---- cuBLAS ---------------------------------------------------------------------------------
+    def capture_cublas(self, impl: str = "cublas") -> str:
+        """cuBLAS for every op: torch F.linear captured in one torch CUDA graph (as the baselines do);
+        without torch, cupy.matmul enqueued op by op behind a spin kernel (CuPy refuses cuBLAS in
+        capture). Returns the method."""
+        try:
+            import torch
+        except Exception:
+            torch = None
+        if torch is None:
+            ys = self.y[impl] = [None] * len(self.ops)
+
+            def step(_i: int) -> None:
+                for i in range(len(self.ops)):
+                    ys[i] = cp.matmul(self.W[i], self.x[i])
+            self._timers[impl] = lambda replays: self._spin(step, replays)
+            self.methods[impl] = "spin (cupy.matmul)"
+            return self.methods[impl]
+        Wt = [torch.from_dlpack(w) for w in self.W]
+        xt = [torch.from_dlpack(x).view(1, -1) for x in self.x]
+        cp.cuda.Device().synchronize()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                for w, x in zip(Wt, xt):
+                    torch.nn.functional.linear(x, w)
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            outs = [torch.nn.functional.linear(x, w) for w, x in zip(Wt, xt)]
+        self.y[impl] = [cp.from_dlpack(o.view(-1)) for o in outs]
+        self._keep += [g, Wt, xt, outs]
+        self.methods[impl] = "graph (torch F.linear)"
+
+        def timer(replays: int) -> list[float]:
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            out = []
+            for _ in range(replays):
+                e0.record()
+                g.replay()
+                e1.record()
+                e1.synchronize()
+                out.append(e0.elapsed_time(e1) * 1000.0)
+            return out
+        self._timers[impl] = timer
+        return self.methods[impl]
+
+    def _spin(self, step: Callable[[int], None], replays: int) -> list[float]:
+        out: list[float] = []
+        while len(out) < replays:
+            out += self.runner.time_spin(step, 2)
+        return out[:replays]
+
+    # ---- timing and checks -----------------------------------------------------------------------
+    def time(self, impl: str, replays: int, warmup: int = 2) -> list[float]:
+        """µs per step, one sample per replay (after warm-up replays)."""
+        self._timers[impl](warmup)
+        return self._timers[impl](replays)
+
+    def written(self, impl: str) -> bool:
+        """Every output of the step is finite (the NaN poison was overwritten by every op)."""
+        return all(y is not None and bool(cp.isfinite(y).all()) for y in self.y[impl])
+
+    def max_rel_diff(self, a: str, b: str) -> float:
+        """max over ops of ||y_a - y_b|| / ||y_b||: implementations computing the same products."""
+        worst = 0.0
+        for ya, yb in zip(self.y[a], self.y[b]):
+            if ya is None or yb is None:
+                return math.nan
+            ref = yb.astype(cp.float64)
+            worst = max(worst, float(cp.linalg.norm(ya.astype(cp.float64) - ref) / cp.linalg.norm(ref)))
+        return worst
+
+    def check_op(self, impl: str, i: int) -> tuple[bool, float, str]:
+        """Op i's output of ``impl`` (after a replay) against the float64 reference of its W and x."""
+        shape = self.ops[i][1]
+        ref, scale = self.runner.reference(self.W[i], self.x[i])
+        acc = getattr(self.configs.get(impl, {}).get(shape), "acc", "fp16")  # cuBLAS: FP16 output
+        ok, rel, _, why = self.runner.check(self.y[impl][i], ref, scale, error_bound(acc, shape.d))
+        return ok, rel, why
+
+    def close(self) -> None:
+        self._timers.clear()
+        self._keep.clear()
+        self.W, self.x, self.y = [], [], {}
+        cp.get_default_memory_pool().free_all_blocks()
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_initialized():
+            torch.cuda.empty_cache()  # the cuBLAS graph's private pool

@@ -1,0 +1,190 @@
+"""Optuna storages by URL, and the one lock each offers to the workers sharing a study.
+
+Every storage Optuna has is accepted:
+- ``journal:PATH`` (the default, under --results): Optuna's journal file, the backend Optuna
+  recommends for several processes on one host (appends under a file lock; no database);
+- any SQLAlchemy URL for Optuna's RDB storage: ``postgresql://…`` (many hosts), ``mysql+pymysql://…``,
+  ``sqlite:///file.db`` (one process; SQLite is not safe for many writers), with Optuna's heartbeats;
+- ``redis://…``: Optuna's journal on Redis (needs the ``redis`` package);
+- ``grpc://HOST:PORT``: Optuna's gRPC storage proxy (``optuna.storages.run_grpc_proxy_server``);
+- ``memory:``: in this process only.
+
+The lock (:func:`storage_lock`) serializes the few reads and writes that must not interleave between
+workers: claiming one of the study's measured-trial slots (the budget is global) and claiming the
+confirmation stage. It is a file lock beside a journal or SQLite file, a PostgreSQL advisory lock,
+a MySQL named lock, or a thread lock for ``memory:``. Redis and gRPC offer none: there the budget can
+be overshot by at most (workers - 1) trials, and the README says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import optuna
+
+from .errors import UsageError
+
+HEARTBEAT_S = 20.0      # a running trial's heartbeat interval; stale after GRACE_FACTOR intervals
+GRACE_FACTOR = 3.0
+_MEMORY_LOCKS: dict[int, threading.Lock] = {}
+
+
+@dataclass
+class Store:
+    """An opened storage with what the workers need to know about it."""
+    url: str
+    kind: str                # journal | rdb | redis | grpc | memory
+    storage: Any
+    heartbeat_s: float
+    lock_path: str | None = None   # journal / sqlite: the file lock beside the data
+
+    @property
+    def grace_s(self) -> float:
+        return GRACE_FACTOR * self.heartbeat_s
+
+    @property
+    def has_lock(self) -> bool:
+        return self.kind in ("journal", "memory") or (self.kind == "rdb" and self.dialect in ("postgresql", "sqlite", "mysql"))
+
+    @property
+    def dialect(self) -> str:
+        return self.storage.engine.dialect.name if self.kind == "rdb" else ""
+
+
+def retry_callback() -> Any:
+    """Optuna's callback that re-enqueues a trial failed for a stale heartbeat (up to 3 times)."""
+    import warnings
+
+    cls = getattr(optuna.storages, "RetryHeartbeatStaleTrialCallback", None) or optuna.storages.RetryFailedTrialCallback
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # experimental / renamed across Optuna 4.x and 5.x
+        return cls(max_retry=3)
+
+
+def _stale_callback_kw() -> dict[str, Any]:
+    import inspect
+
+    params = inspect.signature(optuna.storages.RDBStorage.__init__).parameters
+    name = "heartbeat_stale_trial_callback" if "heartbeat_stale_trial_callback" in params else "failed_trial_callback"
+    return {name: retry_callback()}
+
+
+def open_store(url: str, heartbeat_s: float = HEARTBEAT_S) -> Store:
+    """Open ``url`` (see the module doc); every failure is one UsageError naming the URL."""
+    if not isinstance(url, str) or not url.strip():
+        raise UsageError("empty --storage URL")
+    if not heartbeat_s > 0:
+        raise UsageError(f"--heartbeat must be positive seconds, got {heartbeat_s!r}")
+    url = url.strip()
+    if url.startswith("journal:"):
+        from optuna.storages import JournalStorage
+        from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
+
+        path = url[len("journal:"):]
+        if not path:
+            raise UsageError("--storage journal:PATH needs a path")
+        try:
+            # The lock is held only while a few lines are appended: one older than 5 s was left by a
+            # killed process (SIGKILL), and is broken instead of stalling the next run for 30 s.
+            st = JournalStorage(JournalFileBackend(path, lock_obj=JournalFileOpenLock(path, grace_period=5)))
+        except OSError as e:
+            raise UsageError(f"cannot open journal storage {path}: {e}") from None
+        return Store(url, "journal", st, heartbeat_s, lock_path=path + ".gemvtune.lock")
+    if url in ("memory:", "inmemory", "memory"):
+        return Store(url, "memory", optuna.storages.InMemoryStorage(), heartbeat_s)
+    if url.startswith("redis://") or url.startswith("rediss://"):
+        try:
+            from optuna.storages import JournalStorage
+            from optuna.storages.journal import JournalRedisBackend
+
+            return Store(url, "redis", JournalStorage(JournalRedisBackend(url)), heartbeat_s)
+        except Exception as e:
+            raise UsageError(f"cannot open storage {url}: {str(e).splitlines()[0]}") from None
+    if url.startswith("grpc://"):
+        hostport = url[len("grpc://"):]
+        host, _, port = hostport.rpartition(":")
+        if not host or not port.isdigit():
+            raise UsageError(f"malformed --storage {url!r}: expected grpc://HOST:PORT")
+        try:
+            return Store(url, "grpc", optuna.storages.GrpcStorageProxy(host=host, port=int(port)), heartbeat_s)
+        except Exception as e:
+            raise UsageError(f"cannot open storage {url}: {str(e).splitlines()[0]}") from None
+    if "://" not in url:
+        raise UsageError(f"malformed --storage {url!r}: expected journal:PATH, memory:, or a URL like "
+                         "postgresql://user:pw@host/db, sqlite:///file.db, redis://host, grpc://host:port")
+    try:
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # heartbeats are flagged experimental
+            st = optuna.storages.RDBStorage(url, heartbeat_interval=max(1, round(heartbeat_s)),
+                                            grace_period=max(2, round(GRACE_FACTOR * heartbeat_s)),
+                                            **_stale_callback_kw())
+    except Exception as e:
+        raise UsageError(f"cannot open storage {url}: {str(e).splitlines()[0]}") from None
+    lock_path = None
+    if st.engine.dialect.name == "sqlite":
+        db = st.engine.url.database
+        lock_path = (db + ".gemvtune.lock") if db and db != ":memory:" else None
+    return Store(url, "rdb", st, heartbeat_s, lock_path=lock_path)
+
+
+def make_storage(url: str) -> Any:
+    """The Optuna storage object for ``url`` (kept for callers that need no lock)."""
+    return open_store(url).storage
+
+
+@contextlib.contextmanager
+def storage_lock(store: Store, name: str) -> Iterator[None]:
+    """Hold the storage's lock for ``name`` (a study): one holder at a time across processes and hosts
+    that share the storage (see the module doc for what each kind offers)."""
+    key = int.from_bytes(hashlib.sha1(name.encode()).digest()[:8], "big", signed=True)
+    if store.kind == "memory":
+        with _MEMORY_LOCKS.setdefault(id(store.storage), threading.Lock()):
+            yield
+    elif store.lock_path is not None:
+        import fcntl
+
+        with open(store.lock_path, "a+") as f:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+    elif store.kind == "rdb" and store.dialect in ("postgresql", "mysql"):
+        from sqlalchemy import text
+
+        with store.storage.engine.connect() as conn:
+            if store.dialect == "postgresql":
+                lock, unlock, arg = "SELECT pg_advisory_lock(:k)", "SELECT pg_advisory_unlock(:k)", {"k": key}
+            else:
+                lock, unlock, arg = "SELECT GET_LOCK(:k, 600)", "SELECT RELEASE_LOCK(:k)", {"k": f"gemvtune-{key & 0xFFFFFFFF:x}"}
+            conn.execute(text(lock), arg)
+            conn.commit()
+            try:
+                yield
+            finally:
+                conn.execute(text(unlock), arg)
+                conn.commit()
+    else:   # redis, grpc: no lock to take (see the module doc)
+        yield
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError, TypeError):
+        return True
+    return True
+
+
+def now() -> float:
+    return time.time()

@@ -1,0 +1,231 @@
+"""The decode-step benchmark (gemvtune bench --model NAME --layers N): the layer list, the report from a
+synthetic frame and bad input on the CPU; a 2-layer step on a GPU (marked gpu)."""
+
+import json
+import math
+
+import pytest
+
+from conftest import ROOT, run_cli
+from gemvtune import MODELS, Shape, UsageError
+from gemvtune.decodestep import (IMPLS, NOTE, check_decode_args, decode_markdown, ratios, step_bytes, step_ops,
+                                 summary_frame, write_reports)
+
+TABLE = ROOT / "results" / "nvidia-h200" / "table.json"
+
+
+def test_llama_3_8b_step_layers():
+    ops = step_ops("llama-3-8b", 32)
+    assert len(ops) == 32 * 4 + 1
+    assert ops[:5] == [("layers.0.qkv", Shape(6144, 4096)), ("layers.0.o", Shape(4096, 4096)),
+                       ("layers.0.gate_up", Shape(28672, 4096)), ("layers.0.down", Shape(4096, 14336)),
+                       ("layers.1.qkv", Shape(6144, 4096))]
+    assert ops[-2] == ("layers.31.down", Shape(4096, 14336)) and ops[-1] == ("lm_head", Shape(128256, 4096))
+    per_layer = (6144 + 4096 + 28672) * 4096 + 4096 * 14336
+    weights = 2 * (32 * per_layer + 128256 * 4096)
+    assert sum(s.weight_bytes for _, s in ops) == weights            # ~15 GB: fits an H200 with room
+    assert 13e9 < weights < 16e9
+    assert step_bytes(ops) == weights + sum(2 * s.d + 4 * s.M for _, s in ops)
+    assert len({s for _, s in ops}) == 5
+    for model in MODELS:                                               # every preset builds
+        one = step_ops(model, 1)
+        assert one[-1][0] == "lm_head" and len(one) == len(MODELS[model])
+
+
+@pytest.mark.parametrize("args,needle", [
+    ((None, "2"), "needs --model"), (("llama-3-8b", "0"), ">= 1"), (("llama-3-8b", "-3"), ">= 1"),
+    (("llama-3-8b", "x"), ">= 1"), (("gpt-9", "2"), "unknown model preset"),
+    (("llama-3-8b", "2", ("64x64",)), "drop --shape"), (("llama-3-8b", "2", (), "decode"), "drop --shape"),
+    (("llama-3-8b", "2", (), None, "llama"), "drop --configs"), (("llama-3-8b", "2", (), None, "tuned", "1,2"), "drop --batch"),
+])
+def test_check_decode_args(args, needle):
+    with pytest.raises(UsageError, match=needle):
+        check_decode_args(*args)
+
+
+def test_check_decode_args_accepts_and_step_ops_refuses():
+    assert check_decode_args("llama-3-8b", "32") == 32 and check_decode_args("qwen2.5-7b", 1) == 1
+    for bad in (0, -1, True, 2.0):
+        with pytest.raises(UsageError, match=">= 1"):
+            step_ops("llama-3-8b", bad)
+
+
+CLI_CASES = [
+    ("--layers without --model", ["bench", "--layers", "2"], "needs --model"),
+    ("--layers zero", ["bench", "--model", "llama-3-8b", "--layers", "0"], ">= 1"),
+    ("--layers negative", ["bench", "--model", "llama-3-8b", "--layers", "-1"], ">= 1"),
+    ("--layers not a number", ["bench", "--model", "llama-3-8b", "--layers", "two"], ">= 1"),
+    ("--layers, unknown model", ["bench", "--model", "gpt-9", "--layers", "2"], "unknown model preset"),
+    ("--layers with --shape", ["bench", "--model", "llama-3-8b", "--layers", "2", "--shape", "64x64"], "drop --shape"),
+    ("--layers with --batch", ["bench", "--model", "llama-3-8b", "--layers", "2", "--batch", "2"], "drop --batch"),
+    ("--layers, table missing", ["bench", "--model", "llama-3-8b", "--layers", "2", "--table", "{tmp}/none.json"],
+     "does not exist"),
+]
+
+
+@pytest.mark.parametrize("what,args,needle", CLI_CASES, ids=[c[0] for c in CLI_CASES])
+def test_bad_input_is_one_line_exit_2(tmp_path, what, args, needle):
+    r = run_cli(*[a.replace("{tmp}", str(tmp_path)) for a in args], "--out", str(tmp_path / "out"))
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert len(lines) == 1 and needle in lines[0] and "Traceback" not in r.stderr, r.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def _synthetic():
+    import pandas as pd
+
+    base = {"tuned": 3000.0, "llama.cpp": 3300.0, "cublas": 3450.0}
+    rows = [{"impl": impl, "method": "graph", "round": r, "replay": k, "us": us * (1 + 0.001 * (k - 2) + 0.002 * r)}
+            for r in range(3) for impl, us in base.items() for k in range(5)]
+    return pd.DataFrame(rows)
+
+
+META = {"model": "llama-3-8b", "layers": 32, "ops": 129, "step_bytes": 15_000_000_000, "weight_bytes": 14_990_000_000,
+        "rounds": 3, "replays": 5, "table": "results/nvidia-h200/table.json"}
+CEIL = {"read_gbps": 4500.0, "launch_floor_us": 0.5}
+
+
+def test_summary_frame_and_ratios():
+    df = summary_frame(_synthetic(), META["step_bytes"], CEIL["read_gbps"], {"cublas": "graph (torch F.linear)"})
+    assert list(df.impl) == list(IMPLS)
+    t = df.set_index("impl")
+    assert t.loc["tuned", "us_median"] == pytest.approx(3000 * 1.002)
+    assert t.loc["tuned", "us_min"] == pytest.approx(3000 * 0.998) and t.loc["tuned", "samples"] == 15
+    assert t.loc["tuned", "rounds"] == 3 and t.loc["tuned", "round_spread"] == pytest.approx(0.004 / 1.002)
+    assert t.loc["tuned", "tokens_per_s"] == pytest.approx(1e6 / (3000 * 1.002))
+    assert t.loc["tuned", "gbps"] == pytest.approx(15e9 / (3000 * 1.002e-6) / 1e9)
+    assert t.loc["tuned", "pct_ceiling"] == pytest.approx(100 * t.loc["tuned", "gbps"] / 4500)
+    assert t.loc["tuned", "x_tuned"] == 1 and t.loc["cublas", "x_tuned"] == pytest.approx(1.15)
+    assert t.loc["cublas", "method"] == "graph (torch F.linear)"
+    r = ratios(df)
+    assert r["tuned_vs_cublas"] == pytest.approx(1.15) and r["tuned_vs_llama"] == pytest.approx(1.1)
+
+
+def test_markdown_and_files(tmp_path):
+    info = {"methods": {"tuned": "graph", "llama.cpp": "graph", "cublas": "graph (torch F.linear)"},
+            "verified": {"tuned": True, "llama.cpp": True}, "not_tuned": [], "configs": {"6144x4096": {"tuned": "x"}},
+            "written": {"tuned": True, "llama.cpp": True, "cublas": True},
+            "max_rel_diff_vs_cublas": {"tuned": 1.23e-3, "llama.cpp": 2e-3}}
+    dev = {"name": "NVIDIA H200"}
+    path, md = write_reports(_synthetic(), info, META, tmp_path, "decode-llama-3-8b-L32-20990101-000000", dev, CEIL)
+    assert "µs per token" in md and "×1.150" in md and "×1.100" in md and NOTE in md
+    assert "nan" not in md.lower() and "verified against a float64 reference" in md
+    assert "gemvtune tuned 1.2e-03" in md and "unwritten" not in md
+    assert "3333.3 µs" in md                                                # the floor: 15 GB at 4500 GB/s
+    names = sorted(p.name for p in tmp_path.iterdir())
+    stem = "decode-llama-3-8b-L32-20990101-000000"
+    assert names == sorted([f"{stem}.csv", f"{stem}.json", f"{stem}-summary.csv", f"{stem}-summary.md", f"{stem}.png"])
+    prov = json.loads(path.with_suffix(".json").read_text())
+    assert prov["device"] == dev and prov["layers"] == 32 and prov["ratios"]["tuned_vs_cublas"] == pytest.approx(1.15)
+    assert "command" in prov and "date" in prov and prov["note"] == NOTE
+    assert (tmp_path / f"{stem}.png").read_bytes()[:4] == b"\x89PNG"
+    bad = decode_markdown(summary_frame(_synthetic(), META["step_bytes"], math.nan),
+                          {**META, "verified": {"tuned": False}, "not_tuned": ["1x8"], "written": {"cublas": False}})
+    assert "Verification failed" in bad and "1x8" in bad and "unwritten** (NaN poison) by: cublas" in bad
+
+
+# ---------------------------------------------------------------------------------------------- GPU
+
+@pytest.mark.gpu
+def test_two_layer_step_on_the_gpu(tmp_path):
+    from gemvtune.decodestep import measure_decode_step
+    from gemvtune.runners.cuda import CudaRunner
+    from gemvtune.table import load_table
+
+    runner = CudaRunner(replays=3)
+    ops = step_ops("llama-3-8b", 2)
+    samples, bench, info = measure_decode_step(runner, ops, load_table(TABLE), rounds=2, replays=4, echo=print)
+    try:
+        assert info["verified"] == {"tuned": True, "llama.cpp": True}, info["verify"]
+        assert not info["not_tuned"]
+        for impl in IMPLS:
+            t = samples[samples.impl == impl].us
+            assert len(t) == 8 and (t > 0).all() and t.notna().all(), impl
+            assert info["written"][impl], impl                       # every op of the step wrote its output
+        for i in range(4):                                              # layer 0, after the graph replays
+            ok, rel, why = bench.check_op("tuned", i)
+            assert ok, (ops[i], why)
+        ok, _, why = bench.check_op("cublas", 0)
+        assert ok, why
+        assert info["max_rel_diff_vs_cublas"]["tuned"] < 1e-2
+        assert info["methods"]["tuned"] == "graph"
+        meta = {"model": "llama-3-8b", "layers": 2, "ops": len(ops), "step_bytes": step_bytes(ops),
+                "weight_bytes": bench.weight_bytes, "rounds": 2, "replays": 4}
+        ceil = {"read_gbps": 4500.0}
+        path, md = write_reports(samples, info, meta, tmp_path, "decode-test", {"name": "gpu"}, ceil)
+        assert path.exists() and "µs per token" in md
+        # the step is bound by HBM: 2 layers + head move ~1.9 GB; at most ~5 TB/s
+        med = samples[samples.impl == "tuned"].us.median()
+        assert step_bytes(ops) / (med * 1e-6) / 1e9 < 6000
+    finally:
+        bench.close()
+        runner.release()
+
+
+class _FakeStep:
+    """Stands in for runners.cuda.decode.DecodeStepBench: what the orchestration calls, no GPU."""
+
+    def __init__(self, runner, ops):
+        self.ops, self.methods, self.captured = ops, {}, []
+
+    @property
+    def weight_bytes(self):
+        return sum(s.weight_bytes for _, s in self.ops)
+
+    def capture_kernels(self, impl, configs, launch):
+        assert set(configs) == set(launch) == {s for _, s in self.ops}
+        self.captured.append(impl)
+        self.methods[impl] = "graph"
+
+    def capture_cublas(self):
+        self.captured.append("cublas")
+        return "graph (torch F.linear)"
+
+    def time(self, impl, replays):
+        return [{"tuned": 100.0, "llama.cpp": 110.0, "cublas": 120.0}[impl] + k for k in range(replays)]
+
+    def written(self, impl):
+        return True
+
+    def max_rel_diff(self, a, b):
+        return 1e-3
+
+    def close(self):
+        pass
+
+
+def test_orchestration_with_a_fake_gpu(tmp_path, monkeypatch):
+    """run_decode_step end to end (lookup, compile list, verification bookkeeping, memory check,
+    interleaved rounds, files) with the GPU half replaced by fakes."""
+    import gemvtune.bench
+    import gemvtune.compile
+    import gemvtune.runners.cuda.decode as dec
+    from gemvtune.decodestep import run_decode_step
+
+    class Runner:
+        arch = "sm_90"
+
+    compiled = []
+    monkeypatch.setattr(gemvtune.compile, "compile_variants", lambda items, arch: compiled.extend(items))
+    monkeypatch.setattr(gemvtune.bench, "_start", lambda echo: (Runner(), {"name": "NVIDIA H200"}, CEIL))
+    monkeypatch.setattr(dec, "launchers", lambda runner, cs: {s: object() for s in cs})
+    monkeypatch.setattr(dec, "verify", lambda runner, cs, launch: {i: [(s, True, 1e-4, "") for s in c] for i, c in cs.items()})
+    monkeypatch.setattr(dec, "free_bytes", lambda: 10**12)
+    monkeypatch.setattr(dec, "DecodeStepBench", _FakeStep)
+    said = []
+    path = run_decode_step("llama-3-8b", 2, str(TABLE), str(tmp_path), echo=said.append, rounds=2, replays=3)
+    assert len(compiled) == 10 and path.exists()                      # 5 shapes x (tuned, llama.cpp)
+    prov = json.loads(path.with_suffix(".json").read_text())
+    assert prov["verified"] == {"tuned": True, "llama.cpp": True} and prov["not_tuned"] == []
+    assert prov["configs"]["128256x4096"]["how"] == "tuned" and prov["ops"] == 9
+    assert prov["ratios"]["tuned_vs_cublas"] == pytest.approx(121 / 101)
+    md = (tmp_path / f"{path.stem}-summary.md").read_text()
+    assert "×1.198" in md and "round 2/2" in "\n".join(said)
+    import pandas as pd
+
+    s = pd.read_csv(path)
+    assert len(s) == 3 * 2 * 3 and list(s.impl[:3]) == ["tuned"] * 3
+    monkeypatch.setattr(dec, "free_bytes", lambda: 10**9)
+    with pytest.raises(UsageError, match="use fewer --layers"):
+        run_decode_step("llama-3-8b", 2, str(TABLE), str(tmp_path / "x"), echo=said.append)

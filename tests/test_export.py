@@ -1,0 +1,259 @@
+"""``gemvtune export --format cuda``: the header names every tuned shape, compiles with nvcc (two
+translation units linked together), bad input is one line and exit 2; on a GPU, the header's
+dispatch (tuned, split-K with workspace, fallback) matches a float64 reference."""
+
+import ctypes
+import json
+import os
+import shutil
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, run_cli
+from gemvtune.export import build_header, namespace_of, workspace_layout
+from gemvtune.shapes import Shape
+from gemvtune.space import GemvConfig
+from gemvtune.space_splitk import SplitKConfig
+from gemvtune.table import entry_key, load_table
+
+TABLE = ROOT / "results" / "nvidia-h200" / "table.json"
+
+WRAPPER = r"""
+#include "%s"
+extern "C" int gt_gemv(int M, int d, int n, const void* W, const void* X, float* Y, void* ws, void* stream) {
+    return (int)gemvtune_gemv(M, d, n, (const __half*)W, (const __half*)X, Y, ws, (cudaStream_t)stream);
+}
+extern "C" unsigned long long gt_ws_%s(int M, int d, int n) { return gemvtune_workspace_bytes(M, d, n); }
+extern "C" int gt_tuned_%s(int M, int d, int n) { return gemvtune_is_tuned(M, d, n); }
+extern "C" const char* gt_label(int M, int d, int n) { return gemvtune_kernel_label(M, d, n); }
+"""
+
+
+def _nvcc() -> str | None:
+    return shutil.which("nvcc") or next((p for p in ("/usr/local/cuda/bin/nvcc",) if os.path.exists(p)), None)
+
+
+def _wrapper(header: Path, tag: str, label: bool = True) -> str:
+    text = WRAPPER % (header.name, tag, tag)
+    return text if label else text.replace("gt_gemv(", f"gt_gemv_{tag}(").replace("gt_label(", f"gt_label_{tag}(")
+
+
+def _compile(nvcc: str, arch: str, folder: Path, sources: list[Path], out: Path, strict: bool = True) -> None:
+    """Compile each .cu to an object in parallel, then link them into one shared library (strict: and
+    no warning from the compiler)."""
+    def one(src: Path) -> Path:
+        obj = src.with_suffix(".o")
+        r = subprocess.run([nvcc, f"-arch={arch}", "-std=c++17", "-Xcompiler", "-fPIC,-Wall", "-c", str(src),
+                            "-o", str(obj)], cwd=folder, capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr[-4000:]
+        assert not strict or "warning" not in r.stderr.lower(), r.stderr[-4000:]
+        return obj
+    with ThreadPoolExecutor(len(sources)) as ex:
+        objs = list(ex.map(one, sources))
+    r = subprocess.run([nvcc, f"-arch={arch}", "-shared", *map(str, objs), "-o", str(out)], cwd=folder,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-4000:]
+
+
+def _synthetic_table(path: Path) -> Path:
+    """A table with what the committed one lacks: pdl=on, odd d, a split-K GEMM with d % 8 != 0."""
+    winners = {
+        Shape(4096, 4096, 1): ("gemv", GemvConfig(block=128, vec="half8", tpr=64, pdl="on")),
+        Shape(7, 4101, 3): ("gemv", GemvConfig(block=256, vec="half", tpr=32)),
+        Shape(100, 4100, 2): ("gemv", GemvConfig(block=128, vec="half4", tpr=32, split_k=4)),
+        Shape(300, 1004, 5): ("splitk", SplitKConfig(mt=1, warps=2, split=4, combine="pass2")),
+    }
+    data = json.loads(TABLE.read_text())
+    data["entries"] = {entry_key(s): {"M": s.M, "d": s.d, "n": s.n, "winner": {"family": f, "config": c.to_dict()}}
+                       for s, (f, c) in winners.items()}
+    path.write_text(json.dumps(data))
+    return path
+
+
+# ---- CPU ---------------------------------------------------------------------------------------
+def test_export_names_every_entry(tmp_path):
+    out = tmp_path / "gemvtune_h200.cuh"
+    r = run_cli("export", "--table", str(TABLE), "--format", "cuda", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    text = out.read_text()
+    table = load_table(TABLE)
+    assert table.shapes and len(table.shapes) == len(table.data["entries"])
+    for s in table.shapes:
+        cfg, _ = table.lookup(s)
+        assert f"namespace {namespace_of(s)} {{" in text
+        assert f'{{{s.M}, {s.d}, {s.n}, {cfg.vec_elems * 2}u, ' in text
+        assert f'"{cfg.family}:{cfg.label}"' in text
+    assert 'extern "C"' not in text and "gemv_any" in text
+    assert "gemvtune_gemv(int M, int d, int n, const __half* W, const __half* X, float* Y," in text
+    assert build_header(table) == text                                 # deterministic
+    assert not [p for p in tmp_path.iterdir() if p.suffix == ".tmp"]   # the temporary file is gone
+
+
+def test_workspace_layout():
+    s = Shape(100, 4100, 2)
+    size, off = workspace_layout(GemvConfig(block=128, vec="half4", tpr=32, split_k=4), s)
+    assert off == 3328 and size == off + 25 * 4    # 4 x 2 x 100 floats (3200 B, to 256 B), then 100 / 4 counters
+    assert workspace_layout(GemvConfig(), s) == (0, 0)
+    assert workspace_layout(SplitKConfig(split=4, combine="pass2"), Shape(300, 1000, 5)) == (4 * 5 * 300 * 4, 0)
+    assert workspace_layout(SplitKConfig(split=4, combine="atomic"), Shape(300, 1000, 5)) == (0, 0)
+
+
+@pytest.mark.parametrize("which", ["committed", "synthetic"])
+def test_export_compiles_with_nvcc(tmp_path, which):
+    """The header compiles for sm_90 without warnings, and two .cu files that both include it link into
+    one library (nothing in it clashes: kernels, helpers and macros are per shape or internal)."""
+    nvcc = _nvcc()
+    if not nvcc:
+        pytest.skip("nvcc is not on PATH")
+    table = TABLE if which == "committed" else _synthetic_table(tmp_path / "table.json")
+    header = tmp_path / "g.cuh"
+    r = run_cli("export", "--table", str(table), "--out", str(header))
+    assert r.returncode == 0, r.stderr
+    if which == "synthetic":
+        text = header.read_text()
+        assert "true, stream" in text and "sm_90 or newer" in text   # the pdl=on entry launches with PDL
+    srcs = []
+    for tag in ("a", "b"):
+        (tmp_path / f"{tag}.cu").write_text(_wrapper(header, tag, label=tag == "a"))
+        srcs.append(tmp_path / f"{tag}.cu")
+    _compile(nvcc, "sm_90", tmp_path, srcs, tmp_path / "libg.so")
+    if which == "committed":
+        _host_side(ctypes.CDLL(str(tmp_path / "libg.so")), load_table(table))
+
+
+def _host_side(so, table) -> None:
+    """What the header answers without touching a GPU: workspace sizes, tuned or not, labels, and the
+    argument checks that return cudaErrorInvalidValue (1) before any launch."""
+    so.gt_ws_a.restype = ctypes.c_ulonglong
+    so.gt_label.restype = ctypes.c_char_p
+    so.gt_gemv.argtypes = [ctypes.c_int] * 3 + [ctypes.c_void_p] * 5
+    for s in table.shapes:
+        cfg, _ = table.lookup(s)
+        assert so.gt_ws_a(s.M, s.d, s.n) == workspace_layout(cfg, s)[0]
+        assert so.gt_tuned_a(s.M, s.d, s.n) == 1
+        assert so.gt_label(s.M, s.d, s.n).decode() == f"{cfg.family}:{cfg.label}"
+    assert so.gt_tuned_a(7, 4101, 3) == 0 and so.gt_ws_a(7, 4101, 3) == 0 and so.gt_label(7, 4101, 3) == b"fallback"
+    assert so.gt_gemv(0, 64, 1, 256, 256, 256, None, None) == 1      # M < 1
+    assert so.gt_gemv(64, 64, 1, None, 256, 256, None, None) == 1    # W null
+    needs = [s for s in table.shapes if workspace_layout(table.lookup(s)[0], s)[0]]
+    assert needs, "the committed table has a split-K entry that needs a workspace"
+    s = needs[0]
+    assert so.gt_gemv(s.M, s.d, s.n, 256, 256, 256, None, None) == 1  # workspace needed, none given
+
+
+BAD = [
+    ("table missing", ["--table", "{tmp}/none.json", "--out", "{tmp}/o.cuh"], "does not exist"),
+    ("table truncated", ["--table", "{tmp}/trunc.json", "--out", "{tmp}/o.cuh"], "not valid JSON"),
+    ("unknown format", ["--table", str(TABLE), "--format", "hip", "--out", "{tmp}/o.cuh"], "unknown export format"),
+    ("out in a missing folder", ["--table", str(TABLE), "--out", "{tmp}/none/o.cuh"], "cannot write"),
+    ("out under a file", ["--table", str(TABLE), "--out", "{tmp}/trunc.json/o.cuh"], "cannot write"),
+    ("out is a folder", ["--table", str(TABLE), "--out", "{tmp}/dir"], "cannot write"),
+]
+
+
+@pytest.mark.parametrize("what,args,needle", BAD, ids=[b[0] for b in BAD])
+def test_export_bad_input(tmp_path, what, args, needle):
+    (tmp_path / "trunc.json").write_text(TABLE.read_text()[:500])
+    (tmp_path / "dir").mkdir()
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    r = run_cli("export", *[a.replace("{tmp}", str(tmp_path)) for a in args])
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert len(lines) == 1 and needle in lines[0] and "Traceback" not in r.stderr, r.stderr
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before   # nothing written, no temporary left
+
+
+# ---- GPU ---------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def lib(tmp_path_factory):
+    import cupy as cp
+
+    nvcc = _nvcc()
+    if not nvcc:
+        pytest.skip("nvcc is not on PATH (the GPU export tests build the header into a shared library)")
+    d = tmp_path_factory.mktemp("export-gpu")
+    header = d / "g.cuh"
+    r = run_cli("export", "--table", str(TABLE), "--out", str(header))
+    assert r.returncode == 0, r.stderr
+    (d / "w.cu").write_text(_wrapper(header, "w"))
+    _compile(nvcc, f"sm_{cp.cuda.Device().compute_capability}", d, [d / "w.cu"], d / "libg.so", strict=False)
+    so = ctypes.CDLL(str(d / "libg.so"))
+    so.gt_gemv.restype = ctypes.c_int
+    so.gt_gemv.argtypes = [ctypes.c_int] * 3 + [ctypes.c_void_p] * 5
+    so.gt_ws_w.restype = ctypes.c_ulonglong
+    so.gt_tuned_w.restype = ctypes.c_int
+    so.gt_label.restype = ctypes.c_char_p
+    return so
+
+
+def _pick(table, pred) -> Shape | None:
+    return next((s for s in table.shapes if pred(table.lookup(s)[0])), None)
+
+
+def _gpu_shapes() -> list:
+    table = load_table(TABLE)
+    picks = [("tuned-n1", Shape(4096, 4096, 1) if Shape(4096, 4096, 1) in table.shapes
+              else _pick(table, lambda c: True)),
+             ("splitk-atomic", _pick(table, lambda c: c.family == "splitk" and c.split > 1
+                                     and c.combine == "atomic")),
+             ("splitk-pass2-workspace", _pick(table, lambda c: c.family == "splitk" and c.split > 1
+                                              and c.combine == "pass2")),
+             ("gemv-splitk-counters", _pick(table, lambda c: c.family == "gemv" and c.split_k > 1))]
+    return [pytest.param(s, id=f"{what}-{s.M}x{s.d}x{s.n}") for what, s in picks if s is not None]
+
+
+def _run_and_check(lib, shape: Shape, acc: str, offset: int = 0, calls: int = 2) -> None:
+    """Run through gemvtune_gemv ``calls`` times on fresh X (counters must be re-armed in between) and
+    check each against the float64 reference like the runner's verification."""
+    import cupy as cp
+
+    from gemvtune.runners.cuda.verify import VerifyMixin
+    from gemvtune.timing import error_bound
+
+    rng = cp.random.default_rng(7)
+    Wbuf = (rng.random(shape.M * shape.d + offset, dtype=cp.float32) * 2 - 1).astype(cp.float16)
+    W = Wbuf[offset:].reshape(shape.M, shape.d)          # offset 1: only 2-byte aligned
+    W64 = W.astype(cp.float64)
+    nbytes = lib.gt_ws_w(shape.M, shape.d, shape.n)
+    ws = cp.zeros(max(int(nbytes), 1), dtype=cp.uint8)
+    stream = cp.cuda.Stream(non_blocking=True)
+    for _ in range(calls):
+        X = (rng.random((shape.n, shape.d), dtype=cp.float32) * 2 - 1).astype(cp.float16)
+        Y = cp.full((shape.n, shape.M), cp.nan, dtype=cp.float32)
+        cp.cuda.Device().synchronize()
+        rc = lib.gt_gemv(shape.M, shape.d, shape.n, W.data.ptr, X.data.ptr, Y.data.ptr,
+                         ws.data.ptr if nbytes else None, stream.ptr)
+        stream.synchronize()
+        assert rc == 0, f"gemvtune_gemv returned cudaError {rc}"
+        x64 = X.astype(cp.float64)
+        ref, scale = x64 @ W64.T, cp.sqrt((x64 * x64) @ (W64 * W64).T)
+        ok, relerr, rowerr, reason = VerifyMixin.check(Y, ref, scale, error_bound(acc, shape.d))
+        assert ok, f"{shape}: {reason} (relerr {relerr:.3g}, rowerr {rowerr:.3g})"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", _gpu_shapes())
+def test_export_gpu_tuned(lib, shape):
+    cfg, _ = load_table(TABLE).lookup(shape)
+    assert lib.gt_tuned_w(shape.M, shape.d, shape.n) == 1
+    assert lib.gt_label(shape.M, shape.d, shape.n).decode() == f"{cfg.family}:{cfg.label}"
+    _run_and_check(lib, shape, cfg.acc)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [Shape(7, 4101, 3), Shape(1, 1, 1), Shape(513, 4096, 16), Shape(64, 333, 9)],
+                         ids=str)
+def test_export_gpu_fallback(lib, shape):
+    """Untuned shapes (odd d, n > 8) run the generic runtime-shape kernel."""
+    assert lib.gt_tuned_w(shape.M, shape.d, shape.n) == 0 and lib.gt_ws_w(shape.M, shape.d, shape.n) == 0
+    assert lib.gt_label(shape.M, shape.d, shape.n) == b"fallback"
+    _run_and_check(lib, shape, "fp32", calls=1)
+
+
+@pytest.mark.gpu
+def test_export_gpu_misaligned_tuned_shape_falls_back(lib):
+    """A tuned shape whose W is only 2-byte aligned (an offset view) runs the fallback, correctly."""
+    _run_and_check(lib, Shape(4096, 4096, 1), "fp32", offset=1, calls=1)
