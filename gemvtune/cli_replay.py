@@ -87,3 +87,44 @@ def study_report(out_dir: str) -> None:
     text = study_markdown(Path(out_dir))
     (Path(out_dir) / "summary.md").write_text(text)
     click.echo(text, nl=False)
+
+
+@cli.command("plot-study")
+@click.option("--storage", required=True, help="the storage a search wrote, e.g. journal:results/nvidia-h200/optuna-journal.log")
+@click.option("--study", "names", multiple=True, required=True,
+              help="a search's study name (its -splitk study is added when present); repeatable")
+@click.option("--out", "out_dir", required=True, help="folder for the PNGs and CSVs")
+def plot_study(storage: str, names: tuple[str, ...], out_dir: str) -> None:
+    """Pictures of searches: convergence (every measured trial, best so far, the seed config) and the
+    parameter importance of each family's study; CSVs of both beside them."""
+    import optuna
+    import pandas as pd
+
+    from .storage import open_store
+    from .studyplots import convergence_rows, importances, plot_convergence, plot_importance
+
+    st = open_store(storage).storage
+    have = {s.study_name for s in optuna.get_all_study_summaries(st, include_best_trial=False)}
+    out = _writable_dir(out_dir)
+    for name in names:
+        if name not in have:
+            raise UsageError(f"no study {name!r} in {storage}")
+        studies = {fam: optuna.load_study(study_name=n, storage=st)
+                   for fam, n in (("gemv", name), ("splitk", f"{name}-splitk")) if n in have}
+        curves = {fam: convergence_rows(s) for fam, s in studies.items()}
+        pd.DataFrame([{"family": f, **r} for f, rows in curves.items() for r in rows]).to_csv(
+            out / f"{name}-convergence.csv", index=False, float_format="%.6g")
+        plot_convergence(curves, out / f"{name}-convergence.png", f"{name}: measured trials and best so far")
+        imp, how = {}, {}
+        for fam, s in studies.items():
+            try:
+                imp[fam], how[fam] = importances(s)
+            except ValueError as e:
+                click.echo(f"{name} {fam}: {e}")
+        if imp:
+            pd.DataFrame([{"family": f, "evaluator": how[f], "param": k, "importance": v}
+                          for f, vals in imp.items() for k, v in vals.items()]).to_csv(
+                out / f"{name}-importance.csv", index=False, float_format="%.4g")
+            plot_importance({f"{f} ({how[f]})": v for f, v in imp.items()}, out / f"{name}-importance.png",
+                            f"{name}: parameter importance over correct measured trials")
+        click.echo(f"{name}: {', '.join(f'{f} {len(c)} measured' for f, c in curves.items())} -> {out}/{name}-*.png")

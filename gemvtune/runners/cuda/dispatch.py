@@ -45,6 +45,9 @@ class Dispatcher:
             nws, ncount = cfg.workspace(shape)
             ws = cp.empty(nws, dtype=cp.float32)
             counters = cp.zeros(ncount, dtype=cp.uint32)
+            # The zeroing ran on CuPy's current stream; the kernels may run on another (torch's, non-
+            # blocking): wait for it once, here, outside any graph capture (a plan is built before).
+            cp.cuda.get_current_stream().synchronize()
         plan = (tuple(kernels), ws, counters, np.int32(shape.M), cfg.vec_elems * 2, cfg)
         self._plans[(shape.M, shape.d, shape.n, dev)] = plan
         return plan
