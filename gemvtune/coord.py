@@ -21,6 +21,7 @@ import os
 import socket
 import threading
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,7 +65,8 @@ class Coordinator:
     # ---- heartbeats ------------------------------------------------------------------------------
     def start_trial(self, trial: optuna.Trial) -> None:
         w = self.worker
-        for k, v in (("worker", w.id), ("host", w.host), ("pid", w.pid), ("device", w.device),
+        # pid and host first: a trial killed before them is only failed after UNSTARTED_S
+        for k, v in (("pid", w.pid), ("host", w.host), ("worker", w.id), ("device", w.device),
                      ("heartbeat", now()), ("claim", None), ("measured", False)):
             trial.set_user_attr(k, v)
         with self._mine_lock:
@@ -125,7 +127,9 @@ class Coordinator:
     def fail_stale(self, study: optuna.Study) -> list[int]:
         """Mark FAIL the running trials of workers that are gone, and re-enqueue them. Returns their numbers."""
         if self.store.kind == "rdb":
-            optuna.storages.fail_stale_trials(study)   # Optuna's heartbeats (retried by the storage's callback)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")   # (experimental API)
+                optuna.storages.fail_stale_trials(study)   # Optuna's heartbeats (retried by the storage's callback)
         failed = []
         w, grace, t_now = self.worker, self.store.grace_s, now()
         for t in study.get_trials(deepcopy=False, states=(RUNNING,)):

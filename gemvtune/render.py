@@ -45,7 +45,7 @@ def render(config: GemvConfig | SplitKConfig, shape: Shape) -> str:
     values = dict(config.to_dict())
     values.update(label=config.label, d=int(shape.d), n=int(shape.n))
     if isinstance(config, GemvConfig):
-        values.update(vec_elems=config.vec_elems, rows=config.rows_per_block)
+        values.update(vec_elems=config.vec_elems, rows=config.rows_per_block, min_blocks=config.min_blocks)
         return _env().get_template("gemv.cu.j2").render(**values)
     values.update(n_tiles=config.n_tiles(shape.n), x_row=config.x_row_halves(shape.d))
     return _env().get_template("splitk_gemm.cu.j2").render(**values)

@@ -79,13 +79,14 @@ def _infeasible(t: optuna.trial.FrozenTrial) -> tuple[float]:
 
 
 class _BruteForce(optuna.samplers.BruteForceSampler):
-    """Optuna's BruteForceSampler, skipping finished trials that never got a parameter (a worker killed
-    between asking for a trial and sampling it leaves one, failed by its heartbeat): the stock sampler
-    puts such a trial at the root of its tree and then refuses every later proposal."""
+    """Optuna's BruteForceSampler, skipping finished trials that did not get every parameter (a worker
+    killed while a trial was sampling leaves one, failed by its heartbeat): the stock sampler puts such
+    a trial at a leaf of its tree and then refuses every later proposal ("param_name mismatch")."""
 
     @staticmethod
     def _populate_tree(tree: Any, trials: list, params: dict[str, Any]) -> None:
-        trials = [t for t in trials if t.params or not t.state.is_finished()]
+        full = max((len(t.params) for t in trials), default=0)   # every gemvtune trial suggests every parameter
+        trials = [t for t in trials if len(t.params) == full or not t.state.is_finished()]
         optuna.samplers.BruteForceSampler._populate_tree(tree, trials, params)
 
 
@@ -175,7 +176,7 @@ def run_search(runner: Any, shape: Shape, opts: SearchOptions, storage: Any, nam
                                     load_if_exists=True)
         known = Coordinator.state(study)[2]
         measured0 += len(known)
-        enqueue_seed(study, fam)
+        enqueue_seed(study, fam, (opts.domains if fam == "gemv" else None) or FAMILIES[fam].domains)
         study.set_user_attr("shape", [shape.M, shape.d, shape.n])
         study.set_user_attr("family", fam)
         if not studies:   # the first study describes the search, for workers that join by name
@@ -213,9 +214,12 @@ def run_search(runner: Any, shape: Shape, opts: SearchOptions, storage: Any, nam
     return result
 
 
-def enqueue_seed(study: optuna.Study, family: str = "gemv") -> None:
-    """The family's seed is the first trial of every study (for gemv: the llama.cpp config)."""
+def enqueue_seed(study: optuna.Study, family: str = "gemv", domains: dict[str, Any] | None = None) -> None:
+    """The family's seed is the first trial of every study (for gemv: the llama.cpp config), over the
+    parameters searched (a replay grid or a test may leave some out)."""
     seed = FAMILIES[family].seed.to_dict()
+    if domains is not None:
+        seed = {k: v for k, v in seed.items() if k in domains}
     if not any(t.params == seed for t in study.get_trials(deepcopy=False)):
         study.enqueue_trial(seed, user_attrs={"enqueued": "llama.cpp" if family == "gemv" else f"{family} seed"})
 
@@ -253,7 +257,12 @@ def optimize(study: optuna.Study, runner: Any, shape: Shape, opts: SearchOptions
     domains = (opts.domains if family == "gemv" else None) or fam.domains
 
     def measured_trial(trial: optuna.Trial) -> float:
-        cfg = fam.config_cls(**{k: trial.suggest_categorical(k, list(v)) for k, v in domains.items()})
+        try:
+            cfg = fam.config_cls(**{k: trial.suggest_categorical(k, list(v)) for k, v in domains.items()})
+        except Exception as e:   # the sampler failed (not the config): this trial is lost, the search goes on
+            trial.set_user_attr("status", "sampler_error")
+            trial.set_user_attr("error", f"{type(e).__name__}: {e}"[:300])
+            raise optuna.TrialPruned(f"sampler error: {e}") from None
         trial.set_user_attr("label", cfg.label)
         why = cfg.invalid_reasons(shape)
         if why:

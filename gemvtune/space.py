@@ -27,7 +27,9 @@ DOMAINS: dict[str, tuple[Any, ...]] = {
     "hint": ("default", "nc", "evict_first"),          # cache hint on W loads
     "x_load": ("ldg", "smem"),                         # x read through L1/__ldg, or staged in smem
     "pdl": ("off", "on"),                              # programmatic dependent launch (W prefetch, then wait)
+    "occ": ("auto", "half", "full"),                   # blocks per SM asked of the compiler (caps registers)
 }
+MAX_THREADS_PER_SM, MAX_BLOCKS_PER_SM = 2048, 32      # sm_90
 
 
 def fp16_max_chain(d: int) -> int:
@@ -49,6 +51,7 @@ class GemvConfig(ConfigBase):
     hint: str = "default"
     x_load: str = "ldg"
     pdl: str = "off"
+    occ: str = "auto"
 
     family = "gemv"
     DOMAINS = DOMAINS
@@ -57,6 +60,16 @@ class GemvConfig(ConfigBase):
     @property
     def vec_elems(self) -> int:
         return VEC_ELEMS[self.vec]
+
+    @property
+    def min_blocks(self) -> int:
+        """``__launch_bounds__``'s minimum blocks per SM: 1 (the compiler's choice of registers), or
+        enough blocks for half / all of an SM's 2048 threads (at most 32 blocks), which caps the
+        registers per thread (e.g. 32 at full occupancy) so that more blocks fit in one wave."""
+        if self.occ == "auto":
+            return 1
+        threads = MAX_THREADS_PER_SM // (2 if self.occ == "half" else 1)
+        return max(1, min(MAX_BLOCKS_PER_SM, threads // self.block))
 
     @property
     def rows_per_block(self) -> int:
@@ -131,6 +144,7 @@ class GemvConfig(ConfigBase):
         return (
             f"b{self.block}.{self.vec}.{self.acc}.t{self.tpr}.u{self.unroll}.k{self.split_k}"
             f".{self.hint}.{self.x_load}" + (".pdl" if self.pdl == "on" else "")
+            + (f".occ{self.occ}" if self.occ != "auto" else "")
         )
 
 

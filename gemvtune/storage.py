@@ -177,13 +177,18 @@ def storage_lock(store: Store, name: str) -> Iterator[None]:
 
 
 def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` of this host still runs (a zombie, dead but not yet reaped, does not)."""
     try:
         os.kill(int(pid), 0)
     except ProcessLookupError:
         return False
     except (PermissionError, OverflowError, ValueError, TypeError):
         return True
-    return True
+    try:
+        with open(f"/proc/{int(pid)}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return True
 
 
 def now() -> float:

@@ -25,11 +25,13 @@ SWEEP_GRID: dict[str, tuple[Any, ...]] = {
     "hint": ("default", "nc", "evict_first"),
     "x_load": ("ldg",),
     "pdl": ("off",),
+    "occ": ("auto",),
 }
 GRID_NOTE = (
     "Left out of the full space (57,600 points before pdl was added) to fit one session's GPU time: block 32 and 1024, "
     "scalar half loads, tpr 2, 4, 512 and 1024, split_k 8 and 16, and x staged in shared memory; "
-    "programmatic dependent launch (pdl=on, added later) is not in the recorded sweeps. "
+    "programmatic dependent launch (pdl=on) and the occupancy lever (occ=half/full), both added later, "
+    "are not in the recorded sweeps. "
     "In the 200-config random samples of the decode suite (2026-11-29) none of these won a shape."
 )
 

@@ -15,7 +15,7 @@ from typing import Any, Iterator
 
 from .errors import UsageError
 from .shapes import Shape
-from .families import config_from_dict
+from .families import FAMILY_NAMES, config_from_dict
 from .space import LLAMA_CPP, GemvConfig
 
 SCHEMA_VERSION = 1
@@ -123,6 +123,10 @@ def record(path: str | Path, shape: Shape, entry: dict[str, Any], device: dict[s
             data["ceiling"] = ceiling
         entry = {"M": shape.M, "d": shape.d, "n": shape.n, "updated": _now(), **entry}
         winner_config(entry)  # never write a config we could not load
+        old = data["entries"].get(entry_key(shape)) or {}
+        for fam in FAMILY_NAMES:  # a family this search left out keeps its best from the earlier search
+            if fam not in entry and isinstance(old.get(fam), dict):
+                entry[fam] = {**old[fam], "kept_from": old[fam].get("kept_from") or old.get("updated")}
         data["entries"][entry_key(shape)] = entry
         _atomic_write_json(path, data)
         return data

@@ -47,8 +47,8 @@ def run_workers(args: list[str], devices: list[str], workers: int) -> None:
         threads.append(th)
     click.echo(f"started {workers} worker(s)" + (f" on GPUs {','.join(devices)}" if devices else " on this host"))
     try:
-        for _, p in procs:
-            p.wait()
+        while any(p.poll() is None for _, p in procs):   # poll all: a dead worker is reaped at once
+            time.sleep(0.2)
     except KeyboardInterrupt:
         for _, p in procs:
             if p.poll() is None:

@@ -8,8 +8,8 @@ if ! command -v pg_ctlcluster > /dev/null || [ -z "$(ls /usr/lib/postgresql 2>/d
   apt-get install -y -q postgresql > /dev/null 2>&1 || { apt-get update -q > /dev/null && apt-get install -y -q postgresql > /dev/null; }
 fi
 ver=$(ls /usr/lib/postgresql | sort -n | tail -1)
-pg_lsclusters -h | grep -q "^$ver main" || pg_createcluster "$ver" main > /dev/null
-pg_ctlcluster "$ver" main start 2> /dev/null || pg_ctlcluster "$ver" main status > /dev/null
+pg_lsclusters -h | grep -q "^$ver main" || pg_createcluster "$ver" main > /dev/null 2>&1
+pg_ctlcluster "$ver" main start > /dev/null 2>&1 || pg_ctlcluster "$ver" main status > /dev/null
 for _ in $(seq 50); do su postgres -c "psql -qAtc 'select 1'" > /dev/null 2>&1 && break; sleep 0.2; done
 su postgres -c "psql -qAtc \"select 1 from pg_roles where rolname='gemvtune'\"" | grep -q 1 || \
   su postgres -c "psql -qc \"create role gemvtune login password 'gemvtune'\""

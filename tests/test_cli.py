@@ -36,7 +36,7 @@ def test_bad_args_one_line_exit_2(args, needle):
 def test_space_summary():
     r = run_cli("space", "--shape", "14336x4096")
     assert r.returncode == 0
-    assert "valid of 115200" in r.stdout and "llama.cpp config" in r.stdout and "invalid, by first reason" in r.stdout
+    assert "valid of 345600" in r.stdout and "llama.cpp config" in r.stdout and "invalid, by first reason" in r.stdout
 
 
 def test_render_prints_source():

@@ -24,7 +24,7 @@ def representative_subset() -> list[tuple[GemvConfig, Shape]]:
         out.append((rng.choice(pool), s))
     s = Shape(1024, 16384)
     v = valid_configs(s)
-    for key in ("split_k", "block", "tpr", "unroll", "pdl"):
+    for key in ("split_k", "block", "tpr", "unroll", "pdl", "occ"):
         for val in DOMAINS[key]:
             pool = [c for c in v if getattr(c, key) == val]
             out.append((rng.choice(pool), s))
@@ -47,8 +47,9 @@ def test_subset_compiles_for_sm90():
     assert not failures
     for (c, s), r in zip(SUBSET, results):
         assert r.resources.registers > 0, c.label
-        assert r.resources.spill_stores == 0 and r.resources.stack_bytes == 0, (c.label, r.resources)
-        assert r.resources.registers <= 255
+        assert r.resources.registers <= min(255, 65536 // (c.block * c.min_blocks)), (c.label, r.resources)
+        if c.occ == "auto":   # (capping registers for occupancy may spill: measured like anything else)
+            assert r.resources.spill_stores == 0 and r.resources.stack_bytes == 0, (c.label, r.resources)
 
 
 def test_cache_hits(tmp_path, monkeypatch):

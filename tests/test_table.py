@@ -149,3 +149,20 @@ def test_batch_entries_dispatch_by_n_and_crossover(tmp_path):
     assert df.floor_us.iloc[0] == pytest.approx(Shape(4096, 4096).bytes_moved / 4600e3)
     paths = plot_crossover(df, tmp_path, "NVIDIA H200")
     assert [x.name for x in paths] == ["crossover-4096x4096.png"] and paths[0].stat().st_size > 10000
+
+
+def test_a_search_of_one_family_keeps_the_other_familys_best(tmp_path):
+    """Re-searching only the GEMV family replaces the winner and the gemv best, and keeps the split-K
+    best of the earlier search, marked with when it was found."""
+    from gemvtune.space_splitk import SPLITK_SEED
+
+    p = tmp_path / "t.json"
+    first = {**_entry(LLAMA_CPP), "gemv": {"label": LLAMA_CPP.label, "us": 10.0},
+             "splitk": {"label": SPLITK_SEED.label, "us": 12.0}}
+    record(p, Shape(4096, 4096), first, DEV)
+    was = json.loads(p.read_text())["entries"]["4096x4096x1"]["updated"]
+    better = GemvConfig(vec="half8", tpr=64, block=128)
+    record(p, Shape(4096, 4096), {**_entry(better, 9.0), "gemv": {"label": better.label, "us": 9.0}}, DEV)
+    e = json.loads(p.read_text())["entries"]["4096x4096x1"]
+    assert e["gemv"]["label"] == better.label and "kept_from" not in e["gemv"]
+    assert e["splitk"]["label"] == SPLITK_SEED.label and e["splitk"]["kept_from"] == was

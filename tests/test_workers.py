@@ -113,17 +113,23 @@ def _kill_one(subsweep, tmp_path, storage_args, storage):
     deadline = time.time() + 120
     while victim is None and time.time() < deadline and p.poll() is None:
         try:
-            running = [t for t in _trials(storage) if t.state.name == "RUNNING" and t.user_attrs.get("claim")]
-        except (KeyError, Exception):   # the study (or the journal's folder) is not there yet
-            running = []
-        measured = sum(1 for t in _trials(storage) if t.user_attrs.get("measured")) if running else 0
-        if measured >= 8 and running:
-            victim = running[0].user_attrs["pid"]
+            trials = _trials(storage)
+        except Exception:   # the study (or the journal's folder) is not there yet
+            trials = []
+        running = [t for t in trials if t.state.name == "RUNNING" and t.user_attrs.get("claim")]
+        if sum(1 for t in trials if t.user_attrs.get("measured")) >= 8 and running:
+            pid, num = running[0].user_attrs["pid"], running[0].number
+            os.kill(pid, signal.SIGSTOP)          # freeze it, then make sure it is still inside that trial
+            if any(t.number == num and t.state.name == "RUNNING" for t in _trials(storage)):
+                victim = pid
+                os.kill(pid, signal.SIGKILL)      # killed mid-measurement, its slot claimed
+            else:
+                os.kill(pid, signal.SIGCONT)
         time.sleep(0.01)
     assert victim is not None, "no worker could be caught mid-trial"
-    os.kill(victim, signal.SIGKILL)
     text, _ = p.communicate(timeout=600)
-    assert p.returncode == 1 and "exit -9" in text, text                     # the parent names the dead worker
+    pids = sorted({t.user_attrs.get("pid") for t in _trials(storage)} - {None})
+    assert p.returncode == 1 and "exit -9" in text, f"victim {victim}, worker pids {pids}\n{text}"  # the parent names it
     trials = _trials(storage)
     try:
         _check_shared(trials, budget)
@@ -223,3 +229,34 @@ def test_gpu_lock_serializes_timing_across_processes():
             time.sleep(1.0)
     assert float(p.communicate(timeout=60)[0]) >= 0.5
     os.unlink(lock.path)
+
+
+def test_exhaustive_sampler_survives_a_trial_killed_while_sampling():
+    """A worker killed between two suggest calls leaves a FAIL trial with some parameters only; the
+    exhaustive sampler must keep proposing (Optuna's stock one raises 'param_name mismatch')."""
+    from optuna.distributions import CategoricalDistribution
+
+    from gemvtune.search import make_sampler
+
+    study = optuna.create_study(sampler=make_sampler("exhaustive", 0))
+    study.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.FAIL, params={"a": 1},
+                                              distributions={"a": CategoricalDistribution([1, 2])}))
+    study.optimize(lambda t: t.suggest_categorical("a", [1, 2]) + t.suggest_categorical("b", [10, 20]), n_trials=4)
+    done = [t.params for t in study.trials if t.state.name == "COMPLETE"]
+    assert sorted((p["a"], p["b"]) for p in done) == [(1, 10), (1, 20), (2, 10), (2, 20)]
+
+
+def test_pid_alive_counts_a_zombie_as_dead():
+    """A killed worker that its parent has not reaped yet is a zombie: its trials must still be failed."""
+    from gemvtune.storage import pid_alive
+
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        with open(f"/proc/{p.pid}/stat") as f:
+            if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                break
+        time.sleep(0.05)
+    assert not pid_alive(p.pid)      # exited, not reaped
+    p.wait()
+    assert not pid_alive(p.pid) and pid_alive(os.getpid())
