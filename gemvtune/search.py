@@ -18,12 +18,12 @@ import optuna
 from .coord import Coordinator
 from .errors import UsageError
 from .runners.base import Measurement, Status
+from .samplers import SAMPLERS, make_sampler  # noqa: F401  (re-exported)
 from .storage import HEARTBEAT_S, Store, make_storage  # noqa: F401  (make_storage: re-exported)
 from .shapes import Shape
 from .families import FAMILIES, FAMILY_NAMES, config_to_dict, family_of, get_family
 from .space import LLAMA_CPP
 
-SAMPLERS = ("tpe", "random", "gp", "exhaustive")
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
@@ -74,48 +74,6 @@ class SearchResult:
     entry: dict[str, Any] = field(default_factory=dict)
 
 
-def _infeasible(t: optuna.trial.FrozenTrial) -> tuple[float]:
-    return (float(t.user_attrs.get("infeasible", 0.0)),)
-
-
-class _BruteForce(optuna.samplers.BruteForceSampler):
-    """Optuna's BruteForceSampler, skipping finished trials that did not get every parameter (a worker
-    killed while a trial was sampling leaves one, failed by its heartbeat): the stock sampler puts such
-    a trial at a leaf of its tree and then refuses every later proposal ("param_name mismatch")."""
-
-    @staticmethod
-    def _populate_tree(tree: Any, trials: list, params: dict[str, Any]) -> None:
-        full = max((len(t.params) for t in trials), default=0)   # every gemvtune trial suggests every parameter
-        trials = [t for t in trials if len(t.params) == full or not t.state.is_finished()]
-        optuna.samplers.BruteForceSampler._populate_tree(tree, trials, params)
-
-
-def make_sampler(name: str, seed: int, n_startup: int = 10, constant_liar: bool = False) -> optuna.samplers.BaseSampler:
-    if name == "tpe":
-        import warnings
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # multivariate TPE is flagged experimental
-            # constant_liar (with several trials in flight, compiles overlapping): running trials count
-            # as bad so the sampler spreads them.
-            return optuna.samplers.TPESampler(seed=seed, n_startup_trials=n_startup, multivariate=True,
-                                              constant_liar=constant_liar)
-    if name == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
-    if name == "gp":
-        try:
-            import scipy  # noqa: F401
-            import torch  # noqa: F401  (Optuna's GP sampler runs on torch and scipy)
-        except ImportError as e:
-            raise UsageError(f"the gp sampler needs torch and scipy ({e.name} is missing)") from None
-        # GP ignores pruned trials and would keep proposing invalid configs: they come back as
-        # completed-but-infeasible trials instead (see optimize), which its constraint model learns.
-        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=n_startup, constraints_func=_infeasible)
-    if name == "exhaustive":
-        return _BruteForce(seed=seed)
-    raise UsageError(f"unknown sampler {name!r}; choose one of {', '.join(SAMPLERS)}")
-
-
 def study_name(shape: Shape, gpu_slug: str, family: str = "gemv") -> str:
     base = f"gemvtune-{gpu_slug}-{shape.M}x{shape.d}x{shape.n}"
     return base if family == "gemv" else f"{base}-{family}"
@@ -137,15 +95,6 @@ def _attrs(m: Measurement) -> dict[str, Any]:
         out[k] = None if isinstance(v, float) and math.isnan(v) else v
     out["label"] = m.name
     return out
-
-
-def _known(study: optuna.Study) -> dict[str, tuple[int, str, float | None]]:
-    """label -> (trial number, status, value) of every measured trial already in the study."""
-    known = {}
-    for t in study.get_trials(deepcopy=False):
-        if t.user_attrs.get("measured") and t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED):
-            known.setdefault(t.user_attrs["label"], (t.number, t.user_attrs.get("status", "?"), t.value))
-    return known
 
 
 def local_coordinator(storage: Any) -> Coordinator:
