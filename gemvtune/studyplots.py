@@ -39,8 +39,10 @@ def importances(study: optuna.Study) -> tuple[dict[str, float], str]:
     view.add_trials(ok)   # only real measurements (duplicates and infeasible answers left out)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for ev in (optuna.importance.FanovaImportanceEvaluator(seed=0), optuna.importance.PedAnovaImportanceEvaluator()):
+        for make in (lambda: optuna.importance.FanovaImportanceEvaluator(seed=0),   # needs scikit-learn
+                     optuna.importance.PedAnovaImportanceEvaluator):
             try:
+                ev = make()
                 imp = optuna.importance.get_param_importances(view, evaluator=ev)
                 return {k: float(v) for k, v in imp.items()}, type(ev).__name__.replace("ImportanceEvaluator", "")
             except Exception:   # e.g. a parameter with a single value everywhere

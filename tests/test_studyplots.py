@@ -76,3 +76,24 @@ def test_optuna_dashboard_opens_the_journal(tmp_path):
     finally:
         p.kill()
         p.wait()
+
+
+def test_importance_falls_back_without_fanova(tmp_path, monkeypatch):
+    """fANOVA needs scikit-learn; without it the importances come from PED-ANOVA."""
+    import optuna
+
+    from gemvtune.studyplots import importances
+
+    def no_sklearn(*a, **k):
+        raise ImportError("No module named 'sklearn'")
+
+    monkeypatch.setattr(optuna.importance, "FanovaImportanceEvaluator", no_sklearn)
+    study = optuna.create_study()
+    for i in range(12):
+        study.add_trial(optuna.trial.create_trial(
+            params={"a": i % 3, "b": i % 2}, value=float(i % 3) + 0.01 * i,
+            distributions={"a": optuna.distributions.CategoricalDistribution([0, 1, 2]),
+                           "b": optuna.distributions.CategoricalDistribution([0, 1])},
+            user_attrs={"status": "ok", "measured": True}))
+    imp, how = importances(study)
+    assert how == "PedAnova" and set(imp) <= {"a", "b"} and imp
