@@ -49,10 +49,6 @@ class Store:
         return GRACE_FACTOR * self.heartbeat_s
 
     @property
-    def has_lock(self) -> bool:
-        return self.kind in ("journal", "memory") or (self.kind == "rdb" and self.dialect in ("postgresql", "sqlite", "mysql"))
-
-    @property
     def dialect(self) -> str:
         return self.storage.engine.dialect.name if self.kind == "rdb" else ""
 

@@ -3,6 +3,8 @@ and via torch in a CUDA graph."""
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 from ...shapes import Shape
 from ...timing import error_bound
 from ..base import Measurement, Status
@@ -12,6 +14,37 @@ from ._cupy import cp
 def _cublas(W, x):
     """W x for x [d] (a GEMV call), X W^T for X [n, d] (a GEMM with W transposed in place)."""
     return cp.matmul(W, x) if x.ndim == 1 else cp.matmul(x, W.T)
+
+
+def torch_graph(torch: Any, warm: Callable[[], Any], body: Callable[[], Any]) -> tuple[Any, Any]:
+    """Run ``warm`` on a side stream (cuBLAS picks its kernels and workspace outside the capture), then
+    capture ``body`` in a torch CUDA graph; returns (graph, what body returned during the capture)."""
+    cp.cuda.Device().synchronize()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        warm()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = body()
+    return g, out
+
+
+def torch_replay_times(torch: Any, g: Any, replays: int, per: int = 1, warmup: int = 0) -> list[float]:
+    """Replay a torch CUDA graph (after ``warmup`` untimed replays) between torch events; µs per
+    replay divided by ``per`` (the calls it holds)."""
+    for _ in range(warmup):
+        g.replay()
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    out = []
+    for _ in range(replays):
+        e0.record()
+        g.replay()
+        e1.record()
+        e1.synchronize()
+        out.append(e0.elapsed_time(e1) * 1000.0 / per)
+    return out
 
 
 class BaselinesMixin:
@@ -58,26 +91,10 @@ class BaselinesMixin:
             Wt = [torch.from_dlpack(w) for w in b.W]
             xt = [torch.from_dlpack(x).view(shape.n, shape.d) for x in b.x]
             n = self.launches(shape, b.copies)
-            cp.cuda.Device().synchronize()
-            side = torch.cuda.Stream()
-            with torch.cuda.stream(side):
-                for i in range(3):
-                    torch.nn.functional.linear(xt[i % b.copies], Wt[i % b.copies])
-            torch.cuda.synchronize()
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                for i in range(n):
-                    torch.nn.functional.linear(xt[i % b.copies], Wt[i % b.copies])
-            for _ in range(self.warmup):
-                g.replay()
-            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            t = []
-            for _ in range(self.replays):
-                e0.record()
-                g.replay()
-                e1.record()
-                e1.synchronize()
-                t.append(e0.elapsed_time(e1) * 1000.0 / n)
+            def calls(k: int) -> list:
+                return [torch.nn.functional.linear(xt[i % b.copies], Wt[i % b.copies]) for i in range(k)]
+            g, _ = torch_graph(torch, lambda: calls(3), lambda: calls(n))
+            t = torch_replay_times(torch, g, self.replays, n, warmup=self.warmup)
             del g
             torch.cuda.empty_cache()
         except Exception as e:

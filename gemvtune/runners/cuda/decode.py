@@ -15,6 +15,7 @@ from typing import Any, Callable
 from ...shapes import Shape
 from ...timing import error_bound
 from ._cupy import _rand_half, cp
+from .baselines import torch_graph, torch_replay_times
 
 
 def free_bytes() -> int:
@@ -88,19 +89,7 @@ class DecodeStepBench:
                 g = s.end_capture()
         self._keep.append(g)
         self.methods[impl] = "graph"
-
-        def timer(replays: int) -> list[float]:
-            out = []
-            with s:
-                e0, e1 = cp.cuda.Event(), cp.cuda.Event()
-                for _ in range(replays):
-                    e0.record(s)
-                    g.launch(s)
-                    e1.record(s)
-                    e1.synchronize()
-                    out.append(cp.cuda.get_elapsed_time(e0, e1) * 1000.0)
-            return out
-        self._timers[impl] = timer
+        self._timers[impl] = lambda replays: self.runner.replay_times(g, replays)
 
     # ---- cuBLAS ---------------------------------------------------------------------------------
     def capture_cublas(self, impl: str = "cublas") -> str:
@@ -122,32 +111,14 @@ class DecodeStepBench:
             return self.methods[impl]
         Wt = [torch.from_dlpack(w) for w in self.W]
         xt = [torch.from_dlpack(x).view(1, -1) for x in self.x]
-        cp.cuda.Device().synchronize()
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(2):
-                for w, x in zip(Wt, xt):
-                    torch.nn.functional.linear(x, w)
-        torch.cuda.synchronize()
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            outs = [torch.nn.functional.linear(x, w) for w, x in zip(Wt, xt)]
+
+        def linears() -> list:
+            return [torch.nn.functional.linear(x, w) for w, x in zip(Wt, xt)]
+        g, outs = torch_graph(torch, lambda: [linears() for _ in range(2)], linears)
         self.y[impl] = [cp.from_dlpack(o.view(-1)) for o in outs]
         self._keep += [g, Wt, xt, outs]
         self.methods[impl] = "graph (torch F.linear)"
-
-        def timer(replays: int) -> list[float]:
-            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            out = []
-            for _ in range(replays):
-                e0.record()
-                g.replay()
-                e1.record()
-                e1.synchronize()
-                out.append(e0.elapsed_time(e1) * 1000.0)
-            return out
-        self._timers[impl] = timer
+        self._timers[impl] = lambda replays: torch_replay_times(torch, g, replays)
         return self.methods[impl]
 
     def _spin(self, step: Callable[[int], None], replays: int) -> list[float]:

@@ -144,14 +144,21 @@ class CudaRunner(VerifyMixin, BaselinesMixin):
                 g = s.end_capture()
             for _ in range(self.warmup):
                 g.launch(s)
+        return self.replay_times(g, self.replays, n)
+
+    def replay_times(self, g: Any, replays: int, per: int = 1) -> list[float]:
+        """Replay a captured CuPy graph ``replays`` times on the runner's stream, each between two
+        events; µs per replay divided by ``per`` (the launches it holds)."""
+        s = self.stream
+        out = []
+        with s:
             e0, e1 = cp.cuda.Event(), cp.cuda.Event()
-            out = []
-            for _ in range(self.replays):
+            for _ in range(replays):
                 e0.record(s)
                 g.launch(s)
                 e1.record(s)
                 e1.synchronize()
-                out.append(cp.cuda.get_elapsed_time(e0, e1) * 1000.0 / n)
+                out.append(cp.cuda.get_elapsed_time(e0, e1) * 1000.0 / per)
         return out
 
     def time_spin(self, op: Callable[[int], None], n: int) -> list[float]:
