@@ -17,7 +17,7 @@ __all__ = [
     "sample_configs", "valid_configs", "SplitKConfig", "SPLITK_SEED",
 ]
 
-_TORCH_NAMES = ("GemvLinear", "restore_linears", "swap_linears")
+_TORCH_NAMES = ("GemvLinear", "explain", "format_explain", "restore_linears", "swap_linears")
 
 
 def __getattr__(name: str):

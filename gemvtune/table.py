@@ -135,8 +135,14 @@ def record(path: str | Path, shape: Shape, entry: dict[str, Any], device: dict[s
 class Table:
     """A loaded table. ``gemv(W, x)`` runs the tuned kernel for W's shape."""
 
-    def __init__(self, data: dict[str, Any], path: str | None = None, strict_gpu: bool = False):
-        self.data, self.path, self.strict_gpu = data, path, strict_gpu
+    def __init__(self, data: dict[str, Any], path: str | None = None, strict_gpu: bool = False,
+                 policy: str = "fastest"):
+        from .route import POLICIES
+
+        if policy not in POLICIES:
+            raise UsageError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
+        self.data, self.path, self.strict_gpu, self.policy = data, path, strict_gpu, policy
+        self._routes: dict[tuple[int, int, int, str, str], Any] = {}
         self._configs: dict[tuple[int, int, int], Any] = {
             (int(e["M"]), int(e["d"]), int(e.get("n", 1))): winner_config(e) for e in data["entries"].values()
         }
@@ -152,8 +158,23 @@ class Table:
     def shapes(self) -> list[Shape]:
         return [Shape(*k) for k in sorted(self._configs)]
 
+    def keys(self) -> list[tuple[int, int, int]]:
+        """(M, d, n) of every entry."""
+        return sorted(self._configs)
+
     def entry(self, shape: Shape) -> dict[str, Any] | None:
         return self.data["entries"].get(entry_key(shape))
+
+    def route(self, M: int, d: int, n: int, framework: str = "torch", out: str = "fp32") -> Any:
+        """The ``gemvtune.route.Route`` of an (M, d, n) call under this table's policy (cached): the
+        tuned kernel or cuBLAS, whichever the table measured faster (see ``gemvtune.route``)."""
+        key = (M, d, n, framework, out)
+        r = self._routes.get(key)
+        if r is None:
+            from .route import choose
+
+            r = self._routes[key] = choose(self, M, d, n, framework, self.policy, out)
+        return r
 
     def lookup(self, shape: Shape) -> tuple[Any, str]:
         """(config, how): the tuned winner (of either family) for (M, d, n); else the winner tuned for
@@ -191,17 +212,28 @@ class Table:
                           stacklevel=3)
         return cfg
 
-    def gemv(self, W: Any, x: Any, out: Any = None) -> Any:
-        """y = W x with the tuned kernel; W [M, d] and x [d] (or X [n, d], n <= 16: Y = X W^T) FP16 on
-        one CUDA device (CuPy arrays or torch tensors), out (optional) [M] (or [n, M]) FP32. Returns out (a CuPy array, or a torch tensor for torch
-        input). Works inside CUDA graph capture once each shape has run once outside it."""
+    def gemv(self, W: Any, x: Any, out: Any = None, bias: Any = None, out_dtype: str = "fp32") -> Any:
+        """y = W x (+ bias); W [M, d] and x [d] (or X [n, d], n <= 16: Y = X W^T) FP16 on one CUDA
+        device (CuPy arrays or torch tensors), bias (optional) [M] FP16, out (optional) [M] (or
+        [n, M]) of ``out_dtype`` (``fp32`` or ``fp16``). Runs the table's route for (M, d, n): the
+        tuned kernel with the bias and the output cast fused into it, or cuBLAS (``F.linear`` /
+        ``cupy.matmul``, FP16 result, then cast) where the table measured cuBLAS faster or lacks the
+        shape (policy ``fastest``, the default; ``load_table(..., policy="tuned")`` always runs a
+        gemvtune kernel). Returns out (a CuPy array, or a torch tensor for torch input). Works inside
+        CUDA graph capture once each shape has run once outside it."""
+        if type(W).__module__.split(".")[0] == "torch":
+            from .torch_op import table_gemv
+
+            if not self._gpu_checked:
+                self._check_gpu(_torch_device_name(W))
+            return table_gemv(self, W, x, out, bias, out_dtype)
         if self._dispatch is None:
             from .runners.cuda import Dispatcher
 
             self._dispatch = Dispatcher()
         if not self._gpu_checked:
             self._check_gpu(self._dispatch.device_name())
-        return self._dispatch.gemv(self, W, x, out)
+        return self._dispatch.gemv(self, W, x, out, bias, out_dtype)
 
     def _check_gpu(self, name: str) -> None:
         self._gpu_checked = True
@@ -213,6 +245,14 @@ class Table:
             warnings.warn("gemvtune: " + msg, stacklevel=3)
 
 
-def load_table(path: str | Path, strict_gpu: bool = False) -> Table:
-    """Load a table written by ``gemvtune search``; any problem is one clear UsageError."""
-    return Table(_read(Path(path)), str(path), strict_gpu)
+def _torch_device_name(t: Any) -> str:
+    import torch
+
+    return torch.cuda.get_device_name(t.device) if t.is_cuda else "cpu"
+
+
+def load_table(path: str | Path, strict_gpu: bool = False, policy: str = "fastest") -> Table:
+    """Load a table written by ``gemvtune search``; any problem is one clear UsageError. ``policy``:
+    ``fastest`` (default) runs, per (M, d, n), whichever of the tuned kernel and cuBLAS the table
+    measured faster, and cuBLAS for shapes it lacks; ``tuned`` always runs a gemvtune kernel."""
+    return Table(_read(Path(path)), str(path), strict_gpu, policy)

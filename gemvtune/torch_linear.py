@@ -10,10 +10,12 @@ This is the only gemvtune module that imports torch; ``import gemvtune`` does no
     ...                                       # (now capturable in torch.cuda.graph)
     restore_linears(model)                    # the original nn.Linear objects are back
 
-CUDA graphs: the table's dispatcher compiles a kernel and allocates its workspace the first time it
-sees a shape (M, d, n); that must happen outside capture. Run the model once with every batch size you
+CUDA graphs: a layer compiles its kernel and allocates its workspace (a ``LaunchPlan``) the first time
+it sees a batch size n; that must happen outside capture. Run the model once with every batch size you
 will capture (on a side stream, as PyTorch's CUDA-graph documentation asks for any warm-up) before
-``torch.cuda.graph(...)``.
+``torch.cuda.graph(...)``; ``torch.compile(mode="reduce-overhead")`` warms up by itself.
+
+``explain(model)`` says, per linear layer, whether it runs a tuned kernel or falls back, and why.
 """
 
 from __future__ import annotations
@@ -24,19 +26,20 @@ import torch
 import torch.nn.functional as F
 
 from .shapes import MAX_BATCH
-
-_ALIGN = 16  # bytes: the widest vector load of any tuned kernel (half8); the dispatcher checks it too
+from .torch_op import _ALIGN, register_table, run_linear
 
 
 class GemvLinear(torch.nn.Module):
     """Wraps an ``nn.Linear``: holds the *same* weight and bias Parameters (registered under the same
     names, so ``state_dict`` keys do not change) and the original module, for ``restore_linears``.
 
-    ``forward(x)`` runs ``table.gemv`` (FP32 accumulate and output), adds the bias in FP32 and casts
-    to FP16 when x and the weight are FP16 on one CUDA device, the weight is contiguous, both are
-    16-byte aligned, 1 <= n <= max_batch for the flattened batch n = x.numel() // in_features, and no
-    gradient is needed (``torch.no_grad()``/``inference_mode()``, or weights without requires_grad).
-    Anything else (CPU, FP32/BF16, larger batches, training) is ``F.linear(x, weight, bias)``, unchanged.
+    ``forward(x)`` computes ``F.linear(x, weight, bias)`` (FP16 out, bias and cast fused into the tuned
+    kernel) through the table's route for (M, d, n), n = x.numel() // in_features: the tuned kernel
+    where the table measured it faster than cuBLAS, else ``F.linear`` itself. Anything the kernels
+    cannot take is ``F.linear`` too: CPU, FP32/BF16, n > max_batch, a gradient needed, a weight not
+    contiguous or not 16-byte aligned. Eager calls launch directly (``torch_op.run_linear``); under
+    ``torch.compile`` the layer is the custom op ``torch.ops.gemvtune.linear``, so
+    ``fullgraph=True`` traces it and Inductor's CUDA graphs capture its kernels.
     """
 
     def __init__(self, linear: torch.nn.Linear, table: Any, max_batch: int = MAX_BATCH):
@@ -49,6 +52,11 @@ class GemvLinear(torch.nn.Module):
         self.register_parameter("weight", linear.weight)
         self.register_parameter("bias", linear.bias)
         self.table, self.max_batch = table, max_batch
+        self._tid = register_table(table)
+        # Route per n (index 0 unused), decided once from the table's measurements: a constant that
+        # torch.compile reads without tracing the table.
+        self._tuned = (False,) + tuple(table.route(self.out_features, self.in_features, n, "torch", "fp16").tuned
+                                       for n in range(1, max_batch + 1))
         self._original = (linear,)  # a tuple: not registered as a submodule (state_dict keys stay the same)
 
     @property
@@ -59,30 +67,36 @@ class GemvLinear(torch.nn.Module):
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"bias={self.bias is not None}, max_batch={self.max_batch}")
 
-    def _fast(self, x: torch.Tensor) -> bool:
-        w = self.weight
-        if not (x.is_cuda and x.dtype == torch.float16 and w.dtype == torch.float16 and x.device == w.device):
-            return False
-        if x.dim() == 0 or x.shape[-1] != self.in_features or not w.is_contiguous():
-            return False
-        if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad
-                                        or (self.bias is not None and self.bias.requires_grad)):
-            return False  # the tuned kernels have no backward: autograd gets F.linear
-        n = x.numel() // self.in_features
-        return 1 <= n <= self.max_batch and w.data_ptr() % _ALIGN == 0
+    def static_reason(self) -> str:
+        """Why no call of this layer can run a tuned kernel ("" when some can): what the weight is."""
+        w, b = self.weight, self.bias
+        if not w.is_cuda:
+            return f"weight on {w.device}, not a CUDA device"
+        if w.dtype != torch.float16:
+            return f"weight is {str(w.dtype).replace('torch.', '')}; the tuned kernels are FP16"
+        if not w.is_contiguous():
+            return "weight is not contiguous"
+        if w.data_ptr() % _ALIGN:
+            return f"weight is not {_ALIGN}-byte aligned"
+        if b is not None and (b.dtype != w.dtype or not b.is_contiguous() or b.device != w.device):
+            return "bias is not a contiguous FP16 vector on the weight's device"
+        return ""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self._fast(x):
-            return F.linear(x, self.weight, self.bias)
+        w, b = self.weight, self.bias
         k = self.in_features
+        if not (x.is_cuda and x.dtype == torch.float16 and w.dtype == torch.float16 and x.device == w.device
+                and x.dim() > 0 and x.shape[-1] == k and w.is_contiguous()
+                and (b is None or (b.dtype == torch.float16 and b.is_contiguous()))):
+            return F.linear(x, w, b)
+        if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad or (b is not None and b.requires_grad)):
+            return F.linear(x, w, b)  # the tuned kernels have no backward: autograd gets F.linear
         n = x.numel() // k
-        xv = x.reshape(k) if n == 1 else x.reshape(n, k)
-        if not xv.is_contiguous() or xv.data_ptr() % _ALIGN:
-            xv = xv.clone(memory_format=torch.contiguous_format)  # fresh allocations are aligned
-        y = self.table.gemv(self.weight.detach(), xv.detach())  # FP32 [M] (n = 1) or [n, M]; same memory
-        if self.bias is not None:
-            y.add_(self.bias)  # in FP32
-        return y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
+        if n > self.max_batch or not self._tuned[n]:
+            return F.linear(x, w, b)  # cuBLAS measured faster for this n, or the table lacks it
+        if torch.compiler.is_compiling():
+            return torch.ops.gemvtune.linear(x, w, b, self._tid)
+        return run_linear(x, w, b, self.table, self._tid)
 
 
 def _linear_children(model: torch.nn.Module):
@@ -127,3 +141,49 @@ def restore_linears(model: torch.nn.Module) -> list[str]:
         setattr(parent, cname, orig)
         names.append(name)
     return names
+
+
+def explain(model: torch.nn.Module, n: int = 1) -> list[dict[str, Any]]:
+    """Per linear layer of ``model`` (swapped or not), what a call with n rows runs and why: a dict
+    with ``name, M, d, bias, route`` ("tuned", "cublas": ``F.linear`` chosen from the table's
+    measurements, or "F.linear": the layer cannot run a tuned kernel), ``why``, ``tuned_us`` and
+    ``cublas_us`` (the table's measurements behind the choice, or None)."""
+    if not 1 <= n <= MAX_BATCH:
+        raise ValueError(f"n must be in 1..{MAX_BATCH}, got {n}")
+    rows = []
+    for name, mod in model.named_modules():
+        if isinstance(mod, GemvLinear):
+            row = {"name": name, "M": mod.out_features, "d": mod.in_features, "bias": mod.bias is not None,
+                   "tuned_us": None, "cublas_us": None}
+            why = mod.static_reason()
+            if why:
+                rows.append({**row, "route": "F.linear", "why": why})
+                continue
+            if n > mod.max_batch:
+                rows.append({**row, "route": "F.linear", "why": f"n={n} above this layer's max_batch={mod.max_batch}"})
+                continue
+            r = mod.table.route(mod.out_features, mod.in_features, n, "torch", "fp16")
+            rows.append({**row, "route": "tuned" if r.tuned else "cublas", "why": r.why,
+                         "tuned_us": r.tuned_us, "cublas_us": r.cublas_us})
+        elif type(mod) is torch.nn.Linear:
+            rows.append({"name": name, "M": mod.out_features, "d": mod.in_features, "bias": mod.bias is not None,
+                         "route": "F.linear", "why": "not swapped (swap_linears left it, or a filter excluded it)",
+                         "tuned_us": None, "cublas_us": None})
+    return rows
+
+
+def format_explain(rows: list[dict[str, Any]]) -> str:
+    """A short text summary of ``explain``'s rows: counts per route, then one line per distinct
+    (M, d, route, why) with the layers it covers."""
+    from collections import Counter, defaultdict
+
+    counts = Counter(r["route"] for r in rows)
+    lines = [f"{len(rows)} linear layers: " + ", ".join(f"{counts[k]} {k}" for k in ("tuned", "cublas", "F.linear")
+                                                        if counts[k])]
+    groups: dict[tuple, list[str]] = defaultdict(list)
+    for r in rows:
+        groups[(r["M"], r["d"], r["route"], r["why"])].append(r["name"].rsplit(".", 1)[-1])
+    for (M, d, route, why), names in groups.items():
+        kinds = ", ".join(sorted(set(names)))
+        lines.append(f"  {M}x{d} {route:8s} x{len(names):<4d} [{kinds}] {why}")
+    return "\n".join(lines)

@@ -30,8 +30,7 @@ def main() -> None:
     for text in a.shape:
         s = parse_shape(text)
         cfg = config_from_dict({"family": "gemv", **table.entry(s)["gemv"]["config"]})
-        _, kernels = r.prepare(cfg, s)
-        launch = r._launcher(kernels, cfg, s)
+        launch = r.launcher(cfg, s)
         b = r.buffers(s)
         for i in range(a.launches):
             launch(b.W[i % b.copies], b.x[i % b.copies], b.y[i % b.copies])

@@ -14,8 +14,11 @@ torch = pytest.importorskip("torch", reason="torch is not installed (the PyTorch
 nn = torch.nn
 F = torch.nn.functional
 
+from gemvtune import torch_op  # noqa: E402
+from gemvtune.route import Route  # noqa: E402
+from gemvtune.space import GemvConfig  # noqa: E402
 from gemvtune.table import load_table  # noqa: E402
-from gemvtune.torch_linear import GemvLinear, restore_linears, swap_linears  # noqa: E402
+from gemvtune.torch_linear import GemvLinear, explain, format_explain, restore_linears, swap_linears  # noqa: E402
 
 TABLE = ROOT / "results" / "nvidia-h200" / "table.json"
 
@@ -92,7 +95,7 @@ def test_swap_restore_identity_and_cpu_fallback(table):
     assert list(m.state_dict()) == keys                       # same keys: checkpoints still load
     assert sum(1 for _ in m.parameters()) == sum(1 for mod in originals.values() for _ in mod.parameters())
     assert torch.equal(_forward(m, x), ref)                   # CPU: F.linear, bit for bit
-    assert table._dispatch is None                            # the GPU path was never touched
+    assert table._dispatch is None and not torch_op._FAST     # the GPU path was never touched
 
     assert sorted(restore_linears(m)) == sorted(originals)
     for n, mod in originals.items():
@@ -148,40 +151,112 @@ def test_subclasses_and_root_are_left_alone(table):
 
 
 class _FakeTable:
-    """Stands in for Table.gemv on the CPU: FP32 [M] for x [d], [n, M] for X [n, d], like the dispatcher."""
+    """Routes every n in ``tuned`` to a tuned kernel, the rest to cuBLAS (like a table's measurements)."""
 
-    def __init__(self):
-        self.calls = []
+    def __init__(self, tuned=range(1, 17)):
+        self.tuned = set(tuned)
 
-    def gemv(self, W, x, out=None):
-        assert x.is_contiguous() and x.dim() in (1, 2) and x.dtype == W.dtype
-        self.calls.append(tuple(x.shape))
-        return W.float() @ x.float() if x.dim() == 1 else x.float() @ W.float().T
+    def route(self, M, d, n, framework="torch", out="fp32"):
+        if n in self.tuned:
+            return Route("tuned", GemvConfig(), f"tuned at n={n}", 1.0, 2.0)
+        return Route("cublas", None, f"cuBLAS at n={n}", 3.0, 2.0)
 
 
-def test_fast_path_shapes_bias_and_cast(monkeypatch):
-    """The fast path's plumbing (flatten, FP32 bias, cast, reshape) with the device check bypassed."""
-    monkeypatch.setattr(GemvLinear, "_fast", lambda self, x: x.shape[-1] == self.in_features
-                        and 1 <= x.numel() // self.in_features <= self.max_batch)
+class _HostPlan:
+    """A plan whose launch computes on host memory through the raw pointers it is given (CPU tensors
+    have real host addresses), so the pointer, shape and epilogue plumbing of run_linear is checked."""
+
+    def __init__(self, M, d, n, bias):
+        self.M, self.d, self.n, self.bias, self.calls = M, d, n, bias, []
+
+    def launch(self, W, x, y, bias, stream):
+        import ctypes
+
+        import numpy as np
+
+        def view(ptr, count):
+            return np.ctypeslib.as_array((ctypes.c_uint16 * count).from_address(ptr)).view(np.float16)
+
+        w = view(W, self.M * self.d).reshape(self.M, self.d).astype(np.float64)
+        xv = view(x, self.n * self.d).reshape(self.n, self.d).astype(np.float64)
+        acc = xv @ w.T + (view(bias, self.M).astype(np.float64) if bias else 0.0)
+        view(y, self.n * self.M)[:] = acc.reshape(-1).astype(np.float16)
+        self.calls.append((W, x, y, bias))
+
+
+def test_run_linear_plumbing_shapes_bias_and_strides(monkeypatch):
+    """run_linear on host tensors with a host 'plan': flattening, fresh output, bias, strided x."""
+    plans = {}
+
+    def fake_plan(tid, table, config, M, d, n, bias, out, dev, stream):
+        assert out == "fp16" and isinstance(config, GemvConfig)
+        return plans.setdefault((M, d, n, bias), _HostPlan(M, d, n, bias))
+
+    monkeypatch.setattr(torch_op, "_plan", fake_plan)
+    monkeypatch.setattr(torch_op, "_raw_stream", lambda dev: 0)
+    table = _FakeTable(tuned={1, 3, 4})
     torch.manual_seed(2)
-    fake = _FakeTable()
     for bias in (True, False):
-        lin = nn.Linear(16, 8, bias=bias)
-        g = GemvLinear(lin.half(), fake)
-        for shape, seen in (((16,), (16,)), ((1, 16), (16,)), ((1, 1, 16), (16,)), ((3, 16), (3, 16)),
-                            ((2, 2, 16), (4, 16)), ((16, 16), (16, 16))):
+        lin = nn.Linear(16, 8, bias=bias).half()
+        b = lin.bias.detach() if bias else None
+        w = lin.weight.detach()
+        for shape in ((16,), (1, 16), (1, 1, 16), (3, 16), (2, 2, 16)):
             x = torch.randn(shape).half()
-            y = g(x)
-            ref = (F.linear(x.float(), lin.weight.float(), lin.bias.float() if bias else None)).half()
+            y = torch_op.run_linear(x, w, b, table)
+            ref = F.linear(x.float(), w.float(), b.float() if bias else None)
             assert y.shape == shape[:-1] + (8,) and y.dtype == torch.float16
-            assert torch.allclose(y.float(), ref.float(), atol=1e-3), shape
-            assert fake.calls[-1] == seen
-        x = torch.randn(16, 2).half()[:, 0]                  # strided: copied to a contiguous x first
-        assert torch.allclose(g(x).float(), F.linear(x.float(), lin.weight.float(),
-                                                     lin.bias.float() if bias else None), atol=1e-2)
-    n = len(fake.calls)
-    g(torch.randn(17, 16).half())                             # n = 17 > 16: F.linear
-    assert len(fake.calls) == n
+            assert torch.allclose(y.float(), ref, atol=2e-2), shape
+        x = torch.randn(16, 2).half()[:, 0]                      # strided: copied to a contiguous x first
+        assert torch.allclose(torch_op.run_linear(x, w, b, table).float(),
+                              F.linear(x.float(), w.float(), b.float() if bias else None), atol=2e-2)
+    calls = sum(len(p.calls) for p in plans.values())
+    y = torch_op.run_linear(torch.randn(2, 16).half(), w, None, table)  # n = 2: cuBLAS route, F.linear
+    assert y.shape == (2, 8) and sum(len(p.calls) for p in plans.values()) == calls
+    torch_op.run_linear(torch.randn(17, 16).half(), w, None, table)    # n = 17 > 16: F.linear
+    assert sum(len(p.calls) for p in plans.values()) == calls
+
+
+def test_layer_routes_per_batch_size_come_from_the_table():
+    g = GemvLinear(nn.Linear(16, 8).half(), _FakeTable(tuned={1, 2, 8}), max_batch=8)
+    assert [n for n in range(1, 9) if g._tuned[n]] == [1, 2, 8] and len(g._tuned) == 9
+
+
+def test_op_fake_implementation_and_shape_rules():
+    """The fake (meta) implementation gives torch.compile the output's shape and dtype."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    op = torch.ops.gemvtune.linear
+    w = torch.empty(24, 32, device="meta", dtype=torch.float16)
+    for xs in ((32,), (1, 32), (4, 32), (2, 3, 32)):
+        y = op(torch.empty(xs, device="meta", dtype=torch.float16), w, None, 0)
+        assert y.shape == xs[:-1] + (24,) and y.dtype == torch.float16 and y.device.type == "meta"
+    with FakeTensorMode():
+        x = torch.empty(2, 32, device="cuda", dtype=torch.float16)
+        y = op(x, torch.empty(24, 32, device="cuda", dtype=torch.float16),
+               torch.empty(24, device="cuda", dtype=torch.float16), 0)
+        assert y.shape == (2, 24) and y.device.type == "cuda" and y.dtype == torch.float16
+    with pytest.raises(Exception, match="does not match"):
+        op(torch.empty(2, 31, device="meta", dtype=torch.float16), w, None, 0)
+    with pytest.raises(Exception, match="bias"):
+        op(torch.empty(2, 32, device="meta", dtype=torch.float16), w,
+           torch.empty(23, device="meta", dtype=torch.float16), 0)
+    assert torch_op.register_table(w) == torch_op.register_table(w)      # one id per table object
+
+
+def test_explain_says_what_runs_and_why(monkeypatch):
+    monkeypatch.setattr(GemvLinear, "static_reason", lambda self: "" if self.weight.dtype == torch.float16
+                        else "weight is float32; the tuned kernels are FP16")
+    m = nn.Sequential(nn.Linear(16, 8).half(), nn.Linear(8, 8).half(), nn.Linear(8, 4))
+    swap_linears(m, _FakeTable(tuned={1}), filter=lambda name, mod: name != "1")
+    rows = {r["name"]: r for r in explain(m, n=1)}
+    assert rows["0"]["route"] == "tuned" and rows["0"]["tuned_us"] == 1.0
+    assert rows["1"]["route"] == "F.linear" and "not swapped" in rows["1"]["why"]
+    assert rows["2"]["route"] == "F.linear" and "float32" in rows["2"]["why"]
+    assert {r["name"]: r["route"] for r in explain(m, n=2)}["0"] == "cublas"
+    text = format_explain(explain(m))
+    assert text.startswith("3 linear layers: 1 tuned, 2 F.linear") and "8x16" in text
+    with pytest.raises(ValueError):
+        explain(m, n=17)
 
 
 # ---------------------------------------------------------------------------------------------- GPU
@@ -193,6 +268,15 @@ def _close(y, ref, tol=2e-2):
     return err / scale
 
 
+def _h200_table():
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA here")
+    table = load_table(TABLE)
+    if torch.cuda.get_device_name() != table.gpu.get("name"):
+        pytest.skip(f"the committed table is for {table.gpu.get('name')}, this is {torch.cuda.get_device_name()}")
+    return table
+
+
 @pytest.fixture(scope="module")
 def block():
     if not torch.cuda.is_available():
@@ -202,35 +286,46 @@ def block():
         return Block().half().eval()
 
 
-def _spy(table):
+def _spy(monkeypatch):
+    """Counts the tuned launches (run_linear reaching a plan) by (M, d, n)."""
     calls = []
-    real = table.gemv
+    real = torch_op._plan
 
-    def gemv(*a, **k):
-        calls.append(tuple(a[0].shape) + tuple(a[1].shape))
-        return real(*a, **k)
+    def plan(tid, table, config, M, d, n, *a):
+        p = real(tid, table, config, M, d, n, *a)
 
-    table.gemv = gemv
+        class Spy:
+            align = p.align
+
+            def launch(self, *args):
+                calls.append((M, d, n))
+                p.launch(*args)
+        return Spy()
+
+    monkeypatch.setattr(torch_op, "_plan", plan)
     return calls
+
+
+def _expected_tuned(block, n):
+    return sorted((m.out_features, m.in_features, n) for m in block.modules()
+                  if isinstance(m, GemvLinear) and m._tuned[n])
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("bt", [(1, 1), (2, 2)], ids=["n1", "n4"])
-def test_block_matches_and_captures_in_a_cuda_graph(block, bt):
-    table = load_table(TABLE)
-    if torch.cuda.get_device_name() != table.gpu.get("name"):
-        pytest.skip(f"the committed table is for {table.gpu.get('name')}, this is {torch.cuda.get_device_name()}")
-    calls = _spy(table)
+def test_block_matches_and_captures_in_a_cuda_graph(block, bt, monkeypatch):
+    table = _h200_table()
+    calls = _spy(monkeypatch)
     x = torch.randn(*bt, 4096, device="cuda", dtype=torch.float16)
+    n = bt[0] * bt[1]
     with torch.no_grad():
         ref = block(x)
         names = swap_linears(block, table)
         try:
             assert sorted(names) == ["down", "gate", "k", "o", "q", "up", "v"]
-            with warnings.catch_warnings():
-                warnings.filterwarnings("error", message="gemvtune")  # every shape is tuned: no fallback
-                y = block(x)
-            assert len(calls) == 7, calls                      # every linear ran the tuned kernel
+            y = block(x)
+            want = _expected_tuned(block, n)
+            assert sorted(calls) == want and want, (calls, format_explain(explain(block, n)))
             assert y.shape == ref.shape and y.dtype == torch.float16
             _close(y, ref)
             one = block.q(x)                                   # a single layer with bias, tighter
@@ -262,9 +357,9 @@ def test_block_matches_and_captures_in_a_cuda_graph(block, bt):
 
 
 @pytest.mark.gpu
-def test_gpu_fallbacks(block):
-    table = load_table(TABLE)
-    calls = _spy(table)
+def test_gpu_fallbacks(block, monkeypatch):
+    table = _h200_table()
+    calls = _spy(monkeypatch)
     with torch.no_grad():
         swap_linears(block, table)
         try:
@@ -275,12 +370,83 @@ def test_gpu_fallbacks(block):
             g = GemvLinear(lin, table)
             x32 = torch.randn(4096, device="cuda")
             assert torch.equal(g(x32), F.linear(x32, lin.weight, lin.bias)) and not calls
+            assert [r["route"] for r in explain(nn.Sequential(g))] == ["F.linear"]
             x = torch.randn(1, 4096, device="cuda", dtype=torch.float16)
             with torch.enable_grad():                                          # autograd: F.linear
                 block.o.weight.requires_grad_(True)
                 assert block.o(x).requires_grad and not calls
+                block.o.weight.requires_grad_(False)
             strided = torch.randn(4096, 2, device="cuda", dtype=torch.float16)[:, 0]
             _close(block.o(strided), F.linear(strided, block.o.weight), 1e-2)  # copied, then tuned
-            assert len(calls) == 1
+            assert calls == [(4096, 4096, 1)]
+            # a shape the table lacks: cuBLAS, and explain says so
+            odd = GemvLinear(nn.Linear(4096, 1000, bias=False).half().cuda(), table)
+            assert torch.equal(odd(x), F.linear(x, odd.weight)) and calls == [(4096, 4096, 1)]
+            assert "not in the table" in explain(nn.Sequential(odd))[0]["why"]
         finally:
             restore_linears(block)
+
+
+@pytest.mark.gpu
+def test_opcheck():
+    table = _h200_table()
+    tid = torch_op.register_table(table)
+    torch.manual_seed(5)
+    for (M, d), n, bias in (((4096, 4096), 1, False), ((4096, 4096), 2, True), ((1024, 4096), 1, True),
+                            ((4096, 14336), 8, False), ((14336, 4096), 16, False)):
+        w = torch.randn(M, d, device="cuda", dtype=torch.float16) / d ** 0.5
+        b = torch.randn(M, device="cuda", dtype=torch.float16) if bias else None
+        x = torch.randn(n, d, device="cuda", dtype=torch.float16)
+        torch.library.opcheck(torch.ops.gemvtune.linear.default, (x, w, b, tid))
+        _close(torch.ops.gemvtune.linear(x, w, b, tid), F.linear(x, w, b), 1e-2)
+
+
+class _Mlp(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up = nn.Linear(4096, 14336, bias=False)
+        self.down = nn.Linear(14336, 4096, bias=True)
+        self.q = nn.Linear(4096, 4096, bias=True)
+
+    def forward(self, x):
+        return self.q(x) + self.down(F.silu(self.up(x)))
+
+
+@pytest.mark.gpu
+def test_torch_compile_fullgraph_and_reduce_overhead_capture_the_tuned_kernels(monkeypatch):
+    table = _h200_table()
+    torch.manual_seed(6)
+    with torch.device("cuda"):
+        m = _Mlp().half().eval()
+    x = torch.randn(1, 4096, device="cuda", dtype=torch.float16)
+    with torch.no_grad():
+        ref = m(x)
+        swap_linears(m, table)
+        assert all(m_._tuned[1] for m_ in m.modules() if isinstance(m_, GemvLinear))
+        graphs = []
+
+        def backend(gm, example_inputs):
+            graphs.append(gm)
+            return gm.forward
+
+        torch._dynamo.reset()
+        y = torch.compile(m, backend=backend, fullgraph=True)(x)         # fullgraph: no graph break
+        ops = [n.target for g in graphs for n in g.graph.nodes if n.op == "call_function"]
+        assert len(graphs) == 1 and ops.count(torch.ops.gemvtune.linear.default) == 3, ops
+        _close(y, ref)
+
+        torch._dynamo.reset()
+        calls = _spy(monkeypatch)
+        cm = torch.compile(m, mode="reduce-overhead", fullgraph=True)
+        for _ in range(3):                                                 # warm-up, record, replay
+            y = cm(x)
+        warm = len(calls)
+        for _ in range(3):
+            x2 = torch.randn_like(x)
+            y = cm(x2)
+            torch.cuda.synchronize()
+            _close(y, F.linear(x2, m.q.weight, m.q.bias)
+                   + F.linear(F.silu(F.linear(x2, m.up.weight)), m.down.weight, m.down.bias))
+        assert warm > 0 and len(calls) == warm, "replays must not come back to Python: the graph holds the kernels"
+        torch._dynamo.reset()
+        restore_linears(m)

@@ -29,8 +29,7 @@ def launchers(runner: Any, configs: dict[Shape, Any]) -> dict[Shape, Callable]:
     order on one stream, as in the dispatcher)."""
     out = {}
     for shape, cfg in configs.items():
-        _, kernels = runner.prepare(cfg, shape)
-        out[shape] = runner._launcher(kernels, cfg, shape)
+        out[shape] = runner.launcher(cfg, shape)
     return out
 
 
@@ -44,8 +43,7 @@ def verify(runner: Any, configs: dict[str, dict[Shape, Any]], launch: dict[str, 
     for shape in shapes:
         for impl, cs in configs.items():
             if shape in cs:
-                ok, rel, _, why = runner._verify(lambda W, x, y, f=launch[impl][shape]: f(W, x, y), shape,
-                                                 error_bound(cs[shape].acc, shape.d))
+                ok, rel, _, why = runner.verify(launch[impl][shape], shape, error_bound(cs[shape].acc, shape.d))
                 res[impl].append((shape, ok, rel, why))
     runner.release()
     return res

@@ -1,92 +1,56 @@
-"""Run-time dispatch for ``Table.gemv`` (part of the CUDA runner package, the only place that imports cupy)."""
+"""Run-time dispatch of ``Table.gemv`` on CuPy arrays (torch tensors go through ``gemvtune.torch_op``):
+the table's route per (M, d, n), then the variant's ``LaunchPlan`` with raw pointers on CuPy's
+current stream, or ``cupy.matmul`` where the table measured cuBLAS faster or lacks the shape."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
-from ...compile import compile_variant
+from ...epilogue import Epilogue
 from ...errors import NoDeviceError, UsageError
-from ...shapes import Shape
+from ...plan import PLANS, LaunchPlan
+from ...shapes import MAX_BATCH, Shape
 from ._cupy import cp, cuda_available
-from .pdl import launcher
+
+_OUT = {"fp32": "f", "fp16": "e"}
 
 
 class Dispatcher:
-    """Run-time dispatch behind ``Table.gemv``: one compile per (config, d) per process, workspaces
-    kept per shape, and a hot path of a dict lookup, a few checks and the launch."""
+    """The hot path is a dict lookup, a few attribute checks and ``LaunchPlan.launch``."""
 
     def __init__(self) -> None:
         why = cuda_available()
         if why:
             raise NoDeviceError(why)
-        self._plans: dict[tuple[int, int, int], tuple] = {}
-        self._modules: dict[str, Any] = {}
-        self._streams: dict[int, Any] = {}
+        self._plans: dict[tuple, LaunchPlan] = {}
 
     def device_name(self) -> str:
         p = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
         return p["name"].decode() if isinstance(p["name"], bytes) else str(p["name"])
 
-    def _plan(self, table, shape: Shape, dev: int) -> tuple:
-        cfg = table.config_for(shape)
-        with cp.cuda.Device(dev):
-            props = cp.cuda.runtime.getDeviceProperties(dev)
-            arch = f"sm_{props['major']}{props['minor']}"
-            compiled = compile_variant(cfg, shape, arch)
-            kernels = []
-            for name, grid, block in cfg.kernels(shape):
-                key = (compiled.cubin_path, name)
-                if key not in self._modules:
-                    self._modules[key] = cp.RawModule(path=compiled.cubin_path).get_function(name)
-                fn = self._modules[key]
-                kernels.append((launcher(fn, cfg), grid, block))
-            nws, ncount = cfg.workspace(shape)
-            ws = cp.empty(nws, dtype=cp.float32)
-            counters = cp.zeros(ncount, dtype=cp.uint32)
-            # The zeroing ran on CuPy's current stream; the kernels may run on another (torch's, non-
-            # blocking): wait for it once, here, outside any graph capture (a plan is built before).
-            cp.cuda.get_current_stream().synchronize()
-        plan = (tuple(kernels), ws, counters, np.int32(shape.M), cfg.vec_elems * 2, cfg)
-        self._plans[(shape.M, shape.d, shape.n, dev)] = plan
+    def plan(self, table: Any, M: int, d: int, n: int, bias: bool, out_dtype: str, dev: int, stream: int) -> LaunchPlan | None:
+        """The plan of an (M, d, n) call, or None when the table's route is cuBLAS."""
+        key = (M, d, n, bias, out_dtype, dev)
+        plan = self._plans.get(key, False)
+        if plan is False:
+            route = table.route(M, d, n, "cupy", out_dtype)
+            plan = PLANS.get(route.config, Shape(M, d, n), Epilogue(out_dtype, bias), dev, stream) if route.tuned else None
+            self._plans[key] = plan
         return plan
 
-    def gemv(self, table, W, x, out=None):
-        torch_mod = None
+    def gemv(self, table: Any, W: Any, x: Any, out: Any = None, bias: Any = None, out_dtype: str = "fp32") -> Any:
         if not isinstance(W, cp.ndarray):
-            if type(W).__module__.split(".")[0] == "torch":
-                import torch as torch_mod
-            else:
-                raise UsageError(f"W must be a CuPy array or a torch tensor, got {type(W).__name__}")
-            torch_out = out
-            for name, t in (("W", W), ("x", x), ("out", out)):
-                if t is not None and not isinstance(t, torch_mod.Tensor):
-                    raise UsageError(f"{name} must be a torch tensor like W, got {type(t).__name__}")
-                if t is not None and not t.is_cuda:
-                    raise UsageError(f"{name} is on the CPU; gemv needs CUDA tensors")
-            for name, t, want in (("W", W, torch_mod.float16), ("x", x, torch_mod.float16),
-                                  ("out", out, torch_mod.float32)):
-                if t is not None and t.dtype != want:
-                    raise UsageError(f"{name} must be {str(want).replace('torch.', '')}, got {str(t.dtype).replace('torch.', '')}")
-            if out is None:
-                rows = W.shape[0] if W.dim() == 2 else 0
-                ysh = (rows,) if x.dim() == 1 or (x.dim() == 2 and x.shape[0] == 1) else (x.shape[0], rows)
-                torch_out = torch_mod.empty(ysh, dtype=torch_mod.float32, device=W.device)
-            sptr = torch_mod.cuda.current_stream(W.device).cuda_stream
-            stream = self._streams.get(sptr)
-            if stream is None:
-                stream = self._streams[sptr] = cp.cuda.ExternalStream(sptr, W.device.index)
-            with stream:  # the consumer stream is torch's own: DLPack adds no cross-stream wait (capture-safe)
-                # detach(): a view of the same memory; DLPack refuses tensors that require grad, and
-                # gemv records no gradient (the PyTorch drop-in uses F.linear whenever one is needed).
-                W, x, out = cp.from_dlpack(W.detach()), cp.from_dlpack(x.detach()), cp.from_dlpack(torch_out)
-        else:
-            stream = None
+            raise UsageError(f"W must be a CuPy array or a torch tensor, got {type(W).__name__}")
+        for name, t in (("x", x), ("out", out), ("bias", bias)):
+            if t is not None and not isinstance(t, cp.ndarray):
+                raise UsageError(f"{name} must be a CuPy array like W, got {type(t).__name__}")
+        if out_dtype not in _OUT:
+            raise UsageError(f"out_dtype must be fp32 or fp16, got {out_dtype!r}")
         # The checks below read cheap attributes (dtype char, the contiguity bit, the pointer's device)
         # rather than building Flags/Device objects: this is the per-call hot path.
-        if W.dtype.char != "e" or x.dtype.char != "e":
-            raise UsageError(f"W and x must be float16, got {W.dtype} and {x.dtype}")
+        if W.dtype.char != "e" or x.dtype.char != "e" or (bias is not None and bias.dtype.char != "e"):
+            raise UsageError(f"W, x and bias must be float16, got {W.dtype} and {x.dtype}"
+                             + (f" and {bias.dtype}" if bias is not None else ""))
         if W.ndim != 2:
             raise UsageError(f"W must be 2-D [M, d], got shape {W.shape}")
         M, d = W.shape
@@ -95,32 +59,37 @@ class Dispatcher:
             x = x.reshape(-1)
             xs = x.shape
         n = 1 if len(xs) == 1 else xs[0]
-        if len(xs) not in (1, 2) or xs[-1] != d or not 1 <= n <= 16:
-            raise UsageError(f"x must have shape [{d}] or [n, {d}] with n <= 16 to match W {tuple(W.shape)}, "
+        if len(xs) not in (1, 2) or xs[-1] != d or not 1 <= n <= MAX_BATCH:
+            raise UsageError(f"x must have shape [{d}] or [n, {d}] with n <= {MAX_BATCH} to match W {tuple(W.shape)}, "
                              f"got {tuple(xs)}")
-        if not (_contiguous(W) and _contiguous(x)):
-            raise UsageError("W and x must be C-contiguous (row-major, no strided views)")
+        if not (_contiguous(W) and _contiguous(x)) or (bias is not None and not _contiguous(bias)):
+            raise UsageError("W, x and bias must be C-contiguous (row-major, no strided views)")
+        if bias is not None and bias.shape != (M,):
+            raise UsageError(f"bias must have shape [{M}], got {tuple(bias.shape)}")
         wd, xd = W.data, x.data
         dev = wd.device_id
-        if xd.device_id != dev or (out is not None and out.data.device_id != dev):
-            raise UsageError(f"W, x and out must be on one device (W on {dev}, x on {xd.device_id})")
-        plan = self._plans.get((M, d, n, dev)) or self._plan(table, Shape(M, d, n), dev)
-        kernels, ws, counters, M32, align, _ = plan
-        if wd.ptr % align or xd.ptr % align:
-            raise UsageError(f"W and x must be {align}-byte aligned for the tuned kernel "
-                             f"(is W an offset view?)")
-        if out is None:
-            out = cp.empty((M,) if n == 1 else (n, M), dtype=cp.float32)
-        elif out.dtype.char != "f" or out.size != n * M or not _contiguous(out):
-            raise UsageError(f"out must be a contiguous float32 array of {n * M} elements")
-        if stream is None:
-            for fn, grid, block in kernels:
-                fn(grid, block, (W, x, out, ws, counters, M32))
+        if xd.device_id != dev or (out is not None and out.data.device_id != dev) or (bias is not None and bias.data.device_id != dev):
+            raise UsageError(f"W, x, bias and out must be on one device (W on {dev}, x on {xd.device_id})")
+        if out is not None and (out.dtype.char != _OUT[out_dtype] or out.size != n * M or not _contiguous(out)):
+            raise UsageError(f"out must be a contiguous {'float32' if out_dtype == 'fp32' else 'float16'} array of "
+                             f"{n * M} elements")
+        stream = cp.cuda.get_current_stream().ptr
+        plan = self.plan(table, M, d, n, bias is not None, out_dtype, dev, stream)
+        ysh = (M,) if n == 1 else (n, M)
+        if plan is None:  # cuBLAS measured faster, or the table lacks the shape: FP16 result, then cast
+            y = cp.matmul(x, W.T)
+            if bias is not None:
+                y += bias
+            if out is None:
+                return y.astype(cp.float32 if out_dtype == "fp32" else cp.float16, copy=False)
+            out[...] = y.reshape(out.shape)
             return out
-        with stream:
-            for fn, grid, block in kernels:
-                fn(grid, block, (W, x, out, ws, counters, M32))
-        return torch_out
+        if wd.ptr % plan.align or xd.ptr % plan.align:
+            raise UsageError(f"W and x must be {plan.align}-byte aligned for the tuned kernel (is W an offset view?)")
+        if out is None:
+            out = cp.empty(ysh, dtype=cp.float32 if out_dtype == "fp32" else cp.float16)
+        plan.launch(wd.ptr, xd.ptr, out.data.ptr, bias.data.ptr if bias is not None else 0, stream)
+        return out
 
 
 def _contiguous(a) -> bool:
@@ -131,31 +100,34 @@ def _contiguous(a) -> bool:
         return a.flags.c_contiguous
 
 
-def dispatch_overhead(table, shape: Shape, calls: int = 200, repeats: int = 15) -> dict[str, float]:
-    """CPU time per call of ``table.gemv(W, x, out=out)`` against launching the same kernels bare
-    (``RawKernel(grid, block, args)``), interleaved over repeats; medians in µs and their ratio."""
+def dispatch_overhead(table: Any, shape: Shape, calls: int = 200, repeats: int = 15) -> dict[str, float]:
+    """CPU time per call of ``table.gemv(W, x, out=out)`` on CuPy arrays against the bare launch of the
+    same plan (``LaunchPlan.launch`` with the pointers and stream already at hand), interleaved over
+    repeats; medians in µs and their ratio. The tuned kernel runs whatever the table's route is."""
     import statistics
     import time
 
+    from ...table import Table
+
+    tuned = Table(table.data, table.path, policy="tuned")
     xs = (shape.d,) if shape.n == 1 else (shape.n, shape.d)
     W = cp.ones((shape.M, shape.d), dtype=cp.float16)
     x = cp.ones(xs, dtype=cp.float16)
     out = cp.empty((shape.M,) if shape.n == 1 else (shape.n, shape.M), dtype=cp.float32)
-    table.gemv(W, x, out=out)                       # builds the plan (compile, module, workspaces)
-    disp = table._dispatch
-    kernels, ws, counters, M32, _, _ = disp._plans[(shape.M, shape.d, shape.n, W.device.id)]
-    args = (W, x, out, ws, counters, M32)
+    tuned.gemv(W, x, out=out)                       # builds the plan (compile, module, workspace)
+    stream = cp.cuda.get_current_stream().ptr
+    plan = tuned._dispatch.plan(tuned, shape.M, shape.d, shape.n, False, "fp32", W.data.device_id, stream)
+    wp, xp, yp = W.data.ptr, x.data.ptr, out.data.ptr
 
     def bare() -> None:
-        for fn, grid, block in kernels:
-            fn(grid, block, args)
+        plan.launch(wp, xp, yp, 0, stream)
 
-    def tuned() -> None:
-        table.gemv(W, x, out=out)
+    def gemv() -> None:
+        tuned.gemv(W, x, out=out)
 
     per: dict[str, list[float]] = {"bare": [], "table": []}
     for _ in range(repeats):
-        for name, f in (("bare", bare), ("table", tuned)):
+        for name, f in (("bare", bare), ("table", gemv)):
             cp.cuda.Device().synchronize()
             t0 = time.perf_counter()
             for _ in range(calls):

@@ -1,7 +1,8 @@
 """The CUDA runner's measuring half (this package is the only place that imports cupy).
 
-Compiles with NVRTC (gemvtune.compile, cached on disk by source hash) and loads the cubin with
-``cupy.RawModule``; verifies every variant on fresh random inputs against a float64 reference before
+Compiles with NVRTC (gemvtune.compile, cached on disk by source hash) and launches every variant
+through its ``LaunchPlan`` (gemvtune.plan: cuda-bindings, raw pointers, the current CuPy stream), the
+same launch path users get; verifies every variant on fresh random inputs against a float64 reference before
 timing it; times like real decode: CUDA graphs of many launches over rotating weight copies whose
 working set is >= 3x L2, replayed several times between events.
 """
@@ -17,6 +18,9 @@ from typing import Any, Callable
 import numpy as np
 
 from ...compile import CompileError, compile_source, compile_variant, precompile_variant
+from ...epilogue import DEFAULT, Epilogue
+from ...launchspec import launch_spec
+from ...plan import LaunchPlan
 from ...errors import NoDeviceError
 from ...shapes import Shape
 from ...families import config_to_dict
@@ -25,7 +29,6 @@ from ..base import Measurement, Status
 from ._cupy import _rand_half, cp, cuda_available
 from .baselines import BaselinesMixin
 from .gpulock import GpuLock
-from .pdl import launcher
 from .verify import VerifyMixin
 
 _AUX_SRC = r"""
@@ -85,6 +88,7 @@ class CudaRunner(VerifyMixin, BaselinesMixin):
         self.stream = cp.cuda.Stream(non_blocking=False)
         self.stream.use()
         self._functions: dict[tuple[str, str], Any] = {}
+        self._plans: dict[tuple[str, Shape, Epilogue], LaunchPlan] = {}
         self._bufs: _ShapeBuffers | None = None
         self._vmat: tuple | None = None
         self._ceiling_gbps: float | None = None
@@ -276,45 +280,57 @@ class CudaRunner(VerifyMixin, BaselinesMixin):
     def precompile(self, config: Any, shape: Shape) -> None:
         precompile_variant(config, shape, self.arch)
 
-    def prepare(self, config: Any, shape: Shape, source: str | None = None,
-                name: str | None = None) -> tuple[Any, list[tuple[Any, tuple, tuple]]]:
-        """Compile (or fetch) one variant; returns (compiled, [(function, grid, block), ...]): the
-        kernels of one call in launch order (split-K GEMMs may add a zeroing or reduction kernel)."""
-        compiled = compile_variant(config, shape, self.arch, source, name)
-        return compiled, [(launcher(self._function(compiled.cubin_path, k), config), g, b)
-                          for k, g, b in config.kernels(shape)]
+    def prepare(self, config: Any, shape: Shape, source: str | None = None, name: str | None = None,
+                epilogue: Epilogue = DEFAULT) -> tuple[Any, LaunchPlan]:
+        """Compile (or fetch) one variant and its launch plan (kept for the runner's life: graphs and
+        launchers made from it stay valid); returns (compiled, plan)."""
+        compiled = compile_variant(config, shape, self.arch, source, name, epilogue=epilogue)
+        key = (compiled.cubin_path, shape, epilogue)
+        plan = self._plans.get(key)
+        if plan is None:
+            with open(compiled.cubin_path, "rb") as f:
+                plan = self._plans[key] = LaunchPlan(launch_spec(config, shape, epilogue), f.read(), self.device_id)
+        return compiled, plan
 
     def launches(self, shape: Shape, copies: int, cap: int = 4000) -> int:
         """Launches per timed sample: ~target_us of work at the read ceiling, whole passes over copies."""
         return launches_for(shape.bytes_moved / (self.ceiling_gbps * 1e3) + 1.0, copies, self.target_us, cap)
 
-    def _launcher(self, kernels: list[tuple[Any, tuple, tuple]], config: Any, shape: Shape):
-        nws, ncount = config.workspace(shape)
-        ws = cp.empty(nws, dtype=cp.float32)
-        counters = cp.zeros(ncount, dtype=cp.uint32)
-        M = np.int32(shape.M)
-
-        def launch(W, x, y):
-            for fn, grid, block in kernels:
-                fn(grid, block, (W, x, y, ws, counters, M))
+    @staticmethod
+    def plan_launcher(plan: LaunchPlan) -> Callable[..., None]:
+        """launch(W, x, y[, bias]) with CuPy arrays, on the current CuPy stream (capturable)."""
+        def launch(W, x, y, bias=None):
+            plan.launch(W.data.ptr, x.data.ptr, y.data.ptr, bias.data.ptr if bias is not None else 0,
+                        cp.cuda.get_current_stream().ptr)
         return launch
 
+    def launcher(self, config: Any, shape: Shape, epilogue: Epilogue = DEFAULT) -> Callable[..., None]:
+        """Compile and plan ``config`` for ``shape``; launch(W, x, y[, bias]) with CuPy arrays."""
+        return self.plan_launcher(self.prepare(config, shape, epilogue=epilogue)[1])
+
+    def verify(self, launch: Callable[..., Any], shape: Shape, bound: float,
+               epilogue: Epilogue = DEFAULT) -> tuple[bool, float, float, str]:
+        """(passed, relerr, rowerr, reason) of launch(W, x, y[, bias]) on fresh random inputs."""
+        return self._verify(launch, shape, bound, epilogue)
+
     def measure(self, config: Any, shape: Shape, kind: str = "variant", verify: bool = True,
-                timed: bool = True, source: str | None = None, name: str | None = None) -> Measurement:
+                timed: bool = True, source: str | None = None, name: str | None = None,
+                epilogue: Epilogue = DEFAULT) -> Measurement:
         """Compile, verify on fresh inputs, then time. ``source`` replaces the rendered source (used
         to plant faulty kernels: the check must catch them). Nothing raises out of here."""
         with cp.cuda.Device(self.device_id), self.stream, self.gpu_lock.held():  # (device, stream: per thread in CuPy)
-            return self._measure(config, shape, kind, verify, timed, source, name)
+            return self._measure(config, shape, kind, verify, timed, source, name, epilogue)
 
     def _measure(self, config: Any, shape: Shape, kind: str, verify: bool, timed: bool, source: str | None,
-                 name: str | None) -> Measurement:
-        m = Measurement(name or config.label, kind, shape.M, shape.d, shape.n, Status.OK, params=config_to_dict(config))
-        why = config.invalid_reasons(shape)
+                 name: str | None, epilogue: Epilogue = DEFAULT) -> Measurement:
+        m = Measurement(name or (config.label + epilogue.label), kind, shape.M, shape.d, shape.n, Status.OK,
+                        params=config_to_dict(config))
+        why = config.invalid_reasons(shape) + epilogue.invalid_reasons(config)
         if why:
             m.status, m.error = Status.INVALID, "; ".join(why)
             return m
         try:
-            compiled, kernels = self.prepare(config, shape, source, name)
+            compiled, plan = self.prepare(config, shape, source, name, epilogue)
         except CompileError as e:
             m.status, m.error = Status.COMPILE_ERROR, str(e)
             return m
@@ -323,11 +339,11 @@ class CudaRunner(VerifyMixin, BaselinesMixin):
             return m
         r = compiled.resources
         m.registers, m.spill_bytes, m.smem_bytes, m.compile_s = r.registers, r.spill_stores, r.smem_bytes, compiled.compile_s
-        m.bound = error_bound(config.acc, shape.d)
+        m.bound = error_bound(config.acc, shape.d, out=epilogue.out)
         try:
-            launch = self._launcher(kernels, config, shape)
+            launch = self.plan_launcher(plan)
             if verify:
-                ok, m.relerr, m.rowerr, reason = self._verify(lambda W, x, y: launch(W, x, y), shape, m.bound)
+                ok, m.relerr, m.rowerr, reason = self._verify(launch, shape, m.bound, epilogue)
                 if not ok:
                     m.status, m.error = Status.WRONG, reason
                     return m
@@ -335,7 +351,8 @@ class CudaRunner(VerifyMixin, BaselinesMixin):
                 return m
             b = self.buffers(shape)
             n = self.launches(shape, b.copies)
-            t = self.time_graph(lambda i: launch(b.W[i % b.copies], b.x[i % b.copies], b.y[i % b.copies]), n)
+            bias = _rand_half((shape.M,), self.rng) if epilogue.bias else None   # y buffers are FP32: room for FP16 too
+            t = self.time_graph(lambda i: launch(b.W[i % b.copies], b.x[i % b.copies], b.y[i % b.copies], bias), n)
         except Exception as e:
             m.status, m.error = Status.LAUNCH_ERROR, (str(e).splitlines() or [type(e).__name__])[0]
             return m
@@ -352,8 +369,7 @@ class CudaRunner(VerifyMixin, BaselinesMixin):
     def measure_spin(self, config: Any, shape: Shape) -> Measurement:
         """The same variant timed with the spin method (to show it agrees with the graph method)."""
         m = Measurement(config.label, "spin-check", shape.M, shape.d, shape.n, Status.OK, params=config_to_dict(config))
-        _, kernels = self.prepare(config, shape)
-        launch = self._launcher(kernels, config, shape)
+        launch = self.launcher(config, shape)
         b = self.buffers(shape)
         n = self.launches(shape, b.copies, cap=400)
         t = self.time_spin(lambda i: launch(b.W[i % b.copies], b.x[i % b.copies], b.y[i % b.copies]), n)
