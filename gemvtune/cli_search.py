@@ -48,7 +48,14 @@ def _parse_devices(text: str | None) -> list[str]:
 
 @cli.command()
 @click.option("--shape", "shape_texts", multiple=True, help="M x d (repeatable)")
-@click.option("--model", default=None, help="tune every linear-layer shape of a model preset")
+@click.option("--model", default=None, help="tune every linear-layer shape of a model preset "
+                                             "(llama-3-8b, llama-3-70b, qwen2.5-7b, mistral-7b, mistral-nemo-12b)")
+@click.option("--hf-config", "hf_configs", multiple=True, metavar="PATH",
+              help="tune every linear-layer shape of a model given by its Hugging Face config.json "
+                   "(the file or its folder; local only; repeatable)")
+@click.option("--fused", is_flag=True, default=False,
+              help="with --model/--hf-config: the fused shapes engines run (qkv, gate_up) instead of "
+                   "transformers' unfused ones (q, k, v, gate, up)")
 @click.option("--sampler", default="tpe", show_default=True, help="tpe | random | gp | exhaustive")
 @click.option("--trials", default=None, help="measured trials per shape, the study's total over all workers "
                                                "(default: from the search-quality study, see README)")
@@ -76,8 +83,8 @@ def _parse_devices(text: str | None) -> list[str]:
               help="worker processes on this host sharing the studies (without --devices: all on the same GPU)")
 @click.option("--heartbeat", "heartbeat_s", default=HEARTBEAT_S, show_default=True, type=click.FloatRange(min=0.1),
               help="seconds between a running trial's heartbeats; a trial silent for 3 of them is failed and retried")
-def search(shape_texts, model, sampler, trials, timeout, seed, storage, results_dir, table_path, top_k, rounds,
-           batch_text, family_text, replay_path, watchdog_s, devices_text, workers, heartbeat_s) -> None:
+def search(shape_texts, model, hf_configs, fused, sampler, trials, timeout, seed, storage, results_dir, table_path,
+           top_k, rounds, batch_text, family_text, replay_path, watchdog_s, devices_text, workers, heartbeat_s) -> None:
     """Find the fastest correct kernel per shape and batch with Optuna (the GEMV family and the
     split-K tensor-core GEMM family); record the winners in the GPU's table."""
     from .families import parse_families
@@ -85,9 +92,16 @@ def search(shape_texts, model, sampler, trials, timeout, seed, storage, results_
     from .shapes import model_shapes, parse_batches
 
     batches = parse_batches(batch_text)
-    base = [parse_shape(t) for t in shape_texts] + (model_shapes(model) if model else [])
+    base = [parse_shape(t) for t in shape_texts] + (model_shapes(model, fused=fused) if model else [])
+    if hf_configs:
+        from .hfconfig import read_hf_config
+
+        for path in hf_configs:
+            base += read_hf_config(path).shapes(fused=fused)
     if not base:
-        raise UsageError("search needs --shape or --model")
+        raise UsageError("search needs --shape or --model (a preset) or --hf-config (a config.json)")
+    if fused and not (model or hf_configs):
+        raise UsageError("--fused picks the fused shapes of --model/--hf-config: give one of them")
     shapes = list(dict.fromkeys(Shape(s.M, s.d, n) for s in dict.fromkeys(base) for n in batches))
     families = parse_families(family_text) if family_text else (("gemv",) if replay_path else None)
     if trials is None:
@@ -110,6 +124,10 @@ def search(shape_texts, model, sampler, trials, timeout, seed, storage, results_
                 "--top-k", str(top_k), "--rounds", str(rounds), "--batch", batch_text, "--heartbeat", str(heartbeat_s)]
         for t in shape_texts:
             args += ["--shape", t]
+        for path in hf_configs:
+            args += ["--hf-config", str(Path(path).expanduser().resolve())]
+        if fused:
+            args.append("--fused")
         for flag, val in (("--model", model), ("--timeout", timeout), ("--storage", storage),
                           ("--results", results_dir), ("--table", table_path), ("--family", family_text),
                           ("--replay", replay_path), ("--watchdog", watchdog_s)):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from .errors import UsageError
@@ -81,25 +82,38 @@ def parse_batches(text: str) -> list[int]:
     return sorted(out)
 
 
-# Linear layers of a decode step, (M, d) = (out_features, in_features).
-MODELS: dict[str, list[tuple[str, int, int]]] = {
-    "llama-3-8b": [
-        ("qkv", 6144, 4096), ("o", 4096, 4096), ("gate_up", 28672, 4096),
-        ("down", 4096, 14336), ("lm_head", 128256, 4096),
-    ],
-    "llama-3-70b": [
-        ("qkv", 10240, 8192), ("o", 8192, 8192), ("gate_up", 57344, 8192),
-        ("down", 8192, 28672), ("lm_head", 128256, 8192),
-    ],
-    "qwen2.5-7b": [
-        ("qkv", 4608, 3584), ("o", 3584, 3584), ("gate_up", 37888, 3584),
-        ("down", 3584, 18944), ("lm_head", 152064, 3584),
-    ],
-    "mistral-nemo-12b": [
-        ("qkv", 6144, 5120), ("o", 5120, 4096), ("gate_up", 28672, 5120),
-        ("down", 5120, 14336), ("lm_head", 131072, 5120),
-    ],
-}
+class _Models(Mapping):
+    """``MODELS[name]``: the linear layers of one decode step of a model preset as engines run them
+    (fused: qkv, o, gate_up, down, then lm_head), ``(layer_name, M, d)`` with (M, d) = (out_features,
+    in_features). Derived from the preset's packaged Hugging Face config.json (gemvtune/hf_configs/),
+    read on first use, so ``import gemvtune`` reads no file."""
+
+    def _names(self) -> tuple[str, ...]:
+        from .hfconfig import PRESETS
+
+        return PRESETS
+
+    def __getitem__(self, name: str) -> list[tuple[str, int, int]]:
+        if not isinstance(name, str) or name not in self._names():
+            raise KeyError(name)
+        from .hfconfig import read_preset
+
+        return [(x.name.removesuffix("_proj"), x.M, x.d) for x in read_preset(name).linear_layers(fused=True)]
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name in self._names()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names())
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+    def __repr__(self) -> str:
+        return f"MODELS({', '.join(self._names())})"
+
+
+MODELS: Mapping[str, list[tuple[str, int, int]]] = _Models()
 
 # The suite every speed claim is made on (MEASURING.md).
 DECODE_SUITE: list[tuple[int, int]] = [
@@ -108,10 +122,10 @@ DECODE_SUITE: list[tuple[int, int]] = [
 ]
 
 
-def model_shapes(name: str, n: int = 1) -> list[Shape]:
-    if name not in MODELS:
-        raise UsageError(f"unknown model preset {name!r}; known: {', '.join(sorted(MODELS))}")
-    seen: dict[tuple[int, int], None] = {}
-    for _, M, d in MODELS[name]:
-        seen[(M, d)] = None
-    return [Shape(M, d, n) for M, d in seen]
+def model_shapes(name: str, n: int = 1, fused: bool = False) -> list[Shape]:
+    """The distinct (M, d) shapes of a model preset's linear layers at batch n, first seen first:
+    unfused as transformers runs them (q, k, v, o, gate, up, down, lm_head) or, with ``fused``, as
+    engines run them (qkv, o, gate_up, down, lm_head)."""
+    from .hfconfig import read_preset
+
+    return read_preset(name).shapes(fused=fused, n=n)

@@ -9,7 +9,8 @@ import re
 import pytest
 
 from conftest import ROOT, run_cli
-from gemvtune import GemvConfig, Shape, UsageError, parse_config, parse_shape
+from gemvtune import GemvConfig, Shape, UsageError, model_shapes, parse_config, parse_shape
+from gemvtune.hfconfig import HFModel, read_hf_config
 from gemvtune.table import load_table
 
 SWEEPS = str(ROOT / "results" / "nvidia-h200" / "sweeps")
@@ -29,6 +30,13 @@ def _files(tmp):
     other = {**data, "gpu": {**data["gpu"], "name": "NVIDIA A100-SXM4-80GB"}}
     (tmp / "other-gpu").mkdir()
     (tmp / "other-gpu" / "table.json").write_text(json.dumps(other))
+    hf = json.loads((ROOT / "gemvtune" / "hf_configs" / "llama-3-8b.json").read_text())
+    (tmp / "hf-float.json").write_text(json.dumps({**hf, "hidden_size": 4096.0}))
+    (tmp / "hf-missing.json").write_text(json.dumps({k: v for k, v in hf.items() if k != "intermediate_size"}))
+    (tmp / "hf-bool.json").write_text(json.dumps({**hf, "vocab_size": True}))
+    (tmp / "hf-heads.json").write_text(json.dumps({**hf, "num_attention_heads": 30}))
+    (tmp / "hf-huge.json").write_text(json.dumps({**hf, "vocab_size": 10**10}))
+    (tmp / "hf-folder").mkdir()
     ro = tmp / "ro"
     ro.mkdir()
     os.chmod(ro, 0o500)
@@ -75,6 +83,19 @@ CLI_CASES = [
     ("results folder under a file", ["search", "--shape", "4096x4096", "--replay", SWEEPS, "--results",
                                      "{tmp}/empty.json/x"], "not writable", 2),
     ("no recorded sweep for the shape", ["search", "--shape", "1000x1000", "--replay", SWEEPS], "sweep", 2),
+    ("HF config, float size", ["search", "--hf-config", "{tmp}/hf-float.json", "--results", "{tmp}/h1"],
+     "'hidden_size' must be a positive integer, got 4096.0", 2),
+    ("HF config, missing field", ["search", "--hf-config", "{tmp}/hf-missing.json", "--results", "{tmp}/h2"],
+     "'intermediate_size' is missing", 2),
+    ("HF config, bool size", ["search", "--hf-config", "{tmp}/hf-bool.json", "--fused"], "'vocab_size' must be", 2),
+    ("HF config, heads do not divide hidden", ["search", "--hf-config", "{tmp}/hf-heads.json"],
+     "'num_attention_heads' (30) does not divide", 2),
+    ("HF config, absurd size", ["search", "--hf-config", "{tmp}/hf-huge.json"], "lm_head (vocab_size x hidden_size)", 2),
+    ("HF config not JSON", ["search", "--hf-config", "{tmp}/notjson.json"], "not valid JSON", 2),
+    ("HF config not an object", ["search", "--hf-config", "{tmp}/list.json"], "not a JSON object", 2),
+    ("HF config missing", ["search", "--hf-config", "{tmp}/none.json"], "does not exist", 2),
+    ("HF config folder without one", ["search", "--hf-config", "{tmp}/hf-folder"], "holds no config.json", 2),
+    ("--fused without a model", ["search", "--shape", "64x64", "--fused"], "--fused", 2),
     ("no CUDA device", ["search", "--shape", "4096x4096", "--trials", "3", "--results", "{tmp}/g"], "CUDA", 3),
 ]
 
@@ -115,6 +136,11 @@ API_CASES = [
     ("config of another family", lambda: GemvConfig.from_dict({"family": "splitk"}), "is not 'gemv'"),
     ("config JSON broken", lambda: parse_config("{vec"), "not valid JSON"),
     ("table missing", lambda: load_table("/nonexistent/table.json"), "does not exist"),
+    ("HF config missing", lambda: read_hf_config("/nonexistent/config.json"), "does not exist"),
+    ("HF config, float size", lambda: HFModel.from_dict({"model_type": "llama", "hidden_size": 64.0}),
+     "'hidden_size' must be a positive integer, got 64.0"),
+    ("HF config, not an object", lambda: HFModel.from_dict([1]), "not a JSON object"),
+    ("model preset unknown", lambda: model_shapes("gpt-9", fused=True), "unknown model preset"),
 ]
 
 

@@ -43,6 +43,22 @@ def test_check_decode_args(args, needle):
         check_decode_args(*args)
 
 
+def test_step_is_the_fused_set_from_the_configs():
+    """The step replays the fused linears engines run (qkv, gate_up), derived from the packaged configs."""
+    from gemvtune.hfconfig import read_preset
+
+    ops = step_ops("qwen2.5-7b", 2)
+    assert ops == [("layers.0.qkv", Shape(4608, 3584)), ("layers.0.o", Shape(3584, 3584)),
+                   ("layers.0.gate_up", Shape(37888, 3584)), ("layers.0.down", Shape(3584, 18944)),
+                   ("layers.1.qkv", Shape(4608, 3584)), ("layers.1.o", Shape(3584, 3584)),
+                   ("layers.1.gate_up", Shape(37888, 3584)), ("layers.1.down", Shape(3584, 18944)),
+                   ("lm_head", Shape(152064, 3584))]
+    for model in MODELS:
+        fused = read_preset(model).linear_layers(fused=True)
+        assert [s for _, s in step_ops(model, 1)] == [x.shape() for x in fused]
+    assert step_ops("mistral-7b", 1)[-1] == ("lm_head", Shape(32000, 4096))
+
+
 def test_check_decode_args_accepts_and_step_ops_refuses():
     assert check_decode_args("llama-3-8b", "32") == 32 and check_decode_args("qwen2.5-7b", 1) == 1
     for bad in (0, -1, True, 2.0):
