@@ -166,5 +166,5 @@ def test_gemv_without_a_device_is_one_clear_error():
 def test_nothing_from_a_user_is_executed():
     """No eval/exec, no pickle of user files, in the package; tables and configs are JSON."""
     src = "\n".join(p.read_text() for p in (ROOT / "gemvtune").rglob("*.py"))
-    assert not re.search(r"\b(eval|exec)\(", src)
+    assert not re.search(r"(?<![.\w])(eval|exec)\(", src)   # the builtins; a module's .eval() is not one
     assert "pickle" not in src and "yaml.load(" not in src
