@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from .epilogue import DEFAULT, Epilogue
 from .errors import GemvtuneError
 
 DEFAULT_ARCH = "sm_90"
@@ -222,31 +223,37 @@ def compile_many(items: Iterable[tuple[str, ...]], arch: str = DEFAULT_ARCH, job
 
 
 def compile_variant(config: Any, shape: Any, arch: str = DEFAULT_ARCH, source: str | None = None,
-                    name: str | None = None) -> Compiled:
-    """Render (unless ``source`` is given) and compile one variant of a family."""
+                    name: str | None = None, epilogue: Epilogue = DEFAULT) -> Compiled:
+    """Render with ``epilogue`` (default: FP32 out, no bias) unless ``source`` is given, and compile
+    one variant of a family."""
+    from .families import family_of
     from .render import render
 
-    from .families import family_of
+    src = source if source is not None else render(config, shape, epilogue)
+    return compile_source(src, (name or config.label + epilogue.label).replace(".", "_"), arch,
+                          family_of(config).main_kernel)
 
-    src = source if source is not None else render(config, shape)
-    return compile_source(src, (name or config.label).replace(".", "_"), arch, family_of(config).main_kernel)
 
-
-def precompile_variant(config: Any, shape: Any, arch: str = DEFAULT_ARCH) -> None:
+def precompile_variant(config: Any, shape: Any, arch: str = DEFAULT_ARCH, epilogue: Epilogue = DEFAULT) -> None:
     """Compile into the disk cache ahead of a measurement (thread-safe, CPU only); a failure is left
     for the measurement to record."""
     try:
-        compile_variant(config, shape, arch)
+        compile_variant(config, shape, arch, epilogue=epilogue)
     except Exception:
         pass
 
 
-def compile_variants(pairs: Iterable[tuple[Any, Any]], arch: str = DEFAULT_ARCH,
-                     jobs: int | None = None) -> list[Compiled | CompileError]:
-    """Render and compile (config, shape) pairs in parallel, in order; failures returned in place."""
+def compile_variants(pairs: Iterable[tuple[Any, ...]], arch: str = DEFAULT_ARCH, jobs: int | None = None,
+                     epilogue: Epilogue = DEFAULT) -> list[Compiled | CompileError]:
+    """Render and compile (config, shape) or (config, shape, epilogue) items in parallel, in order
+    (an item without its own epilogue gets ``epilogue``: by default FP32 out, no bias); compile failures
+    are returned in place (a config or epilogue render refuses raises UsageError)."""
+    from .families import family_of
     from .render import render
 
-    from .families import family_of
-
-    return compile_many([(c.label.replace(".", "_"), render(c, s), family_of(c).main_kernel) for c, s in pairs],
-                        arch=arch, jobs=jobs)
+    items = []
+    for item in pairs:
+        c, s = item[0], item[1]
+        e = item[2] if len(item) > 2 else epilogue
+        items.append(((c.label + e.label).replace(".", "_"), render(c, s, e), family_of(c).main_kernel))
+    return compile_many(items, arch=arch, jobs=jobs)

@@ -1,4 +1,4 @@
-"""Templates -> CUDA source. Pure and deterministic: the same (config, shape) gives the same bytes."""
+"""Templates -> CUDA source. Pure and deterministic: the same (config, shape, epilogue) gives the same bytes."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import functools
 import hashlib
 from pathlib import Path
 
+from .epilogue import DEFAULT, Epilogue
 from .errors import UsageError
 from .shapes import Shape
 from .space import GemvConfig
@@ -35,15 +36,23 @@ def _env():
     )
 
 
-def render(config: GemvConfig | SplitKConfig, shape: Shape) -> str:
-    """CUDA source of one variant. Only validated, typed values reach the template."""
+def render(config: GemvConfig | SplitKConfig, shape: Shape, epilogue: Epilogue = DEFAULT) -> str:
+    """CUDA source of one variant with ``epilogue`` (output dtype, bias) fused into its final store.
+    Only validated, typed values reach the template."""
     if not isinstance(config, (GemvConfig, SplitKConfig)):
         raise UsageError(f"render needs a GemvConfig or SplitKConfig, got {type(config).__name__}")
+    if not isinstance(epilogue, Epilogue):
+        raise UsageError(f"render needs an Epilogue, got {type(epilogue).__name__}")
     reasons = config.invalid_reasons(shape)
     if reasons:
         raise UsageError(f"config {config.label} is invalid for {shape}: " + "; ".join(reasons))
+    reasons = epilogue.invalid_reasons(config)
+    if reasons:
+        raise UsageError(f"config {config.label} cannot fuse the epilogue out={epilogue.out} bias={epilogue.bias}: "
+                         + "; ".join(reasons))
     values = dict(config.to_dict())
-    values.update(label=config.label, d=int(shape.d), n=int(shape.n))
+    values.update(label=config.label + epilogue.label, d=int(shape.d), n=int(shape.n),
+                  out_t=epilogue.out_ctype, bias=bool(epilogue.bias))
     if isinstance(config, GemvConfig):
         values.update(vec_elems=config.vec_elems, rows=config.rows_per_block, min_blocks=config.min_blocks)
         return _env().get_template("gemv.cu.j2").render(**values)

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, run_cli
-from gemvtune.export import build_header, namespace_of, workspace_layout
+from gemvtune.export import build_header, namespace_of
+from gemvtune.launchspec import launch_spec
 from gemvtune.shapes import Shape
 from gemvtune.space import GemvConfig
 from gemvtune.space_splitk import SplitKConfig
@@ -92,12 +93,19 @@ def test_export_names_every_entry(tmp_path):
     assert not [p for p in tmp_path.iterdir() if p.suffix == ".tmp"]   # the temporary file is gone
 
 
+def workspace_layout(config, shape: Shape) -> tuple[int, int]:
+    """(bytes, counters offset) the exported header gives a shape: its launch spec's, 0 when it needs none."""
+    spec = launch_spec(config, shape)
+    return (spec.workspace_bytes, spec.counters_offset) if spec.needs_workspace else (0, 0)
+
+
 def test_workspace_layout():
     s = Shape(100, 4100, 2)
     size, off = workspace_layout(GemvConfig(block=128, vec="half4", tpr=32, split_k=4), s)
     assert off == 3328 and size == off + 25 * 4    # 4 x 2 x 100 floats (3200 B, to 256 B), then 100 / 4 counters
     assert workspace_layout(GemvConfig(), s) == (0, 0)
-    assert workspace_layout(SplitKConfig(split=4, combine="pass2"), Shape(300, 1000, 5)) == (4 * 5 * 300 * 4, 0)
+    # 4 x 5 x 300 floats (24000 B, to 256 B), then its one (unused) counter
+    assert workspace_layout(SplitKConfig(split=4, combine="pass2"), Shape(300, 1000, 5)) == (24064 + 4, 24064)
     assert workspace_layout(SplitKConfig(split=4, combine="atomic"), Shape(300, 1000, 5)) == (0, 0)
 
 

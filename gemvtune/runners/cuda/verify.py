@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
+from ...epilogue import DEFAULT, Epilogue
 from ...shapes import Shape
 from ...timing import ROW_FACTOR
 from ._cupy import _rand_half, cp
@@ -52,18 +53,29 @@ class VerifyMixin:
             return False, relerr, rowerr, f"row {worst}: error {rowerr:.3g} x its scale, above {ROW_FACTOR * bound:.3g}"
         return True, relerr, rowerr, ""
 
-    def _verify(self, run: Callable[[Any, Any, Any], Any], shape: Shape, bound: float) -> tuple[bool, float, float, str]:
-        """Random W (fresh per shape, kept with its float64 copies), fresh random x per call, y poisoned
-        with NaN, one launch, float64 reference (two float64 GEMVs against the resident copies)."""
+    def _verify(self, run: Callable[..., Any], shape: Shape, bound: float,
+                epilogue: Epilogue = DEFAULT) -> tuple[bool, float, float, str]:
+        """Random W (fresh per shape, kept with its float64 copies), fresh random x (and bias[M] when
+        the epilogue has one) per call, y poisoned with NaN in the epilogue's dtype, one launch,
+        float64 reference (two float64 GEMVs against the resident copies, plus the bias).
+
+        ``run(W, x, y)`` for the default epilogue (FP32 out, no bias), else ``run(W, x, y, bias)``
+        (bias None without one); it may return its own output instead of writing y. The bias is one
+        more term of each row: ref_i += b_i and s_i^2 += b_i^2."""
         with self.stream:
             W, W64, W64sq = self._verify_matrix(shape)
             x = _rand_half(self.x_shape(shape), self.rng)
-            y = cp.full(self.y_shape(shape), cp.nan, dtype=cp.float32)
-            out = run(W, x, y)
+            bias = _rand_half((shape.M,), self.rng) if epilogue.bias else None
+            dtype = cp.float16 if epilogue.out == "fp16" else cp.float32
+            y = cp.full(self.y_shape(shape), cp.nan, dtype=dtype)
+            out = run(W, x, y) if epilogue == DEFAULT else run(W, x, y, bias)
             self.stream.synchronize()
             x64 = x.astype(cp.float64).reshape(shape.n, shape.d)
-            ref, scale = x64 @ W64.T, cp.sqrt((x64 * x64) @ W64sq.T)   # [n, M], like y
-            return self.check(y if out is None else out, ref, scale, bound)
+            ref, sq = x64 @ W64.T, (x64 * x64) @ W64sq.T   # [n, M], like y
+            if bias is not None:
+                b64 = bias.astype(cp.float64)              # [M]: broadcast over the n columns
+                ref, sq = ref + b64, sq + b64 * b64
+            return self.check(y if out is None else out, ref, cp.sqrt(sq), bound)
 
     def _verify_matrix(self, shape: Shape) -> tuple[Any, Any, Any]:
         if self._vmat is None or self._vmat[0] != shape:
