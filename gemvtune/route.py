@@ -99,6 +99,8 @@ def choose(table: Any, M: int, d: int, n: int, framework: str = "torch", policy:
     entry = table.entry(shape)
     if policy == "tuned":
         cfg, how = table.lookup(shape)
+        if how != "tuned":
+            table.config_for(shape)   # warns once: this shape runs a config tuned for another
         if Epilogue(out).invalid_reasons(cfg):
             t, c, alt = measured(entry, framework, shape, out) if entry else (None, None, None)
             if alt is None:

@@ -52,18 +52,18 @@ def test_broad_sample_verifies(runner, shape):
 
 def _planted(shape: Shape, kind: str) -> str:
     src = render(LLAMA_CPP, shape)
-    store = "for (int c = 0; c < N; ++c) y[(size_t)c * M + row] = sum[c];"
+    store = "for (int c = 0; c < N; ++c) y[(size_t)c * M + row] = epilogue(sum[c], bias, row);"
     if kind == "drop_tail":
         new = src.replace("const int v_end = min(NVEC, v_begin + VPS);",
                           "const int v_end = min(NVEC, v_begin + VPS) - 1;")
     elif kind == "skip_row":
-        new = src.replace(store, "for (int c = 0; c < N; ++c) if (row != M / 2) y[(size_t)c * M + row] = sum[c];")
+        new = src.replace(store, "for (int c = 0; c < N; ++c) if (row != M / 2) y[(size_t)c * M + row] = epilogue(sum[c], bias, row);")
     elif kind == "race":  # the barrier between the warps' partial sums and their reduction, removed
         marker = "if ((lane & 31) == 0) red[r_in_block][lane >> 5][c] = sum[c];\n    }\n    __syncthreads();"
         new = src.replace(marker, marker.replace("__syncthreads();", "/* barrier removed */"))
     else:
         new = src.replace(store, "for (int c = 0; c < N; ++c) y[(size_t)c * M + row] = row == M - 1 ? "
-                                 "__int_as_float(0x7fc00000) : sum[c];")
+                                 "__int_as_float(0x7fc00000) : epilogue(sum[c], bias, row);")
     assert new != src
     return new
 

@@ -28,7 +28,7 @@ def table(runner):
     path = Path(os.environ.get("GEMVTUNE_TEST_TABLE") or ROOT / "results" / gpu_slug(name) / "table.json")
     if not path.exists():
         pytest.skip(f"no committed table for {name} at {path}")
-    return load_table(path, strict_gpu=True)
+    return load_table(path, strict_gpu=True, policy="tuned")   # always a gemvtune kernel: these test kernels
 
 
 def _check(runner, W, x, y, acc, d):
@@ -67,6 +67,35 @@ def test_committed_table_runs_and_matches_its_timing(runner, table):
         del W, x, y
         runner.release()
     print("measured / table time:", ", ".join(f"{k} {v:.3f}" for k, v in slow))
+
+
+def test_fastest_policy_runs_cublas_where_the_table_measured_it_faster(runner, table):
+    """Default policy: 14336x4096 at n = 16 (cuBLAS measured faster) and an untuned shape run
+    cupy.matmul / F.linear (FP16 result, cast); 4096x4096 at n = 1 runs the tuned kernel."""
+    import cupy as cp
+
+    from gemvtune.table import Table
+
+    fast = Table(table.data, table.path, policy="fastest")
+    for shape, tuned in ((Shape(14336, 4096, 16), False), (Shape(3000, 4096), False), (Shape(4096, 4096), True)):
+        assert fast.route(shape.M, shape.d, shape.n, "cupy").tuned is tuned
+        W = (cp.random.random((shape.M, shape.d), dtype=cp.float32) * 2 - 1).astype(cp.float16)
+        x = (cp.random.random((shape.n, shape.d) if shape.n > 1 else (shape.d,), dtype=cp.float32) * 2 - 1).astype(cp.float16)
+        y = fast.gemv(W, x)
+        assert y.dtype == cp.float32
+        # cuBLAS returns FP16 (then cast): its bound is the FP16 output's
+        from gemvtune.timing import error_bound
+
+        ref, scale = runner.reference(W, x)
+        ok, rel, row, why = runner.check(y, ref, scale, error_bound("fp32", shape.d, out="fp32" if tuned else "fp16"))
+        assert ok, (str(shape), why)
+        b = (cp.random.random(shape.M, dtype=cp.float32) - 0.5).astype(cp.float16)
+        y16 = fast.gemv(W, x, bias=b, out_dtype="fp16")
+        assert y16.dtype == cp.float16
+        ok, rel, row, why = runner.check(y16.astype(cp.float32) - b.astype(cp.float32), ref, scale,
+                                         error_bound("fp32", shape.d, out="fp16") * 2)
+        assert ok, (str(shape), "bias/fp16", why)
+        runner.release()
 
 
 def test_dispatch_torch_fallback_graph_and_errors(runner, table):
