@@ -179,15 +179,31 @@ def ceiling(gib: float) -> None:
 @click.option("--no-spin-check", is_flag=True, help="skip timing llama.cpp with the spin method too")
 @click.option("--layers", "layers_text", default=None, metavar="N",
               help="with --model: time one whole decode step of N layers + LM head (one CUDA graph per "
-                   "implementation; default --out results/<gpu>/bench/)")
+                   "implementation; default --out results/<gpu>/bench/); with --hf-config: build the model "
+                   "with N layers (default: the config's)")
+@click.option("--hf-config", "hf_config", default=None, metavar="PATH",
+              help="a Hugging Face config.json (or its folder): time greedy generate of transformers' model "
+                   "(random weights) stock vs swap_linears, eager and compiled (needs gemvtune[hf])")
+@click.option("--tokens", "tokens_text", default=None, metavar="N",
+              help="with --hf-config: new tokens per generate  [default: 128]")
+@click.option("--prompt-tokens", "prompt_text", default=None, metavar="N",
+              help="with --hf-config: random prompt tokens  [default: 16]")
 def bench(shape_texts: tuple[str, ...], suite: str | None, model: str | None, spec: str, table_path: str | None,
           batch_text: str, rounds: int, seed: int, out_dir: str | None, no_spin_check: bool,
-          layers_text: str | None) -> None:
+          layers_text: str | None, hf_config: str | None, tokens_text: str | None, prompt_text: str | None) -> None:
     """Benchmark in one process: the read ceiling, the table's tuned kernel, the llama.cpp config and
     cuBLAS per shape (ratios, geometric means, CSV, bar chart); or chosen variants (--configs); or,
-    with --layers, one decode step of a model (tuned vs llama.cpp config vs cuBLAS)."""
+    with --layers, one decode step of a model (tuned vs llama.cpp config vs cuBLAS); or, with
+    --hf-config, end-to-end greedy decode of a Hugging Face model, stock vs gemvtune."""
     from .shapes import DECODE_SUITE, model_shapes
 
+    if hf_config is not None:
+        _bench_hf(hf_config, layers_text, tokens_text, prompt_text, table_path, out_dir, rounds, seed,
+                  shape_texts, suite, model, spec, batch_text, no_spin_check)
+        return
+    for text, opt in ((tokens_text, "--tokens"), (prompt_text, "--prompt-tokens")):
+        if text is not None:
+            raise UsageError(f"{opt} needs --hf-config")
     layers = None
     if layers_text is not None:
         from .decodestep import check_decode_args
@@ -229,6 +245,39 @@ def bench(shape_texts: tuple[str, ...], suite: str | None, model: str | None, sp
 
     run_bench(shapes, lambda s: select_configs(spec, s, seed), out_dir, echo=click.echo,
               spin_check=not no_spin_check)
+
+
+def _bench_hf(hf_config: str, layers_text: str | None, tokens_text: str | None, prompt_text: str | None,
+              table_path: str | None, out_dir: str | None, rounds: int, seed: int, shape_texts: tuple[str, ...],
+              suite: str | None, model: str | None, spec: str, batch_text: str, no_spin_check: bool) -> None:
+    """bench --hf-config: every check that needs no GPU first (options, the config file, transformers,
+    the table), then the GPU check, then gemvtune.hfbench."""
+    from .hfbench import build_config, check_transformers, positive_int, read_config, run_hf_bench
+
+    clash = [opt for opt, given in (("--shape", shape_texts), ("--suite", suite), ("--model", model),
+                                    ("--configs", spec != "tuned"), ("--batch", str(batch_text).strip() != "1"),
+                                    ("--no-spin-check", no_spin_check)) if given]
+    if clash:
+        raise UsageError(f"--hf-config times a Hugging Face model's generate at batch 1: drop {', '.join(clash)}")
+    layers = positive_int(layers_text, "--layers") if layers_text is not None else None
+    tokens = positive_int(tokens_text, "--tokens") if tokens_text is not None else 128
+    prompt = positive_int(prompt_text, "--prompt-tokens") if prompt_text is not None else 16
+    fields, _, cfg_file = read_config(hf_config)        # a bad config.json: one line
+    check_transformers()                                # before the GPU check: testable without a GPU
+    build_config(fields, layers, where=f"config {cfg_file}")  # a model_type transformers does not know
+    if table_path is not None:
+        from .table import load_table
+
+        load_table(table_path)                          # a missing or corrupt table fails before any GPU work
+    _gpu_check()
+    if table_path is None:
+        from .hfbench import default_table_path
+        from .table import load_table
+
+        table_path = default_table_path()               # results/<gpu>/table.json, named as torch sees the GPU
+        load_table(table_path)
+    run_hf_bench(hf_config, layers=layers, tokens=tokens, prompt_tokens=prompt, table_path=table_path,
+                 out_dir=out_dir, rounds=rounds, echo=click.echo, seed=seed)
 
 
 @cli.command()
