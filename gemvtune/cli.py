@@ -371,6 +371,7 @@ def report(table_path: str, csv_path: str | None, cross_dir: str | None) -> None
 from . import cli_replay  # noqa: E402,F401  (registers sweep, study, study-report on the group)
 from . import cli_search  # noqa: E402,F401  (registers search and worker on the group)
 from . import cli_export  # noqa: E402,F401
+from . import cli_percall  # noqa: E402,F401  (registers percall)
 
 
 def main(argv: list[str] | None = None) -> None:
