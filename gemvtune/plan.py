@@ -130,6 +130,8 @@ class LaunchPlan:
                                                           ctypes.addressof(self._m))
         self._params_addr = ctypes.addressof(self._params)
         self._launches = [(funcs[name], grid, block) for name, grid, block in spec.kernels]
+        self._single = ((self._launches[0][0], *self._launches[0][1], *self._launches[0][2])
+                        if len(self._launches) == 1 and not spec.pdl else None)
         if spec.pdl:
             attr = drv.CUlaunchAttribute()
             attr.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
@@ -166,7 +168,12 @@ class LaunchPlan:
         vals = self._vals
         with self._lock:  # the slots are shared: one launch sequence at a time per plan
             vals[0], vals[1], vals[2], vals[3] = W, x, y, bias or None
-            err = self._enqueue(stream)
+            one = self._single
+            if one is not None:   # the common case, inlined: one kernel, no PDL
+                err = self._launch_fn(one[0], one[1], one[2], one[3], one[4], one[5], one[6], 0, stream,
+                                      self._params_addr, 0)[0]
+            else:
+                err = self._enqueue(stream)
             if err == _INVALID_CONTEXT:  # a thread that never made the device's context current
                 with device_context(self.device):
                     err = self._enqueue(stream)

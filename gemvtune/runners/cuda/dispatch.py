@@ -39,43 +39,38 @@ class Dispatcher:
         return plan
 
     def gemv(self, table: Any, W: Any, x: Any, out: Any = None, bias: Any = None, out_dtype: str = "fp32") -> Any:
-        if not isinstance(W, cp.ndarray):
-            raise UsageError(f"W must be a CuPy array or a torch tensor, got {type(W).__name__}")
-        for name, t in (("x", x), ("out", out), ("bias", bias)):
-            if t is not None and not isinstance(t, cp.ndarray):
-                raise UsageError(f"{name} must be a CuPy array like W, got {type(t).__name__}")
-        if out_dtype not in _OUT:
+        # The per-call hot path: exact type tests, cached attributes (dtype char, the contiguity bit,
+        # the pointer's device) and one dict lookup; the slow, explaining checks run only on failure.
+        nd = cp.ndarray
+        if (type(W) is not nd or type(x) is not nd or (out is not None and type(out) is not nd)
+                or (bias is not None and type(bias) is not nd)):
+            self._explain_types(W, x, out, bias)
+        want = _OUT.get(out_dtype)
+        if want is None:
             raise UsageError(f"out_dtype must be fp32 or fp16, got {out_dtype!r}")
-        # The checks below read cheap attributes (dtype char, the contiguity bit, the pointer's device)
-        # rather than building Flags/Device objects: this is the per-call hot path.
-        if W.dtype.char != "e" or x.dtype.char != "e" or (bias is not None and bias.dtype.char != "e"):
-            raise UsageError(f"W, x and bias must be float16, got {W.dtype} and {x.dtype}"
-                             + (f" and {bias.dtype}" if bias is not None else ""))
-        if W.ndim != 2:
-            raise UsageError(f"W must be 2-D [M, d], got shape {W.shape}")
-        M, d = W.shape
+        ws_ = W.shape
         xs = x.shape
         if len(xs) == 2 and xs[0] == 1:
             x = x.reshape(-1)
             xs = x.shape
         n = 1 if len(xs) == 1 else xs[0]
-        if len(xs) not in (1, 2) or xs[-1] != d or not 1 <= n <= MAX_BATCH:
-            raise UsageError(f"x must have shape [{d}] or [n, {d}] with n <= {MAX_BATCH} to match W {tuple(W.shape)}, "
-                             f"got {tuple(xs)}")
-        if not (_contiguous(W) and _contiguous(x)) or (bias is not None and not _contiguous(bias)):
-            raise UsageError("W, x and bias must be C-contiguous (row-major, no strided views)")
-        if bias is not None and bias.shape != (M,):
-            raise UsageError(f"bias must have shape [{M}], got {tuple(bias.shape)}")
+        if (len(ws_) != 2 or len(xs) > 2 or xs[-1] != ws_[1] or not 1 <= n <= MAX_BATCH or W.dtype.char != "e"
+                or x.dtype.char != "e" or not (_contiguous(W) and _contiguous(x))
+                or (bias is not None and (bias.dtype.char != "e" or bias.shape != (ws_[0],) or not _contiguous(bias)))):
+            self._explain_arrays(W, x, bias)
+        M, d = ws_
         wd, xd = W.data, x.data
         dev = wd.device_id
         if xd.device_id != dev or (out is not None and out.data.device_id != dev) or (bias is not None and bias.data.device_id != dev):
             raise UsageError(f"W, x, bias and out must be on one device (W on {dev}, x on {xd.device_id})")
-        if out is not None and (out.dtype.char != _OUT[out_dtype] or out.size != n * M or not _contiguous(out)):
+        if out is not None and (out.dtype.char != want or out.size != n * M or not _contiguous(out)):
             raise UsageError(f"out must be a contiguous {'float32' if out_dtype == 'fp32' else 'float16'} array of "
                              f"{n * M} elements")
         stream = cp.cuda.get_current_stream().ptr
-        plan = self.plan(table, M, d, n, bias is not None, out_dtype, dev, stream)
-        ysh = (M,) if n == 1 else (n, M)
+        key = (M, d, n, bias is not None, out_dtype, dev)
+        plan = self._plans.get(key, False)
+        if plan is False:
+            plan = self.plan(table, M, d, n, bias is not None, out_dtype, dev, stream)
         if plan is None:  # cuBLAS measured faster, or the table lacks the shape: FP16 result, then cast
             y = cp.matmul(x, W.T)
             if bias is not None:
@@ -84,12 +79,38 @@ class Dispatcher:
                 return y.astype(cp.float32 if out_dtype == "fp32" else cp.float16, copy=False)
             out[...] = y.reshape(out.shape)
             return out
-        if wd.ptr % plan.align or xd.ptr % plan.align:
+        wp, xp = wd.ptr, xd.ptr
+        if wp % plan.align or xp % plan.align:
             raise UsageError(f"W and x must be {plan.align}-byte aligned for the tuned kernel (is W an offset view?)")
         if out is None:
-            out = cp.empty(ysh, dtype=cp.float32 if out_dtype == "fp32" else cp.float16)
-        plan.launch(wd.ptr, xd.ptr, out.data.ptr, bias.data.ptr if bias is not None else 0, stream)
+            out = cp.empty((M,) if n == 1 else (n, M), dtype=cp.float32 if out_dtype == "fp32" else cp.float16)
+        plan.launch(wp, xp, out.data.ptr, bias.data.ptr if bias is not None else 0, stream)
         return out
+
+    @staticmethod
+    def _explain_types(W: Any, x: Any, out: Any, bias: Any) -> None:
+        if not isinstance(W, cp.ndarray):
+            raise UsageError(f"W must be a CuPy array or a torch tensor, got {type(W).__name__}")
+        for name, t in (("x", x), ("out", out), ("bias", bias)):
+            if t is not None and not isinstance(t, cp.ndarray):
+                raise UsageError(f"{name} must be a CuPy array like W, got {type(t).__name__}")
+
+    @staticmethod
+    def _explain_arrays(W: Any, x: Any, bias: Any) -> None:
+        """The one-line reason a call's W, x or bias cannot run (called only when a check failed)."""
+        if W.dtype.char != "e" or x.dtype.char != "e" or (bias is not None and bias.dtype.char != "e"):
+            raise UsageError(f"W, x and bias must be float16, got {W.dtype} and {x.dtype}"
+                             + (f" and {bias.dtype}" if bias is not None else ""))
+        if W.ndim != 2:
+            raise UsageError(f"W must be 2-D [M, d], got shape {W.shape}")
+        M, d = W.shape
+        xs = x.shape if not (x.ndim == 2 and x.shape[0] == 1) else x.shape[1:]
+        if len(xs) not in (1, 2) or xs[-1] != d or not 1 <= (1 if len(xs) == 1 else xs[0]) <= MAX_BATCH:
+            raise UsageError(f"x must have shape [{d}] or [n, {d}] with n <= {MAX_BATCH} to match W {tuple(W.shape)}, "
+                             f"got {tuple(x.shape)}")
+        if not (_contiguous(W) and _contiguous(x)) or (bias is not None and not _contiguous(bias)):
+            raise UsageError("W, x and bias must be C-contiguous (row-major, no strided views)")
+        raise UsageError(f"bias must have shape [{M}], got {tuple(bias.shape)}")
 
 
 def _contiguous(a) -> bool:
