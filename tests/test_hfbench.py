@@ -11,11 +11,10 @@ import sys
 import pytest
 
 from conftest import ROOT, run_cli
-from gemvtune.hfbench import file_name, with_layers
-from gemvtune.hfbench_report import (ROW_COLUMNS, SUMMARY_COLUMNS, classify_kernel, explain_summary,
-                                     is_gemvtune_kernel, kernel_totals, mode_table, per_step, round_ratios,
-                                     short_table, summary_markdown, timing_stats, token_agreement, top_kernels,
-                                     write_hf_reports)
+from gemvtune.hfbench_report import (ROW_COLUMNS, SUMMARY_COLUMNS, explain_summary, mode_table, round_ratios,
+                                     short_table, summary_markdown, timing_stats, token_agreement, write_hf_reports)
+from gemvtune.hfmodel import file_name, with_layers
+from gemvtune.hfprofile import classify_kernel, is_gemvtune_kernel, kernel_totals, per_step, top_kernels
 
 TABLE = ROOT / "results" / "nvidia-h200" / "table.json"
 
@@ -269,7 +268,7 @@ def test_with_layers_cuts_and_repeats_per_layer_lists():
 
 
 def test_read_config_file_and_folder(tmp_path):
-    from gemvtune.hfbench import read_config
+    from gemvtune.hfmodel import read_config
 
     (tmp_path / "Tiny").mkdir()
     _write(tmp_path / "Tiny", TINY)
@@ -283,7 +282,7 @@ def test_read_config_file_and_folder(tmp_path):
 
 def test_build_config_overrides_layers():
     pytest.importorskip("transformers")
-    from gemvtune.hfbench import build_config
+    from gemvtune.hfmodel import build_config
 
     cfg, info = build_config(dict(LLAMA_3_8B, auto_map={"AutoModel": "x.Y"}), 2)
     assert cfg.num_hidden_layers == 2 and info["config_layers"] == 32 and info["layers"] == 2
