@@ -2,11 +2,15 @@
 
 import itertools
 import random
+import sys
+import threading
+import time
+import types
 
 import pytest
 
 from gemvtune import LLAMA_CPP, GemvConfig, Shape
-from gemvtune.compile import CompileError, Resources, compile_many, compile_source
+from gemvtune.compile import CompileError, NvrtcUnavailable, Resources, _Nvrtc, compile_many, compile_source
 from gemvtune.render import render
 from gemvtune.space import DOMAINS, valid_configs
 
@@ -156,3 +160,53 @@ def test_sanitizer_config_set_covers_both_families_and_compiles():
             pairs += [(c, s) for c in valid]
     bad = [r for r in compile_variants(pairs) if isinstance(r, CompileError)]
     assert not bad, bad[:2]
+
+
+def test_nvrtc_compile_releases_the_gil():
+    """compile_many's thread pool overlaps compiles (and the tuner overlaps them with GPU measurement)
+    only if the NVRTC call drops the GIL: a Python loop here must keep running while a thread compiles.
+    Were the GIL held through nvrtcCompileProgram, this loop would get only the compile's few Python
+    steps (well under a tenth of its own rate); with it released it keeps half (one core) to all of it."""
+    src = render(LLAMA_CPP, Shape(64, 4096))
+    compile_source(src, use_cache=False)  # NVRTC loaded, headers read once
+
+    def rate(until) -> float:
+        n, t0 = 0, time.perf_counter()
+        while not until(t0):
+            n += 1
+        return n / (time.perf_counter() - t0)
+
+    alone = rate(lambda t0: time.perf_counter() - t0 > 0.3)
+    t = threading.Thread(target=lambda: [compile_source(src, use_cache=False) for _ in range(3)])
+    t.start()
+    during = rate(lambda t0: not t.is_alive())
+    t.join()
+    assert during > 0.25 * alone, (during, alone)
+
+
+def _fake_bindings(monkeypatch, module) -> None:
+    import cuda.bindings
+
+    if module is None:  # no attribute and a None entry in sys.modules: the import raises ImportError
+        monkeypatch.delattr(cuda.bindings, "nvrtc", raising=False)
+    else:
+        monkeypatch.setattr(cuda.bindings, "nvrtc", module, raising=False)
+    monkeypatch.setitem(sys.modules, "cuda.bindings.nvrtc", module)
+
+
+def test_nvrtc_unavailable_when_the_library_does_not_load(monkeypatch):
+    def missing():  # what cuda.pathfinder raises (a RuntimeError) on the first call when libnvrtc is absent
+        raise RuntimeError('Failure finding "libnvrtc.so":\n  no such file\n  searched: site-packages')
+
+    _fake_bindings(monkeypatch, types.SimpleNamespace(nvrtcVersion=missing))
+    with pytest.raises(NvrtcUnavailable) as e:
+        _Nvrtc()
+    msg = str(e.value)
+    assert "\n" not in msg and "NVRTC not found" in msg and "libnvrtc.so" in msg and "no such file" in msg
+
+
+def test_nvrtc_unavailable_without_cuda_bindings(monkeypatch):
+    _fake_bindings(monkeypatch, None)
+    with pytest.raises(NvrtcUnavailable) as e:
+        _Nvrtc()
+    assert "\n" not in str(e.value) and "cuda-bindings" in str(e.value) and "import" in str(e.value)
