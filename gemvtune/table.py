@@ -221,7 +221,7 @@ class Table:
         shape (policy ``fastest``, the default; ``load_table(..., policy="tuned")`` always runs a
         gemvtune kernel). Returns out (a CuPy array, or a torch tensor for torch input). Works inside
         CUDA graph capture once each shape has run once outside it."""
-        if type(W).__module__.split(".")[0] == "torch":
+        if type(W).__module__.startswith("torch"):
             from .torch_op import table_gemv
 
             if not self._gpu_checked:

@@ -28,6 +28,8 @@ import torch.nn.functional as F
 from .shapes import MAX_BATCH
 from .torch_op import _ALIGN, register_table, run_linear
 
+_F16 = torch.float16
+
 
 class GemvLinear(torch.nn.Module):
     """Wraps an ``nn.Linear``: holds the *same* weight and bias Parameters (registered under the same
@@ -83,6 +85,25 @@ class GemvLinear(torch.nn.Module):
         return ""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.compiler.is_compiling():
+            return self._traced(x)
+        # Eager: the per-call CPU cost is what a user feels (decode is CPU-bound in eager mode), so
+        # this path reads only cheap attributes (dtype singletons, device indices) and one dict.
+        w, b = self.weight, self.bias
+        if (x.dtype is not _F16 or w.dtype is not _F16 or not x.is_cuda or x.get_device() != w.get_device()
+                or not x.dim() or x.shape[-1] != self.in_features or not w.is_contiguous()
+                or (b is not None and (b.dtype is not _F16 or not b.is_contiguous()))):
+            return F.linear(x, w, b)
+        if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad or (b is not None and b.requires_grad)):
+            return F.linear(x, w, b)  # the tuned kernels have no backward: autograd gets F.linear
+        n = x.numel() // self.in_features
+        if n > self.max_batch or not self._tuned[n]:
+            return F.linear(x, w, b)  # cuBLAS measured faster for this n, or the table lacks it
+        return run_linear(x, w, b, self.table, self._tid)
+
+    def _traced(self, x: torch.Tensor) -> torch.Tensor:
+        """What torch.compile traces: the same decisions on static properties, then the custom op
+        (its implementation checks pointers and alignment at run time)."""
         w, b = self.weight, self.bias
         k = self.in_features
         if not (x.is_cuda and x.dtype == torch.float16 and w.dtype == torch.float16 and x.device == w.device
@@ -90,13 +111,11 @@ class GemvLinear(torch.nn.Module):
                 and (b is None or (b.dtype == torch.float16 and b.is_contiguous()))):
             return F.linear(x, w, b)
         if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad or (b is not None and b.requires_grad)):
-            return F.linear(x, w, b)  # the tuned kernels have no backward: autograd gets F.linear
+            return F.linear(x, w, b)
         n = x.numel() // k
         if n > self.max_batch or not self._tuned[n]:
-            return F.linear(x, w, b)  # cuBLAS measured faster for this n, or the table lacks it
-        if torch.compiler.is_compiling():
-            return torch.ops.gemvtune.linear(x, w, b, self._tid)
-        return run_linear(x, w, b, self.table, self._tid)
+            return F.linear(x, w, b)
+        return torch.ops.gemvtune.linear(x, w, b, self._tid)
 
 
 def _linear_children(model: torch.nn.Module):

@@ -67,9 +67,17 @@ def run_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
     n = x.numel() // d if d else 0
     if not 1 <= n <= MAX_BATCH:
         return F.linear(x, weight, bias)
-    route = table.route(M, d, n, "torch", "fp16")
-    if route.kind != "tuned":
-        return F.linear(x, weight, bias)
+    if tid is None:
+        tid = register_table(table)
+    dev = x.get_device()
+    has_bias = bias is not None
+    plan = _FAST.get((tid, M, d, n, has_bias, "fp16", dev))     # the hot path: one lookup
+    stream = _raw_stream(dev)
+    if plan is None:
+        route = table.route(M, d, n, "torch", "fp16")
+        if route.kind != "tuned":
+            return F.linear(x, weight, bias)
+        plan = _plan(tid, table, route.config, M, d, n, has_bias, "fp16", dev, stream)
     if not x.is_contiguous():
         x = x.contiguous()
     wp, xp = weight.data_ptr(), x.data_ptr()
@@ -78,12 +86,8 @@ def run_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
     if xp % _ALIGN:
         x = x.clone()
         xp = x.data_ptr()
-    dev = x.get_device()
-    stream = _raw_stream(dev)
-    plan = _plan(tid if tid is not None else register_table(table), table, route.config, M, d, n,
-                 bias is not None, "fp16", dev, stream)
-    y = torch.empty((*x.shape[:-1], M), dtype=x.dtype, device=x.device)
-    plan.launch(wp, xp, y.data_ptr(), bias.data_ptr() if bias is not None else 0, stream)
+    y = torch.empty(x.shape[:-1] + (M,), dtype=x.dtype, device=x.device)
+    plan.launch(wp, xp, y.data_ptr(), bias.data_ptr() if has_bias else 0, stream)
     return y
 
 

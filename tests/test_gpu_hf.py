@@ -24,7 +24,6 @@ def _model(layers=2):
 
 def test_static_cache_generate_matches_stock_and_runs_tuned_kernels(monkeypatch):
     import gemvtune
-    from gemvtune import torch_op
     from gemvtune.table import load_table
 
     if not torch.cuda.is_available():
@@ -38,9 +37,12 @@ def test_static_cache_generate_matches_stock_and_runs_tuned_kernels(monkeypatch)
               output_logits=True, return_dict_in_generate=True)
     with torch.no_grad():
         stock = model.generate(ids, **kw)
+        from gemvtune.plan import LaunchPlan
+
         calls = []
-        real = torch_op._plan
-        monkeypatch.setattr(torch_op, "_plan", lambda *a: calls.append(a[3:6]) or real(*a))
+        real = LaunchPlan.launch
+        monkeypatch.setattr(LaunchPlan, "launch", lambda self, *a: calls.append(
+            (self.spec.shape.M, self.spec.shape.d, self.spec.shape.n)) or real(self, *a))
         names = gemvtune.swap_linears(model, table)
         assert len(names) == 2 * 7 + 1
         ours = model.generate(ids, **kw)

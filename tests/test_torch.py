@@ -287,22 +287,17 @@ def block():
 
 
 def _spy(monkeypatch):
-    """Counts the tuned launches (run_linear reaching a plan) by (M, d, n)."""
+    """Records every launch of a tuned kernel (any LaunchPlan) by (M, d, n)."""
+    from gemvtune.plan import LaunchPlan
+
     calls = []
-    real = torch_op._plan
+    real = LaunchPlan.launch
 
-    def plan(tid, table, config, M, d, n, *a):
-        p = real(tid, table, config, M, d, n, *a)
+    def launch(self, *args, **kw):
+        calls.append((self.spec.shape.M, self.spec.shape.d, self.spec.shape.n))
+        return real(self, *args, **kw)
 
-        class Spy:
-            align = p.align
-
-            def launch(self, *args):
-                calls.append((M, d, n))
-                p.launch(*args)
-        return Spy()
-
-    monkeypatch.setattr(torch_op, "_plan", plan)
+    monkeypatch.setattr(LaunchPlan, "launch", launch)
     return calls
 
 
