@@ -1,7 +1,8 @@
 """gemvtune: autotuned FP16 GEMV kernels for LLM decode.
 
-Importing this package is light: no cupy, optuna or pandas is loaded until a GPU, search or report
-function needs it.
+Importing this package is light: no cupy, optuna, pandas or torch is loaded until a GPU, search or
+report function needs it. ``load_table`` (and ``Table``) load on first use; ``GemvLinear``,
+``swap_linears``, ``restore_linears``, ``explain`` and ``format_explain`` load torch on first use.
 """
 
 from .errors import GemvtuneError, NoDeviceError, UsageError
@@ -11,20 +12,34 @@ from .space_splitk import SPLITK_SEED, SplitKConfig
 
 __version__ = "0.1.0"
 
+_TABLE_NAMES = ("Table", "load_table")
+_TORCH_NAMES = ("GemvLinear", "explain", "format_explain", "restore_linears", "swap_linears")
+
 __all__ = [
     "DECODE_SUITE", "DOMAINS", "LLAMA_CPP", "MODELS", "GemvConfig", "GemvtuneError", "NoDeviceError",
     "Shape", "UsageError", "model_shapes", "parse_batches", "parse_config", "parse_shape",
-    "sample_configs", "valid_configs", "SplitKConfig", "SPLITK_SEED",
+    "sample_configs", "valid_configs", "SplitKConfig", "SPLITK_SEED", *_TABLE_NAMES, *_TORCH_NAMES,
 ]
-
-_TORCH_NAMES = ("GemvLinear", "explain", "format_explain", "restore_linears", "swap_linears")
 
 
 def __getattr__(name: str):
-    """``gemvtune.GemvLinear``, ``swap_linears`` and ``restore_linears`` load torch (through
-    gemvtune.torch_linear) only when first asked for; ``import gemvtune`` stays light."""
-    if name in _TORCH_NAMES:
-        from . import torch_linear
+    """The lazy names: ``load_table``/``Table`` from gemvtune.table, and the PyTorch drop-in from
+    gemvtune.torch_linear (which imports torch; without torch, one clear ImportError)."""
+    if name in _TABLE_NAMES:
+        from . import table
 
+        return getattr(table, name)
+    if name in _TORCH_NAMES:
+        try:
+            from . import torch_linear
+        except ModuleNotFoundError as e:
+            if e.name != "torch" and not str(e.name).startswith("torch."):
+                raise
+            raise ImportError(f"gemvtune.{name} needs PyTorch, which is not installed "
+                              "(pip install torch, or 'gemvtune[torch]')") from None
         return getattr(torch_linear, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
