@@ -10,6 +10,24 @@ import optuna
 from .errors import UsageError
 
 SAMPLERS = ("tpe", "random", "gp", "exhaustive")
+GP_INSTALL = "pip install 'gemvtune[gp]'"
+
+
+def gp_missing(load: bool = True) -> str | None:
+    """None where Optuna's GP sampler can run (it needs torch and scipy, which gemvtune does not
+    require: the ``gp`` extra brings them), else the one-line reason. ``load=False`` only looks for
+    the packages (no import: cheap, for a check before work starts)."""
+    import importlib
+    import importlib.util
+
+    for mod in ("scipy", "torch"):
+        try:
+            found = importlib.import_module(mod) if load else importlib.util.find_spec(mod)
+        except ImportError:
+            found = None
+        if found is None:
+            return f"the gp sampler needs torch and scipy ({mod} is missing: {GP_INSTALL})"
+    return None
 
 
 def _infeasible(t: optuna.trial.FrozenTrial) -> tuple[float]:
@@ -41,11 +59,9 @@ def make_sampler(name: str, seed: int, n_startup: int = 10, constant_liar: bool 
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "gp":
-        try:
-            import scipy  # noqa: F401
-            import torch  # noqa: F401  (Optuna's GP sampler runs on torch and scipy)
-        except ImportError as e:
-            raise UsageError(f"the gp sampler needs torch and scipy ({e.name} is missing)") from None
+        why = gp_missing()   # Optuna's GP sampler runs on torch and scipy
+        if why:
+            raise UsageError(why)
         # GP ignores pruned trials and would keep proposing invalid configs: they come back as
         # completed-but-infeasible trials instead (see optimize), which its constraint model learns.
         return optuna.samplers.GPSampler(seed=seed, n_startup_trials=n_startup, constraints_func=_infeasible)

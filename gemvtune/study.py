@@ -34,18 +34,49 @@ def _sampler(variant: str, seed: int):
     return make_sampler(kind, seed, o.get("n_startup", 10))
 
 
+def usable_samplers(samplers: list[str], echo: Callable[[str], None] = print) -> list[str]:
+    """The samplers that can run here. GP needs torch and scipy (the ``gp`` extra), which gemvtune
+    does not require: without them it is left out of a list with others, saying so, and refused
+    alone; every other sampler needs only the declared dependencies."""
+    from .errors import UsageError
+    from .samplers import gp_missing
+
+    gp = [s for s in samplers if SAMPLER_VARIANTS.get(s, ("",))[0] == "gp"]
+    why = gp_missing(load=False) if gp else None
+    if not why:
+        return list(samplers)
+    rest = [s for s in samplers if s not in gp]
+    if not rest:
+        raise UsageError(why)
+    echo(f"left out {', '.join(gp)}: {why}")
+    return rest
+
+
 def one_run(args: tuple[str, str, int, int]) -> dict[str, Any]:
     """One simulated search: (sweep file, sampler variant, seed, budget) -> best-so-far per measured trial."""
     import warnings
 
     import optuna
 
+    from . import search  # noqa: F401  (imported first: its import sets Optuna's verbosity, see issue 17)
+
+    path, variant, seed, budget = args
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.ERROR)   # for this run only: restored below
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return _one_run(path, variant, seed, budget)
+    finally:
+        optuna.logging.set_verbosity(verbosity)
+
+
+def _one_run(path: str, variant: str, seed: int, budget: int) -> dict[str, Any]:
+    import optuna
+
     from .runners.replay import ReplayRunner
     from .search import SearchOptions, enqueue_seed, optimize
 
-    warnings.filterwarnings("ignore")
-    optuna.logging.set_verbosity(optuna.logging.ERROR)
-    path, variant, seed, budget = args
     runner = ReplayRunner(path)
     (shape, sweep), = runner.sweeps.items()
     study = optuna.create_study(direction="minimize", sampler=_sampler(variant, seed),
@@ -80,6 +111,7 @@ def run_study(sweep_paths: list[Path], samplers: list[str], seeds: int, budget: 
     import pandas as pd
 
     budgets = budgets or {}
+    samplers = usable_samplers(samplers, echo)
     tasks = [(str(p), s, seed, budgets.get(s, budget)) for p in sweep_paths for s in samplers for seed in range(seeds)]
     tasks.sort(key=lambda t: -t[3] * (20 if t[1] == "gp" else 1))  # slowest first
     used = {s: budgets.get(s, budget) for s in samplers}
