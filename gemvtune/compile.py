@@ -3,12 +3,11 @@
 NVRTC is called through NVIDIA's Python bindings, ``cuda.bindings.nvrtc`` (package ``cuda-bindings``;
 libnvrtc itself from the ``nvidia-cuda-nvrtc`` wheel or the system, found by ``cuda.pathfinder``), so
 the same path runs on a CPU-only machine (compile checks, explicit ``sm_XX``) and on a GPU host, where
-``gemvtune.plan`` loads the cubin with ``cuModuleLoadData`` and the CUDA runner with
-``cupy.RawModule(path=...)``. The cache key is the source hash, the options and ``nvrtcVersion``.
+``gemvtune.plan`` loads the cubin with ``cuModuleLoadData`` (every variant the runner, the dispatcher
+and the PyTorch op launch). The cache key is the source hash, the options and ``nvrtcVersion``.
 
 ``nvrtcCompileProgram`` in cuda-bindings 13.5 drops the GIL, so ``compile_many``'s thread pool
-compiles on every core and precompiles overlap GPU measurement (``test_nvrtc_compile_releases_the_gil``
-checks it). Measured on a 2-core CPU host, 8 distinct GEMV variants at 4096x4096, fresh cache, 6
+compiles on every core and precompiles overlap GPU measurement. Measured on a 2-core CPU host, 8 distinct GEMV variants at 4096x4096, fresh cache, 6
 interleaved rounds: jobs=1 0.92 s, jobs=2 0.53 s (median; 1.73x, process CPU/wall 1.8-1.9 with two
 jobs), the same as the ctypes bindings this replaced (0.98 s / 0.58 s, 1.69x). A Python thread kept
 ~90% of its idle rate while the other compiled (~50% against a GIL-holding Python loop).
