@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import collections
-import os
+import logging
 import sys
 from pathlib import Path
 from typing import Callable
@@ -11,6 +11,8 @@ from typing import Callable
 import click
 
 from . import space as sp
+from .cli_options import SEED, ModelPreset, one_line_usage_error, setup_logging, sort_shape_lines, writable_file
+from .cli_options import gpu_check as _gpu_check, writable_dir as _writable_dir  # (the other cli_* modules use them)
 from .errors import GemvtuneError, UsageError
 from .shapes import Shape, parse_batches, parse_shape
 
@@ -37,10 +39,16 @@ def select_configs(spec: str, shape: Shape, seed: int = 0) -> list[sp.GemvConfig
     return [sp.parse_config(spec)]
 
 
+log = logging.getLogger("gemvtune")
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="gemvtune")
-def cli() -> None:
+@click.option("-v", "--verbose", count=True, help="more log output on stderr (-vv: debug, with tracebacks of errors)")
+@click.option("-q", "--quiet", count=True, help="errors only on stderr (no warnings)")
+def cli(verbose: int, quiet: int) -> None:
     """gemvtune: find the fastest FP16 GEMV (y = W x, LLM decode) for your shapes on your GPU."""
+    setup_logging(verbose - quiet)
 
 
 @cli.command()
@@ -106,9 +114,9 @@ def render(shape_text: str, config_text: str) -> None:
 @_shape_opt
 @click.option("--configs", "spec", default="sample:32", show_default=True,
               help="all | sample:N | llama | FILE.json | one inline config")
-@click.option("--arch", default="sm_90", show_default=True)
+@click.option("--arch", default="sm_90", show_default=True, help="target architecture, sm_XX")
 @click.option("--jobs", type=click.IntRange(1, 256), default=None, help="parallel NVRTC compiles (default: cores)")
-@click.option("--seed", default=0, show_default=True)
+@click.option("--seed", default=0, show_default=True, type=SEED, help="seed of sample:N")
 def compile_check(shape_text: str, spec: str, arch: str, jobs: int | None, seed: int) -> None:
     """Compile variants with NVRTC (no GPU needed) and print their resources."""
     from .compile import CompileError, compile_variants
@@ -139,15 +147,6 @@ def compile_check(shape_text: str, spec: str, arch: str, jobs: int | None, seed:
         sys.exit(1)
 
 
-def _gpu_check() -> None:
-    from .errors import NoDeviceError
-    from .runners.cuda import cuda_available
-
-    why = cuda_available()
-    if why:
-        raise NoDeviceError(why)
-
-
 @cli.command()
 @click.option("--gib", default=1.0, show_default=True, type=click.FloatRange(0.0625, 64), help="buffer size")
 def ceiling(gib: float) -> None:
@@ -167,14 +166,15 @@ def ceiling(gib: float) -> None:
 @cli.command()
 @click.option("--shape", "shape_texts", multiple=True, help="M x d (repeatable)")
 @click.option("--suite", type=click.Choice(["decode"]), default=None, help="the decode suite of shapes")
-@click.option("--model", default=None, help="every linear-layer shape of a model preset")
+@click.option("--model", default=None, type=ModelPreset(), help="every linear-layer shape of a model preset")
 @click.option("--configs", "spec", default="tuned", show_default=True,
               help="tuned (the table's kernel) | all | sample:N | llama | FILE.json | one inline config")
 @click.option("--table", "table_path", default=None, help="table for --configs tuned (default results/<gpu>/table.json)")
 @click.option("--batch", "batch_text", default="1", show_default=True, help="batch sizes n, e.g. 1,2,4")
 @click.option("--rounds", default=3, show_default=True, type=click.IntRange(1, 50),
               help="interleaved rounds (tuned, llama.cpp, cuBLAS) for --configs tuned")
-@click.option("--seed", default=0, show_default=True)
+@click.option("--seed", default=0, show_default=True, type=SEED,
+              help="seed of sample:N (with --hf-config: of the model's random weights)")
 @click.option("--out", "out_dir", default=None, help="output folder (default results/<gpu>/)")
 @click.option("--no-spin-check", is_flag=True, help="skip timing llama.cpp with the spin method too")
 @click.option("--layers", "layers_text", default=None, metavar="N",
@@ -284,7 +284,7 @@ def _bench_hf(hf_config: str, layers_text: str | None, tokens_text: str | None, 
 @click.option("--shape", "shape_texts", multiple=True, required=True, help="M x d (repeatable)")
 @click.option("--configs", "spec", default="sample:16", show_default=True,
               help="all | sample:N | llama | FILE.json | one inline config")
-@click.option("--seed", default=0, show_default=True)
+@click.option("--seed", default=0, show_default=True, type=SEED, help="seed of sample:N")
 @click.option("--batch", default="1", show_default=True, help="batch sizes n, e.g. 1,3,8")
 def verify(shape_texts: tuple[str, ...], spec: str, seed: int, batch: str) -> None:
     """Check variants (either family; a config file may mix them) against a float64 reference on fresh
@@ -319,25 +319,18 @@ def summarize(csv_path: str, md_path: str | None) -> None:
     """Summarize a bench CSV (baselines, best variant per shape, spin vs graph, reference numbers)."""
     from .summary import summarize_bench
 
+    if md_path:
+        writable_file(md_path, "--md file")
     try:
         text = summarize_bench(csv_path)
     except (ValueError, KeyError, OSError) as e:
-        raise UsageError(f"cannot summarize {csv_path}: {e}") from None
+        raise UsageError(f"cannot summarize {csv_path}: {' '.join(str(e).split())}") from None
     click.echo(text, nl=False)
     if md_path:
-        Path(md_path).write_text(text)
-
-
-def _writable_dir(path: str) -> Path:
-    p = Path(path)
-    try:
-        p.mkdir(parents=True, exist_ok=True)
-        probe = p / f".gemvtune-write-test-{os.getpid()}"  # per process: concurrent searches share folders
-        probe.write_text("")
-        probe.unlink()
-    except OSError as e:
-        raise UsageError(f"results directory {p} is not writable: {e.strerror or e}") from None
-    return p
+        try:
+            Path(md_path).write_text(text)
+        except OSError as e:
+            raise UsageError(f"cannot write --md file {md_path}: {e.strerror or e}") from None
 
 
 @cli.command()
@@ -346,19 +339,27 @@ def _writable_dir(path: str) -> Path:
 @click.option("--crossover", "cross_dir", default=None,
               help="write crossover.csv and one µs-against-n plot per shape (entries at several n) here")
 def report(table_path: str, csv_path: str | None, cross_dir: str | None) -> None:
-    """Render a table's contents as CSV and a short terminal summary."""
+    """Render a table's contents (shapes in numeric order) as CSV and a short terminal summary."""
     from .table import load_table
     from .tablereport import table_frame, table_summary
 
     t = load_table(table_path)
-    click.echo(table_summary(t))
     if csv_path:
-        table_frame(t).to_csv(csv_path, index=False, float_format="%.6g")
+        writable_file(csv_path, "--csv file")       # before any output
+    out = _writable_dir(cross_dir) if cross_dir else None
+    click.echo(sort_shape_lines(table_summary(t)))
+    if csv_path:
+        df = table_frame(t)
+        if len(df):
+            df = df.sort_values(["M", "d", "n"], kind="stable")
+        try:
+            df.to_csv(csv_path, index=False, float_format="%.6g")
+        except OSError as e:
+            raise UsageError(f"cannot write --csv file {csv_path}: {e.strerror or e}") from None
         click.echo(f"wrote {csv_path}")
-    if cross_dir:
+    if out is not None:
         from .crossover import crossover_frame, crossover_markdown, crossovers, plot_crossover
 
-        out = _writable_dir(cross_dir)
         df = crossover_frame(t)
         df.to_csv(out / "crossover.csv", index=False, float_format="%.6g")
         (out / "crossover.md").write_text(crossover_markdown(df))
@@ -381,10 +382,15 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Abort:
         click.echo("gemvtune: interrupted", err=True)
         sys.exit(130)
+    except click.UsageError as e:           # a bad option value, an unknown or missing option: one line
+        log.debug("usage error", exc_info=True)
+        click.echo(one_line_usage_error(e), err=True)
+        sys.exit(e.exit_code)
     except click.ClickException as e:
         e.show()
         sys.exit(e.exit_code)
     except GemvtuneError as e:
+        log.debug("the error's traceback (shown with -vv)", exc_info=True)
         click.echo(f"gemvtune: error: {e}", err=True)
         sys.exit(e.exit_code)
     except KeyboardInterrupt:
