@@ -59,15 +59,12 @@ def _read(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict) or "schema" not in data or not isinstance(data.get("entries"), dict):
         raise UsageError(f"table {path} is not a gemvtune table (no schema/entries)")
     if data["schema"] != SCHEMA_VERSION:
-        raise UsageError(f"table {path} has schema version {data['schema']}; this gemvtune reads version "
+        raise UsageError(f"table {path} has schema version {data['schema']!r:.40}; this gemvtune reads version "
                          f"{SCHEMA_VERSION}" + (" (made by a newer gemvtune: upgrade)" if isinstance(data["schema"], int)
                                                  and data["schema"] > SCHEMA_VERSION else ""))
-    for k, e in data["entries"].items():
-        try:
-            winner_config(e)
-            Shape(int(e["M"]), int(e["d"]), int(e.get("n", 1)))
-        except (KeyError, TypeError, ValueError, UsageError) as err:
-            raise UsageError(f"table {path}: entry {k} is malformed ({err})") from None
+    from .tableschema import validate_table
+
+    validate_table(data, path)   # the whole schema: types, ranges, finite times, configs valid for their shape
     return data
 
 
