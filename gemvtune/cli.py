@@ -323,7 +323,7 @@ def summarize(csv_path: str, md_path: str | None) -> None:
         writable_file(md_path, "--md file")
     try:
         text = summarize_bench(csv_path)
-    except (ValueError, KeyError, OSError) as e:
+    except (ValueError, KeyError, OSError, TypeError, AttributeError) as e:  # not a bench CSV with its JSON
         raise UsageError(f"cannot summarize {csv_path}: {' '.join(str(e).split())}") from None
     click.echo(text, nl=False)
     if md_path:

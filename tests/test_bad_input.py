@@ -168,3 +168,80 @@ def test_nothing_from_a_user_is_executed():
     src = "\n".join(p.read_text() for p in (ROOT / "gemvtune").rglob("*.py"))
     assert not re.search(r"(?<![.\w])(eval|exec)\(", src)   # the builtins; a module's .eval() is not one
     assert "pickle" not in src and "yaml.load(" not in src
+
+
+# ---- Issue 17: command-line conventions and packaging (appended; the same rules as above) ----------
+
+BENCH_CSV = str(ROOT / "results" / "nvidia-h200" / "2026-11-29-decode-suite" / "bench-20261129-121850.csv")
+
+CLI_CASES_17 = [
+    ("negative seed", ["compile-check", "--shape", "64x64", "--seed", "-1"], "-1 is not in the range x>=0", 2),
+    ("negative seed, verify", ["verify", "--shape", "64x64", "--seed", "-1"], "-1 is not in the range x>=0", 2),
+    ("negative seed, bench", ["bench", "--shape", "64x64", "--configs", "sample:2", "--seed", "-3"],
+     "-3 is not in the range x>=0", 2),
+    ("unknown model preset, bench", ["bench", "--model", "gpt-9"], "unknown model preset 'gpt-9'; known: llama-3-8b", 2),
+    ("option value out of range", ["compile-check", "--shape", "64x64", "--jobs", "0"], "not in the range", 2),
+    ("unknown option", ["space", "--shape", "64x64", "--colour", "red"], "No such option '--colour'", 2),
+    ("missing option", ["render"], "Missing option '--shape'", 2),
+    ("CSV into a missing folder", ["report", "--table", str(TABLE), "--csv", "{tmp}/missing/dir/x.csv"],
+     "folder {tmp}/missing/dir does not exist", 2),
+    ("CSV onto a folder", ["report", "--table", str(TABLE), "--csv", "{tmp}/hf-folder"], "is a directory", 2),
+    ("markdown into a missing folder", ["summarize", BENCH_CSV, "--md", "{tmp}/missing/x.md"], "does not exist", 2),
+    ("summarize a file that is not a bench CSV", ["summarize", "{tmp}/list.json"], "cannot summarize", 2),
+]
+
+
+@pytest.mark.parametrize("what,args,needle,code", CLI_CASES_17, ids=[c[0] for c in CLI_CASES_17])
+def test_cli_catalogue_17(tmp, what, args, needle, code):
+    test_cli_catalogue(tmp, what, args, needle.replace("{tmp}", str(tmp)), code)
+
+
+@pytest.mark.parametrize("driver,runtime,needles", [
+    (None, 13020, ["no NVIDIA driver is installed"]),
+    (12080, 13020, ["supports CUDA 12.8, too old for this install's CUDA 13.2", "pip uninstall -y cupy-cuda13x",
+                    "gemvtune[cu12]", "a driver >= 580"]),
+    (11080, 12090, ["supports CUDA 11.8", "install a driver >= 525"]),
+    (13000, 12090, ["cudaErrorNoDevice", "driver supports CUDA 13.0"]),
+], ids=["no driver", "driver too old for CUDA 13", "driver too old for CUDA 12", "no device"])
+def test_no_device_line_says_which_case(driver, runtime, needles):
+    from gemvtune.runners.cuda._cupy import diagnose
+
+    line = diagnose("cudaErrorNoDevice: no CUDA-capable device is detected", driver, runtime)
+    assert "\n" not in line and line.startswith("no CUDA device answers")
+    assert all(n in line for n in needles), line
+
+
+def test_gp_sampler_without_its_packages(monkeypatch):
+    """GP needs torch and scipy, which are optional: a study leaves it out saying so, refuses it alone."""
+    import gemvtune.samplers as samplers
+    from gemvtune.study import usable_samplers
+
+    monkeypatch.setattr(samplers, "gp_missing", lambda load=True: "the gp sampler needs torch and scipy "
+                        "(scipy is missing: pip install 'gemvtune[gp]')")
+    said = []
+    assert usable_samplers(["tpe", "gp", "random"], said.append) == ["tpe", "random"]
+    assert len(said) == 1 and "left out gp" in said[0] and "gemvtune[gp]" in said[0]
+    with pytest.raises(UsageError, match=re.escape("gemvtune[gp]")):
+        usable_samplers(["gp"])
+    with pytest.raises(UsageError, match=re.escape("gemvtune[gp]")):
+        samplers.make_sampler("gp", 0)
+
+
+def test_gp_study_alone_without_its_packages_is_one_line(tmp_path):
+    from gemvtune.samplers import gp_missing
+
+    if not gp_missing(load=False):
+        pytest.skip("torch and scipy are installed here")
+    r = run_cli("study", "--sweeps", SWEEPS, "--samplers", "gp", "--out", str(tmp_path))
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2 and len(lines) == 1 and "gemvtune[gp]" in lines[0], r.stderr
+
+
+def test_torch_api_without_torch_is_one_clear_error():
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['torch'] = None\nimport gemvtune\ntry:\n    gemvtune.GemvLinear\n"
+            "except ImportError as e:\n    print(e); sys.exit(0)\nsys.exit(1)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0 and "needs PyTorch" in r.stdout and "Traceback" not in r.stderr, r.stdout + r.stderr
