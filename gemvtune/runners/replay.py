@@ -202,13 +202,16 @@ class ReplayRunner:
 
 
 # ---- replayed results are kept apart from measured ones --------------------------------------------
-_REPLAY_STUDY = re.compile(re.escape(STUDY_SUFFIX) + r"(-[a-z0-9]+)?$")
+def _replay_study_re() -> re.Pattern:
+    from ..families import FAMILY_NAMES
+
+    return re.compile(re.escape(STUDY_SUFFIX) + "(-(" + "|".join(map(re.escape, FAMILY_NAMES)) + "))?$")
 ALLOW_FLAG = "--allow-replay-into-measured"
 
 
 def is_replay_study(name: str) -> bool:
     """A study a replayed search made (``...-replay`` or ``...-replay-<family>``)."""
-    return bool(_REPLAY_STUDY.search(name))
+    return bool(_replay_study_re().search(name))
 
 
 def storage_studies(url: str | None) -> list[str]:
