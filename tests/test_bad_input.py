@@ -245,3 +245,94 @@ def test_torch_api_without_torch_is_one_clear_error():
             "except ImportError as e:\n    print(e); sys.exit(0)\nsys.exit(1)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0 and "needs PyTorch" in r.stdout and "Traceback" not in r.stderr, r.stdout + r.stderr
+
+
+# ---- issue 17, items 5 and 6: tables and sweeps that load_table / the replay runner refuse ------------
+def _bad_tables_and_sweeps(tmp):
+    """Tables that break the schema in one field each, and sweep folders broken in one way each."""
+    import gzip
+    import shutil
+
+    data = json.loads(TABLE.read_text())
+    key = "4096x4096x1"
+
+    def table(name, change):
+        d = json.loads(json.dumps(data))
+        d["entries"] = {key: d["entries"][key]}
+        change(d["entries"][key])
+        (tmp / name).write_text(json.dumps(d))
+
+    table("nan-us.json", lambda e: e["winner"].update(us=float("nan")))
+    table("tpr-over-block.json", lambda e: e["winner"]["config"].update(tpr=512, block=256))
+    table("string-number.json", lambda e: e.update(M="4096"))
+    table("baseline-list.json", lambda e: e["baselines"].update({"cublas-torch": [47.2]}))
+    d = json.loads(json.dumps(data))
+    d["entries"] = {key: [1, 2]}
+    (tmp / "entry-list.json").write_text(json.dumps(d))
+    sweep = ROOT / "results" / "nvidia-h200" / "sweeps" / "sweep-14336x4096x1.csv.gz"
+    meta = json.loads(sweep.with_name("sweep-14336x4096x1.json").read_text())
+    for name, meta_change, csv in (
+            ("sw-name", lambda m: m["device"].update(name="NVIDIA H200\n#include <cstdlib>"), None),
+            ("sw-grid", lambda m: m["grid"].update(block=[256, "256; system()"]), None),
+            ("sw-column", None, "non-numeric"),
+            ("sw-trunc", None, "truncate")):
+        folder = tmp / name
+        folder.mkdir()
+        m = json.loads(json.dumps(meta))
+        if meta_change:
+            meta_change(m)
+        (folder / "sweep-14336x4096x1.json").write_text(json.dumps(m))
+        if csv is None:
+            shutil.copy(sweep, folder / sweep.name)
+        elif csv == "truncate":
+            raw = sweep.read_bytes()
+            (folder / sweep.name).write_bytes(raw[: len(raw) // 2])
+        else:   # the first row's us_median a word
+            with gzip.open(sweep, "rt") as f:
+                head, rest = f.read().split("\n", 1)
+            cols = head.split(",")
+            i = cols.index("us_median")
+            first, rest = rest.split("\n", 1)
+            row = first.split(",")
+            row[i] = "fast"
+            with gzip.open(folder / sweep.name, "wt") as f:
+                f.write("\n".join([head, ",".join(row), rest]))
+
+
+TABLE_SWEEP_CASES = [
+    ("table with a NaN winner time", ["report", "--table", "{tmp}/nan-us.json"], "winner.us is nan", 2),
+    ("table with tpr above the block", ["export", "--table", "{tmp}/tpr-over-block.json", "--out", "{tmp}/o.cuh"],
+     "tpr=512 threads per row exceed the block of 256", 2),
+    ("table with a string for a number", ["report", "--table", "{tmp}/string-number.json"],
+     "M must be an integer, got str", 2),
+    ("table with a baseline of the wrong type", ["report", "--table", "{tmp}/baseline-list.json"],
+     "baselines.cublas-torch must be a JSON object", 2),
+    ("table entry not an object", ["export", "--table", "{tmp}/entry-list.json", "--out", "{tmp}/o.cuh"],
+     "entry must be a JSON object", 2),
+    ("sweep sidecar with code in the GPU name", ["search", "--shape", "14336x4096", "--replay", "{tmp}/sw-name",
+                                                 "--results", "{tmp}/r1"], "device.name", 2),
+    ("sweep sidecar grid value outside the domain", ["search", "--shape", "14336x4096", "--replay", "{tmp}/sw-grid",
+                                                     "--results", "{tmp}/r2"], "grid.block", 2),
+    ("sweep CSV with a non-numeric time", ["search", "--shape", "14336x4096", "--replay", "{tmp}/sw-column",
+                                           "--results", "{tmp}/r3"], "column us_median is not numeric", 2),
+    ("truncated sweep .csv.gz", ["search", "--shape", "14336x4096", "--replay", "{tmp}/sw-trunc",
+                                 "--results", "{tmp}/r4"], "cannot be read", 2),
+]
+
+
+@pytest.fixture(scope="module")
+def tmp_tables(tmp_path_factory):
+    d = tmp_path_factory.mktemp("bad-tables")
+    _bad_tables_and_sweeps(d)
+    return d
+
+
+@pytest.mark.parametrize("what,args,needle,code", TABLE_SWEEP_CASES, ids=[c[0] for c in TABLE_SWEEP_CASES])
+def test_cli_catalogue_tables_and_sweeps(tmp_tables, what, args, needle, code):
+    before = {p: p.read_bytes() for p in tmp_tables.rglob("*") if p.is_file()}
+    r = run_cli(*[a.replace("{tmp}", str(tmp_tables)) for a in args])
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == code, (r.returncode, r.stderr)
+    assert len(lines) == 1 and needle in lines[0] and "Traceback" not in r.stderr, r.stderr
+    assert {p: p.read_bytes() for p in tmp_tables.rglob("*") if p.is_file() and p in before} == before
+    assert not [p for p in tmp_tables.rglob("*") if p.is_file() and p not in before and p.suffix in (".json", ".csv", ".cuh")]
