@@ -7,8 +7,6 @@ import contextlib
 import datetime as _dt
 import json
 import math
-import os
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Any, Iterator
@@ -31,16 +29,12 @@ def _now() -> str:
 
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
-    """An exclusive advisory lock beside the table, so concurrent writers serialize their merges."""
-    import fcntl
+    """An exclusive advisory lock beside the table, so concurrent writers serialize their merges; the
+    temporary files of killed writers are removed under it (gemvtune.safefile)."""
+    from .safefile import locked
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(path.name + ".lock"), "a+") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    with locked(path):
+        yield
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -75,18 +69,40 @@ def winner_config(entry: dict[str, Any]) -> Any:
 
 
 def _atomic_write_json(path: Path, data: dict[str, Any]) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    """Whole or not at all, keeping the table's mode (a new one: the umask's default)."""
+    from .safefile import atomic_write
+
+    def write(f: Any) -> None:
+        json.dump(data, f, indent=1, sort_keys=True, default=_json_default)
+        f.write("\n")
+
+    atomic_write(path, write)
+
+
+def _check_same_gpu(path: Path, data: dict[str, Any], device: dict[str, Any] | None) -> None:
+    gpu = data.get("gpu")
+    if not isinstance(gpu, dict):
+        raise UsageError(f"table {path} is not a gemvtune table (no gpu)")
+    if device is not None and gpu.get("name") != device.get("name"):
+        raise UsageError(f"table {path} was made on {gpu.get('name')}, not {device.get('name')}: use a table per GPU")
+
+
+def check_updatable(path: str | Path, device: dict[str, Any] | None = None) -> Path:
+    """Before a search measures anything: the table at ``path`` can be written (its folder made if
+    missing, files created there, its lock opened) and, if it exists, is a valid table of ``device``'s
+    GPU model. One UsageError if not. Returns the path writes go to (a symbolic link followed)."""
+    from .safefile import locked, probe_folder, target
+
+    path = target(path)
+    if path.exists():
+        _check_same_gpu(path, _read(path), device)
+    probe_folder(path.parent, "table folder")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=1, sort_keys=True, default=_json_default)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+        with locked(path):
+            pass
+    except OSError as e:
+        raise UsageError(f"cannot lock table {path}: {e.strerror or e}") from None
+    return path
 
 
 def _json_default(o: Any) -> Any:
@@ -106,13 +122,13 @@ def record(path: str | Path, shape: Shape, entry: dict[str, Any], device: dict[s
            ceiling: dict[str, Any] | None = None) -> dict[str, Any]:
     """Add or replace one (M, d, n) entry, keeping every other; atomic, and serialized across processes.
     A table made on another GPU model is refused (one table per GPU)."""
-    path = Path(path)
+    from .safefile import target
+
+    path = target(path)   # through a symbolic link: the link stays a link
     with _locked(path):
         if path.exists():
             data = _read(path)
-            if data["gpu"].get("name") != device.get("name"):
-                raise UsageError(f"table {path} was made on {data['gpu'].get('name')}, not {device.get('name')}: "
-                                 f"use a table per GPU")
+            _check_same_gpu(path, data, device)
         else:
             data = {"schema": SCHEMA_VERSION, "gpu": gpu_identity(device), "ceiling": ceiling or {}, "entries": {}}
         data["gpu"] = gpu_identity(device)

@@ -1,0 +1,126 @@
+"""Files written whole or not at all, by writers that may be killed at any moment: an exclusive lock
+beside the file, a temporary file renamed over it (with the mode the file had, or the umask's default
+for a new one, never mkstemp's 0600), and the temporary files of killed writers removed under the lock."""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import stat
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from .errors import UsageError
+
+STALE_TMP_S = 5.0   # a temporary file this old, found under the lock, was left by a killed writer
+
+
+def umask() -> int:
+    """This process's umask, read without changing it where the OS allows."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    old = os.umask(0o022)   # (elsewhere: set and restore)
+    os.umask(old)
+    return old
+
+
+def _tmp_prefix(path: Path) -> str:
+    return f"{path.name}.{os.getpid()}."
+
+
+def clean_tmp(path: Path) -> list[Path]:
+    """Remove ``<path>.<pid>.<random>.tmp`` files (and the ``<path>.<random>.tmp`` of older gemvtunes)
+    whose writer is dead or that are older than STALE_TMP_S; the caller holds the file's lock, so no
+    live writer is between its write and its rename. Returns what was removed."""
+    from .storage import pid_alive
+
+    gone = []
+    for tmp in path.parent.glob(glob.escape(path.name) + ".*.tmp"):
+        parts = tmp.name[len(path.name) + 1:].split(".")
+        pid = int(parts[0]) if len(parts) == 3 and parts[0].isdigit() else None
+        try:
+            if (pid is not None and pid != os.getpid() and not pid_alive(pid)) \
+                    or time.time() - tmp.lstat().st_mtime > STALE_TMP_S:
+                tmp.unlink()
+                gone.append(tmp)
+        except OSError:   # gone meanwhile, or not ours to remove
+            pass
+    return gone
+
+
+@contextlib.contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """An exclusive advisory lock beside ``path`` (``<path>.lock``), so concurrent writers serialize
+    their read-merge-write; stale temporary files of killed writers are removed under it."""
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = path.with_name(path.name + ".lock")
+    try:
+        f = open(lock, "a+")
+    except PermissionError:   # another user's lock file: a read-only descriptor locks as well
+        f = open(lock)
+    with f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            clean_tmp(path)
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def atomic_write(path: Path, write: Callable[[Any], None]) -> None:
+    """Write ``path`` through ``write(text_file)`` into a temporary file beside it, fsynced and renamed
+    over it: readers see the old file or the new one, never part of one. The file keeps its mode (and
+    its group, where this process may set it); a new file gets 0666 less the umask."""
+    try:
+        st = os.stat(path)
+        mode, gid = stat.S_IMODE(st.st_mode), st.st_gid
+    except FileNotFoundError:
+        mode, gid = 0o666 & ~umask(), None
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=_tmp_prefix(path), suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            os.fchmod(f.fileno(), mode)
+            if gid is not None and gid != os.getegid():
+                with contextlib.suppress(OSError):
+                    os.fchown(f.fileno(), -1, gid)
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def target(path: str | Path) -> Path:
+    """Where a write to ``path`` must go: through a symbolic link to its target (the link stays). A link
+    that leads nowhere (a loop) is a UsageError."""
+    path = Path(path)
+    if not path.is_symlink():
+        return path
+    real = Path(os.path.realpath(path))
+    if os.path.lexists(real) and not os.path.exists(real):
+        raise UsageError(f"{path} is a symbolic link that leads nowhere (a loop)")
+    return real
+
+
+def probe_folder(folder: Path, what: str) -> None:
+    """Make sure files can be created in ``folder`` (made if missing): one UsageError naming ``what`` if not."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".gemvtune-write-test-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise UsageError(f"{what} {folder} is not writable: {e.strerror or e}") from None
