@@ -118,7 +118,14 @@ def search(shape_texts, model, hf_configs, fused, sampler, trials, timeout, seed
             _gpu_check()
         if storage and storage.strip().startswith("memory"):
             raise UsageError("--storage memory: lives in one process; workers need a shared storage")
+        from .search_cli import preflight
         from .workers import run_workers
+
+        # what can be checked before a worker starts (each worker checks the rest: the default folder
+        # is named after its GPU, and the table's GPU model is compared with the worker's)
+        out = _writable_dir(results_dir) if results_dir else None
+        preflight(Path(table_path) if table_path else (out / "table.json" if out else None),
+                  storage or (f"journal:{out / 'optuna-journal.log'}" if out else None), None)
 
         args = ["search", "--sampler", sampler, "--trials", str(trials), "--seed", str(seed),
                 "--top-k", str(top_k), "--rounds", str(rounds), "--batch", batch_text, "--heartbeat", str(heartbeat_s)]

@@ -9,8 +9,9 @@ lock (gemvtune.storage.storage_lock): no coordinator process, no side channel.
 - Before it measures, a trial *claims* a slot under the lock: if the study already holds ``budget``
   measured-or-claimed trials it is not measured; if another trial measured (or is measuring) the same
   config, it is answered from that trial. So no config is measured twice and the budget is global.
-- A RUNNING trial whose process is gone (same host, dead pid) or whose heartbeat is older than the
-  grace period is marked FAIL and re-enqueued (Optuna's retry callback for stale trials).
+- A RUNNING trial whose process is gone (same host, dead pid; a journal trial names its creator from
+  the record that creates it, so one killed before its first attribute counts too) or whose heartbeat
+  is older than the grace period is marked FAIL and re-enqueued (Optuna's retry callback for stale trials).
 - After the search, one worker claims the confirmation (a study attribute written under the lock);
   the others leave the re-measurement and the table to it.
 """
@@ -27,7 +28,7 @@ from typing import Any
 
 import optuna
 
-from .storage import Store, now, pid_alive, retry_callback, storage_lock
+from .storage import CREATED_BY, Store, now, pid_alive, retry_callback, storage_lock
 
 RUNNING = optuna.trial.TrialState.RUNNING
 FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
@@ -134,13 +135,16 @@ class Coordinator:
         w, grace, t_now = self.worker, self.store.grace_s, now()
         for t in study.get_trials(deepcopy=False, states=(RUNNING,)):
             a = t.user_attrs
-            if a.get("host") == w.host and a.get("pid") == w.pid:
+            # who runs it: its worker attributes, else (killed before it wrote them) who created it
+            made = a if a.get("pid") else (t.system_attrs.get(CREATED_BY) or {})
+            host, pid = made.get("host"), made.get("pid")
+            if host == w.host and pid == w.pid:
                 continue   # this process's own trials are alive as long as it is
-            if a.get("host") == w.host and a.get("pid"):
+            if host == w.host and pid:
                 # On this host the process table is exact (heartbeats can stall behind a storage lock).
-                if pid_alive(a["pid"]):
+                if pid_alive(pid):
                     continue
-                why = f"worker {a.get('worker')} is gone"
+                why = f"worker {a.get('worker') or f'{host}:{pid}'} is gone"
             else:
                 # Another host's trial (heartbeats), or one asked for but never started (no attributes).
                 beat = a.get("heartbeat") or (t.datetime_start.timestamp() if t.datetime_start else None)
@@ -150,6 +154,8 @@ class Coordinator:
                 why = f"no heartbeat from {a.get('worker', '?')} for {t_now - beat:.0f} s"
             try:
                 study._storage.set_trial_system_attr(t._trial_id, "gemvtune_failed", why)
+                if a.get("measured"):   # measured, but its result never recorded: it does not count
+                    study._storage.set_trial_user_attr(t._trial_id, "measured", False)
                 if not study._storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL):
                     continue
             except (optuna.exceptions.UpdateFinishedTrialError, RuntimeError):

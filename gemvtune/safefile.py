@@ -123,4 +123,9 @@ def probe_folder(folder: Path, what: str) -> None:
         os.close(fd)
         os.unlink(probe)
     except OSError as e:
+        up = folder
+        while not os.path.lexists(up) and up != up.parent:
+            up = up.parent
+        if os.path.lexists(up) and not up.is_dir():
+            raise UsageError(f"{what} {folder} cannot be made: {up} is not a folder") from None
         raise UsageError(f"{what} {folder} is not writable: {e.strerror or e}") from None

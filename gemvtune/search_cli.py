@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import json
+import os
 from pathlib import Path
 from typing import Any, Callable
 
@@ -12,8 +14,12 @@ from .coord import Coordinator, this_worker
 from .search import SearchOptions, run_search, study_name
 from .storage import HEARTBEAT_S, open_store
 from .shapes import Shape
-from .errors import UsageError
-from .table import load_table, record
+from .errors import GemvtuneError, UsageError
+from .journal import DISK_FULL, WriteError, remedy, why_oserror
+from .table import check_updatable, record
+
+# an OSError of one of these, while a search writes, ends it with one line (not a traceback)
+WRITE_ERRNOS = DISK_FULL | {errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO}
 
 
 def _ratio(a: Any, b: Any) -> str:
@@ -32,20 +38,85 @@ def device_label(dev: dict[str, Any]) -> str:
 def run_searches(runner: Any, shapes: list[Shape], opts: SearchOptions, results_dir: str | None,
                  table_path: str | None, echo: Callable[[str], None], writable: Callable[[str], Path],
                  heartbeat_s: float = HEARTBEAT_S, joiner: bool = False) -> Path:
+    dev = runner.device_info()
+    out = writable(results_dir or str(Path("results") / gpu_slug(dev["name"])))
+    table = Path(table_path) if table_path else out / "table.json"
+    storage_url = opts.storage or f"journal:{out / 'optuna-journal.log'}"
+    table = preflight(table, storage_url, dev) or table   # every output writable, every table valid: before any work
+    store = open_store(storage_url, heartbeat_s)
+    coord = Coordinator(store, this_worker(device_label(dev)))
+    try:
+        _search_shapes(runner, shapes, opts, out, table, storage_url, coord, dev, echo, joiner)
+    except Exception as e:   # a full disk (or a folder turned read-only) mid-search: one line, work kept
+        failure = write_failure(e)
+        if failure is None:
+            raise
+        raise failure from None
+    finally:
+        coord.close()
+    return table
+
+
+def preflight(table: Path | None, storage_url: str | None, dev: dict[str, Any] | None) -> Path | None:
+    """Check, before anything is measured, that the table can be written and, if it exists, is a valid
+    table (of this GPU model, given ``dev``), and that a journal or SQLite storage file can be written.
+    One UsageError if not. Returns the table's path to write (a symbolic link followed)."""
+    from .safefile import probe_folder
+
+    if table is not None:
+        table = check_updatable(table, dev)
+    path = storage_file(storage_url or "")
+    if path is not None:
+        if path.exists() and not path.is_file():
+            raise UsageError(f"storage {path} is not a file")
+        probe_folder(path.parent, "storage folder")
+        try:
+            with open(path, "ab"):   # (if missing, the empty file the storage would make anyway)
+                pass
+            if not os.access(path, os.R_OK):
+                raise PermissionError(errno.EACCES, "Permission denied")
+        except OSError as e:
+            raise UsageError(f"storage {path} is not writable: {e.strerror or e}") from None
+    return table
+
+
+def storage_file(url: str) -> Path | None:
+    """The local file behind a journal or SQLite storage URL, else None."""
+    url = url.strip()
+    if url.startswith("journal:"):
+        return Path(url[len("journal:"):]) if url[len("journal:"):] else None
+    if url.startswith("sqlite:///"):
+        db = url[len("sqlite:///"):].split("?", 1)[0]
+        return Path(db) if db and db != ":memory:" else None
+    return None
+
+
+def write_failure(e: BaseException) -> GemvtuneError | None:
+    """The one-line error for an exception caused, anywhere down its chain, by a failed write: the
+    journal's own (StorageWriteError), or an output file's OSError (a full disk, a read-only folder).
+    None if no write failed (Optuna may wrap a storage error in an AssertionError of its own)."""
+    seen: set[int] = set()
+    todo = [e]
+    while todo:
+        x = todo.pop()
+        if x is None or id(x) in seen:
+            continue
+        seen.add(id(x))
+        if isinstance(x, WriteError):
+            return x
+        if isinstance(x, OSError) and x.errno in WRITE_ERRNOS:
+            what = f" {x.filename}" if x.filename else ""
+            return WriteError(f"cannot write{what}: {why_oserror(x)}; the search stops here and every trial "
+                              f"completed so far is kept in its storage: {remedy(x)}run the same command again to resume")
+        todo += [x.__cause__, x.__context__]
+    return None
+
+
+def _search_shapes(runner: Any, shapes: list[Shape], opts: SearchOptions, out: Path, table: Path, storage_url: str,
+                   coord: Coordinator, dev: dict[str, Any], echo: Callable[[str], None], joiner: bool) -> None:
     import pandas as pd
 
-    dev = runner.device_info()
-    slug = gpu_slug(dev["name"])
-    out = writable(results_dir or str(Path("results") / slug))
-    table = Path(table_path) if table_path else out / "table.json"
-    if table.exists():  # a table we could not update fails now, before any search output is written
-        made = load_table(table).gpu.get("name")
-        if made and made != dev.get("name"):
-            raise UsageError(f"table {table} was made on {made}, not {dev.get('name')}: use a table per GPU")
-    storage_url = opts.storage or f"journal:{out / 'optuna-journal.log'}"
-    store = open_store(storage_url, heartbeat_s)
-    storage = store.storage
-    coord = Coordinator(store, this_worker(device_label(dev)))
+    storage, slug = coord.store.storage, gpu_slug(dev["name"])
     ceil = runner.ceiling()
     replay = " (REPLAYED from recorded sweeps)" if getattr(runner, "replayed", False) else ""
     echo(f"{dev['name']}{replay}: read ceiling {ceil['read_gbps']:.0f} GB/s; storage {storage_url}; table {table}")
@@ -70,5 +141,3 @@ def run_searches(runner: Any, shapes: list[Shape], opts: SearchOptions, results_
              f"x{_ratio(cub, w['us'])} cuBLAS  x{_ratio(lla, w['us'])} llama.cpp  [{fams}]  "
              f"({res.new_measured} new / {res.measured} measured trials{', tie' if res.tie else ''}) -> {csv.name}")
         runner.release()
-    coord.close()
-    return table

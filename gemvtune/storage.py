@@ -2,7 +2,9 @@
 
 Every storage Optuna has is accepted:
 - ``journal:PATH`` (the default, under --results): Optuna's journal file, the backend Optuna
-  recommends for several processes on one host (appends under a file lock; no database);
+  recommends for several processes on one host (appends under a file lock; no database); a journal
+  torn by a killed or failed write is repaired before use, and a failed write ends the search with
+  one line (gemvtune.journal);
 - any SQLAlchemy URL for Optuna's RDB storage: ``postgresql://…`` (many hosts), ``mysql+pymysql://…``,
   ``sqlite:///file.db`` (one process; SQLite is not safe for many writers), with Optuna's heartbeats;
 - ``redis://…``: Optuna's journal on Redis (needs the ``redis`` package);
@@ -53,14 +55,30 @@ class Store:
         return self.storage.engine.dialect.name if self.kind == "rdb" else ""
 
 
+# A trial's attributes that say who runs it: a retried trial must not inherit them from the dead one
+# (else it would look dead again the moment another worker pops it, before its new runner writes its own).
+WORKER_ATTRS = ("pid", "host", "worker", "device", "heartbeat", "claim")
+CREATED_BY = "gemvtune_created_by"
+
+
 def retry_callback() -> Any:
-    """Optuna's callback that re-enqueues a trial failed for a stale heartbeat (up to 3 times)."""
+    """Optuna's callback that re-enqueues a trial failed for a stale heartbeat (up to 3 times), without
+    the dead runner's identity."""
+    import copy
     import warnings
 
     cls = getattr(optuna.storages, "RetryHeartbeatStaleTrialCallback", None) or optuna.storages.RetryFailedTrialCallback
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")   # experimental / renamed across Optuna 4.x and 5.x
-        return cls(max_retry=3)
+        inner = cls(max_retry=3)
+
+    def retry(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        trial = copy.copy(trial)
+        trial.user_attrs = {k: v for k, v in trial.user_attrs.items() if k not in WORKER_ATTRS}
+        trial.system_attrs = {k: v for k, v in trial.system_attrs.items() if k != CREATED_BY}
+        inner(study, trial)
+
+    return retry
 
 
 def _stale_callback_kw() -> dict[str, Any]:
@@ -79,18 +97,18 @@ def open_store(url: str, heartbeat_s: float = HEARTBEAT_S) -> Store:
         raise UsageError(f"--heartbeat must be positive seconds, got {heartbeat_s!r}")
     url = url.strip()
     if url.startswith("journal:"):
-        from optuna.storages import JournalStorage
-        from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
+        from .journal import SafeJournalFileBackend
 
         path = url[len("journal:"):]
         if not path:
             raise UsageError("--storage journal:PATH needs a path")
+        if os.path.isdir(path):
+            raise UsageError(f"journal storage {path} is a directory, not a file")
         try:
-            # The lock is held only while a few lines are appended: one older than 5 s was left by a
-            # killed process (SIGKILL), and is broken instead of stalling the next run for 30 s.
-            st = JournalStorage(JournalFileBackend(path, lock_obj=JournalFileOpenLock(path, grace_period=5)))
+            # (repairs a journal torn by a killed or failed write, and never tears one itself)
+            st = CreatorJournalStorage(SafeJournalFileBackend(path))
         except OSError as e:
-            raise UsageError(f"cannot open journal storage {path}: {e}") from None
+            raise UsageError(f"cannot open journal storage {path}: {e.strerror or e}") from None
         return Store(url, "journal", st, heartbeat_s, lock_path=path + ".gemvtune.lock")
     if url in ("memory:", "inmemory", "memory"):
         return Store(url, "memory", optuna.storages.InMemoryStorage(), heartbeat_s)
@@ -129,6 +147,35 @@ def open_store(url: str, heartbeat_s: float = HEARTBEAT_S) -> Store:
         db = st.engine.url.database
         lock_path = (db + ".gemvtune.lock") if db and db != ":memory:" else None
     return Store(url, "rdb", st, heartbeat_s, lock_path=lock_path)
+
+
+def creator() -> dict[str, Any]:
+    """Who creates a trial: written into the trial as it is created (system attribute CREATED_BY), so a
+    trial whose process dies before its first attribute is written is known to be dead at once."""
+    import socket
+
+    return {"host": socket.gethostname(), "pid": os.getpid()}
+
+
+class CreatorJournalStorage(optuna.storages.JournalStorage):
+    """Optuna's journal storage whose trials carry their creator: a new trial in the record that creates
+    it, a queued one (the seed, a retry) right after the record that takes it from the queue."""
+
+    def set_trial_state_values(self, trial_id: int, state: Any, values: Any = None) -> bool:
+        took = super().set_trial_state_values(trial_id, state, values)
+        if took and state == optuna.trial.TrialState.RUNNING:   # (Optuna sets RUNNING only to pop a queued trial)
+            self.set_trial_system_attr(trial_id, CREATED_BY, creator())
+        return took
+
+    def create_new_trial(self, study_id: int, template_trial: Any = None) -> int:
+        if template_trial is None:
+            import datetime as _dt
+
+            template_trial = optuna.trial.FrozenTrial(
+                number=-1, state=optuna.trial.TrialState.RUNNING, value=None, datetime_start=_dt.datetime.now(),
+                datetime_complete=None, params={}, distributions={}, user_attrs={},
+                system_attrs={CREATED_BY: creator()}, intermediate_values={}, trial_id=-1)
+        return super().create_new_trial(study_id, template_trial)
 
 
 def make_storage(url: str) -> Any:

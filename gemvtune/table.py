@@ -7,6 +7,7 @@ import contextlib
 import datetime as _dt
 import json
 import math
+import os
 import warnings
 from pathlib import Path
 from typing import Any, Iterator
@@ -91,17 +92,19 @@ def check_updatable(path: str | Path, device: dict[str, Any] | None = None) -> P
     """Before a search measures anything: the table at ``path`` can be written (its folder made if
     missing, files created there, its lock opened) and, if it exists, is a valid table of ``device``'s
     GPU model. One UsageError if not. Returns the path writes go to (a symbolic link followed)."""
-    from .safefile import locked, probe_folder, target
+    from .safefile import probe_folder, target
 
     path = target(path)
     if path.exists():
         _check_same_gpu(path, _read(path), device)
     probe_folder(path.parent, "table folder")
+    lock = path.with_name(path.name + ".lock")
     try:
-        with locked(path):
-            pass
+        if os.path.lexists(lock):   # (a missing one is made at the first write: the folder is writable)
+            with open(lock):
+                pass
     except OSError as e:
-        raise UsageError(f"cannot lock table {path}: {e.strerror or e}") from None
+        raise UsageError(f"cannot open the table's lock {lock}: {e.strerror or e}") from None
     return path
 
 

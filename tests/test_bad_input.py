@@ -336,3 +336,57 @@ def test_cli_catalogue_tables_and_sweeps(tmp_tables, what, args, needle, code):
     assert len(lines) == 1 and needle in lines[0] and "Traceback" not in r.stderr, r.stderr
     assert {p: p.read_bytes() for p in tmp_tables.rglob("*") if p.is_file() and p in before} == before
     assert not [p for p in tmp_tables.rglob("*") if p.is_file() and p not in before and p.suffix in (".json", ".csv", ".cuh")]
+
+
+# Issue 17, item 3: a search checks every output and every existing table before it measures anything.
+def _preflight_files(tmp):
+    data = json.loads(TABLE.read_text())
+    (tmp / "nogpu.json").write_text(json.dumps({k: v for k, v in data.items() if k != "gpu"}))
+    (tmp / "noentries.json").write_text(json.dumps({k: v for k, v in data.items() if k != "entries"}))
+    (tmp / "afile").write_text("")
+    (tmp / "jdir").mkdir()
+    (tmp / "loop.json").symlink_to(tmp / "loop.json")
+    (tmp / "ro").mkdir()
+    os.chmod(tmp / "ro", 0o500)
+
+
+PREFLIGHT_CASES = [
+    ("table in a folder under a file", ["--table", "{tmp}/afile/table.json"], "is not a folder", 2),
+    ("table in a read-only folder", ["--table", "{tmp}/ro/table.json"], "not writable", 2),
+    ("table missing its gpu", ["--table", "{tmp}/nogpu.json"], "gpu", 2),
+    ("table missing its entries", ["--table", "{tmp}/noentries.json"], "not a gemvtune table", 2),
+    ("table a symlink loop", ["--table", "{tmp}/loop.json"], "leads nowhere", 2),
+    ("journal a folder", ["--storage", "journal:{tmp}/jdir"], "is not a file", 2),
+    ("journal in a folder under a file", ["--storage", "journal:{tmp}/afile/j.log"], "is not a folder", 2),
+    ("sqlite in a folder under a file", ["--storage", "sqlite:///{tmp}/afile/s.db"], "is not a folder", 2),
+    ("workers, table in a folder under a file", ["--workers", "2", "--table", "{tmp}/afile/table.json"],
+     "is not a folder", 2),
+    ("workers, results under a file", ["--workers", "2", "--results", "{tmp}/afile/res"], "not writable", 2),
+]
+
+
+@pytest.fixture(scope="module")
+def tmp_preflight(tmp_path_factory):
+    d = tmp_path_factory.mktemp("preflight")
+    _preflight_files(d)
+    yield d
+    os.chmod(d / "ro", 0o700)
+
+
+@pytest.mark.parametrize("what,args,needle,code", PREFLIGHT_CASES, ids=[c[0] for c in PREFLIGHT_CASES])
+def test_search_preflight(tmp_preflight, what, args, needle, code):
+    """Fails at once: one line, exit 2, nothing measured (no journal, no trial CSV), nothing changed."""
+    if "read-only" in what and os.geteuid() == 0:
+        pytest.skip("root writes through read-only permissions")
+    tmp = tmp_preflight
+    res = tmp / f"res-{abs(hash(what))}"
+    before = {p: p.read_bytes() for p in tmp.rglob("*") if p.is_file() and not p.is_symlink()}
+    args = ["search", "--shape", "4096x4096", "--replay", SWEEPS, "--trials", "3", "--results", str(res), *args]
+    r = run_cli(*[a.replace("{tmp}", str(tmp)) for a in args])
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == code, (r.returncode, r.stderr)
+    assert len(lines) == 1 and needle in lines[0] and "Traceback" not in r.stderr, r.stderr
+    assert "started" not in r.stdout and "ceiling" not in r.stdout, r.stdout   # no worker, no measurement
+    after = {p: p.read_bytes() for p in tmp.rglob("*") if p.is_file() and not p.is_symlink() and p in before}
+    assert after == before
+    assert not [p for p in tmp.rglob("*") if p.is_file() and p not in before and p.suffix in (".json", ".csv", ".log", ".db")]
