@@ -87,6 +87,9 @@ def search(shape_texts, model, hf_configs, fused, sampler, trials, timeout, seed
            top_k, rounds, batch_text, family_text, replay_path, watchdog_s, devices_text, workers, heartbeat_s) -> None:
     """Find the fastest correct kernel per shape and batch with Optuna (the GEMV family and the
     split-K tensor-core GEMM family); record the winners in the GPU's table."""
+    from .workers import die_with_parent
+
+    die_with_parent()   # a worker started by --workers/--devices ends with its parent
     from .families import parse_families
     from .search import SearchOptions
     from .shapes import model_shapes, parse_batches
