@@ -5,7 +5,10 @@ from __future__ import annotations
 import datetime as _dt
 import errno
 import json
+import logging
 import os
+import re
+import sqlite3
 from pathlib import Path
 from typing import Any, Callable
 
@@ -45,6 +48,9 @@ def run_searches(runner: Any, shapes: list[Shape], opts: SearchOptions, results_
     table = preflight(table, storage_url, dev) or table   # every output writable, every table valid: before any work
     store = open_store(storage_url, heartbeat_s)
     coord = Coordinator(store, this_worker(device_label(dev)))
+    quiet = _QuietWriteFailures()
+    optuna_log = logging.getLogger("optuna.study._optimize")
+    optuna_log.addFilter(quiet)
     try:
         _search_shapes(runner, shapes, opts, out, table, storage_url, coord, dev, echo, joiner)
     except Exception as e:   # a full disk (or a folder turned read-only) mid-search: one line, work kept
@@ -53,8 +59,27 @@ def run_searches(runner: Any, shapes: list[Shape], opts: SearchOptions, results_
             raise
         raise failure from None
     finally:
+        optuna_log.removeFilter(quiet)
         coord.close()
     return table
+
+
+class _QuietWriteFailures(logging.Filter):
+    """Drop Optuna's report (a traceback, then a line) of a trial that failed because the storage could
+    not be written: the search ends with gemvtune's own line for it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.trials: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        m = re.match(r"Trial (\d+) failed", record.getMessage())
+        if m is None:
+            return True
+        if record.exc_info and write_failure(record.exc_info[1]) is not None:
+            self.trials.add(m.group(1))
+            return False
+        return m.group(1) not in self.trials
 
 
 def preflight(table: Path | None, storage_url: str | None, dev: dict[str, Any] | None) -> Path | None:
@@ -93,7 +118,8 @@ def storage_file(url: str) -> Path | None:
 
 def write_failure(e: BaseException) -> GemvtuneError | None:
     """The one-line error for an exception caused, anywhere down its chain, by a failed write: the
-    journal's own (StorageWriteError), or an output file's OSError (a full disk, a read-only folder).
+    journal's own (StorageWriteError), SQLite's full disk, or an output file's OSError (a full disk, a
+    read-only folder).
     None if no write failed (Optuna may wrap a storage error in an AssertionError of its own)."""
     seen: set[int] = set()
     todo = [e]
@@ -108,7 +134,10 @@ def write_failure(e: BaseException) -> GemvtuneError | None:
             what = f" {x.filename}" if x.filename else ""
             return WriteError(f"cannot write{what}: {why_oserror(x)}; the search stops here and every trial "
                               f"completed so far is kept in its storage: {remedy(x)}run the same command again to resume")
-        todo += [x.__cause__, x.__context__]
+        if isinstance(x, sqlite3.Error) and ("is full" in str(x) or "disk I/O" in str(x)):   # SQLite's ENOSPC
+            return WriteError(f"cannot write the SQLite storage: {x}; the search stops here and every trial "
+                              "completed so far is kept in it: free some space, then run the same command again to resume")
+        todo += [x.__cause__, x.__context__, getattr(x, "orig", None)]
     return None
 
 

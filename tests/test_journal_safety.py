@@ -148,28 +148,41 @@ def test_disk_full_mid_search_is_one_line_then_a_rerun_resumes(tmp_path):
     assert not [t.number for t in _trials(journal) if t.state.name == "RUNNING"]
 
 
-def test_file_size_limit_mid_search(tmp_path):
-    """A real short write: the search runs under RLIMIT_FSIZE (the journal hits it after a few trials)."""
+@pytest.mark.parametrize("kind", ["journal", "sqlite"])
+def test_file_size_limit_mid_search(tmp_path, kind):
+    """A real short write: the search runs under RLIMIT_FSIZE (its storage hits it after a few trials).
+    The journal, and SQLite (its 'disk I/O error'): one line, exit 1, a rerun resumes."""
     out = tmp_path / "res"
-    assert _search(out, 10).returncode == 0
-    journal = out / "optuna-journal.log"
-    limit = journal.stat().st_size + 60_000
+    db = out / ("optuna-journal.log" if kind == "journal" else "s.db")
+    extra = [] if kind == "journal" else ["--storage", f"sqlite:///{db}"]
+    url = f"journal:{db}" if kind == "journal" else f"sqlite:///{db}"
+    assert _search(out, 10, *extra).returncode == 0
+    limit = db.stat().st_size + (60_000 if kind == "journal" else 30_000)
 
     def cap():
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
     args = [sys.executable, "-m", "gemvtune", "search", "--shape", SHAPE, "--replay", SWEEPS, "--trials", "60",
-            "--results", str(out)]
+            "--results", str(out), *extra]
     r = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300, preexec_fn=cap)
     lines = _lines(r.stderr)
-    assert r.returncode == 1 and len(lines) == 1 and "file size limit" in lines[0], r.stderr
-    assert journal.stat().st_size <= limit
-    _whole(journal)
-    mid = _measured(journal)
+    assert r.returncode == 1 and len(lines) == 1, r.stderr
+    assert ("file size limit" if kind == "journal" else "SQLite") in lines[0] and "run the same command again" in lines[0]
+    assert db.stat().st_size <= limit
+
+    def measured():
+        study = optuna.load_study(study_name=NAME, storage=make_storage(url))
+        return {t.number: (t.user_attrs["label"], t.value) for t in study.get_trials(deepcopy=False)
+                if t.user_attrs.get("measured") and t.state.name in ("COMPLETE", "PRUNED")}
+
+    if kind == "journal":
+        _whole(db)
+    mid = measured()
     assert 10 <= len(mid) < 60
-    r = _search(out, 60)
+    r = _search(out, 60, *extra)
     assert r.returncode == 0, r.stderr
-    assert len(_measured(journal)) == 60 and not _lines(r.stderr)
+    after = measured()
+    assert len(after) == 60 and all(after[k] == v for k, v in mid.items()) and not _lines(r.stderr)
 
 
 def test_disk_full_writing_the_table_is_one_line(tmp_path, monkeypatch, capsys):
