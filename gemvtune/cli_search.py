@@ -74,6 +74,8 @@ def _parse_devices(text: str | None) -> list[str]:
               help="kernel families to search: gemv,splitk (default: both; gemv only on --replay)")
 @click.option("--replay", "replay_path", default=None,
               help="search recorded sweeps (a sweep-*.csv.gz or a folder of them) instead of a GPU")
+@click.option("--allow-replay-into-measured", "allow_replay", is_flag=True, default=False,
+              help="with --replay: write into a table or storage that holds measured (GPU) results")
 @click.option("--watchdog", "watchdog_s", default=None, type=click.FloatRange(min=1.0),
               help="run the GPU runner in a child process; a call that gives no answer in this many seconds "
                    "(a hanging kernel) is recorded as timeout and the child replaced")
@@ -84,7 +86,8 @@ def _parse_devices(text: str | None) -> list[str]:
 @click.option("--heartbeat", "heartbeat_s", default=HEARTBEAT_S, show_default=True, type=click.FloatRange(min=0.1),
               help="seconds between a running trial's heartbeats; a trial silent for 3 of them is failed and retried")
 def search(shape_texts, model, hf_configs, fused, sampler, trials, timeout, seed, storage, results_dir, table_path,
-           top_k, rounds, batch_text, family_text, replay_path, watchdog_s, devices_text, workers, heartbeat_s) -> None:
+           top_k, rounds, batch_text, family_text, replay_path, allow_replay, watchdog_s, devices_text, workers,
+           heartbeat_s) -> None:
     """Find the fastest correct kernel per shape and batch with Optuna (the GEMV family and the
     split-K tensor-core GEMM family); record the winners in the GPU's table."""
     from .workers import die_with_parent
@@ -138,6 +141,8 @@ def search(shape_texts, model, hf_configs, fused, sampler, trials, timeout, seed
             args += ["--hf-config", str(Path(path).expanduser().resolve())]
         if fused:
             args.append("--fused")
+        if allow_replay:
+            args.append("--allow-replay-into-measured")
         for flag, val in (("--model", model), ("--timeout", timeout), ("--storage", storage),
                           ("--results", results_dir), ("--table", table_path), ("--family", family_text),
                           ("--replay", replay_path), ("--watchdog", watchdog_s)):
@@ -150,7 +155,7 @@ def search(shape_texts, model, hf_configs, fused, sampler, trials, timeout, seed
     from .search_cli import run_searches
 
     run_searches(runner, shapes, opts, results_dir or default_results, table_path, echo=click.echo,
-                 writable=_writable_dir, heartbeat_s=heartbeat_s)
+                 writable=_writable_dir, heartbeat_s=heartbeat_s, allow_replay_into_measured=allow_replay)
 
 
 @cli.command()
@@ -160,10 +165,13 @@ def search(shape_texts, model, hf_configs, fused, sampler, trials, timeout, seed
 @click.option("--results", "results_dir", default=None, help="results folder (default results/<gpu>/)")
 @click.option("--table", "table_path", default=None, help="table to update if this worker confirms")
 @click.option("--replay", "replay_path", default=None, help="measure from recorded sweeps instead of a GPU")
+@click.option("--allow-replay-into-measured", "allow_replay", is_flag=True, default=False,
+              help="with --replay: write into a table or storage that holds measured (GPU) results")
 @click.option("--watchdog", "watchdog_s", default=None, type=click.FloatRange(min=1.0))
 @click.option("--heartbeat", "heartbeat_s", default=HEARTBEAT_S, show_default=True, type=click.FloatRange(min=0.1))
 @click.option("--timeout", default=None, type=float, help="seconds of search per study in this run")
-def worker(storage, study_names, results_dir, table_path, replay_path, watchdog_s, heartbeat_s, timeout) -> None:
+def worker(storage, study_names, results_dir, table_path, replay_path, allow_replay, watchdog_s, heartbeat_s,
+           timeout) -> None:
     """Join existing studies from any host: run their trials until the study's total budget is spent;
     the settings (shape, families, budget, sampler) come from the study itself."""
     import optuna
@@ -184,6 +192,10 @@ def worker(storage, study_names, results_dir, table_path, replay_path, watchdog_
         shapes.append(Shape(*attrs["shape"]))
         settings.add(json.dumps(attrs["search_options"], sort_keys=True))
         gpus.add(attrs.get("gpu", ""))
+    if replay_path:
+        from .runners.replay import refuse_measured_study_names
+
+        refuse_measured_study_names(study_names, allow_replay)
     if len(settings) != 1:
         raise UsageError("these studies were started with different search settings: join them one at a time")
     so = json.loads(settings.pop())
@@ -199,4 +211,4 @@ def worker(storage, study_names, results_dir, table_path, replay_path, watchdog_
     from .search_cli import run_searches
 
     run_searches(runner, shapes, opts, results_dir or default_results, table_path, echo=click.echo,
-                 writable=_writable_dir, heartbeat_s=heartbeat_s, joiner=True)
+                 writable=_writable_dir, heartbeat_s=heartbeat_s, joiner=True, allow_replay_into_measured=allow_replay)

@@ -40,12 +40,17 @@ def device_label(dev: dict[str, Any]) -> str:
 
 def run_searches(runner: Any, shapes: list[Shape], opts: SearchOptions, results_dir: str | None,
                  table_path: str | None, echo: Callable[[str], None], writable: Callable[[str], Path],
-                 heartbeat_s: float = HEARTBEAT_S, joiner: bool = False) -> Path:
+                 heartbeat_s: float = HEARTBEAT_S, joiner: bool = False,
+                 allow_replay_into_measured: bool = False) -> Path:
     dev = runner.device_info()
     out = writable(results_dir or str(Path("results") / gpu_slug(dev["name"])))
     table = Path(table_path) if table_path else out / "table.json"
     storage_url = opts.storage or f"journal:{out / 'optuna-journal.log'}"
     table = preflight(table, storage_url, dev) or table   # every output writable, every table valid: before any work
+    if getattr(runner, "replayed", False):   # replayed results never merge into measured ones unasked
+        from .runners.replay import refuse_replay_into_measured
+
+        refuse_replay_into_measured(table, storage_url, allow_replay_into_measured)
     store = open_store(storage_url, heartbeat_s)
     coord = Coordinator(store, this_worker(device_label(dev)))
     quiet = _QuietWriteFailures()
@@ -150,7 +155,7 @@ def _search_shapes(runner: Any, shapes: list[Shape], opts: SearchOptions, out: P
     replay = " (REPLAYED from recorded sweeps)" if getattr(runner, "replayed", False) else ""
     echo(f"{dev['name']}{replay}: read ceiling {ceil['read_gbps']:.0f} GB/s; storage {storage_url}; table {table}")
     for shape in shapes:
-        name = study_name(shape, slug)
+        name = study_name(shape, slug) + getattr(runner, "study_suffix", "")   # replay: its own studies
         res = run_search(runner, shape, opts, storage, name, echo=echo, coord=coord, joiner=joiner)
         if res is None:   # another worker of this study confirms and writes the table
             runner.release()

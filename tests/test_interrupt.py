@@ -12,6 +12,7 @@ import optuna
 
 from conftest import ROOT, run_cli
 from gemvtune import Shape
+from gemvtune.runners.replay import STUDY_SUFFIX
 from gemvtune.search import make_storage, study_name
 
 SWEEPS = str(ROOT / "results" / "nvidia-h200" / "sweeps")
@@ -43,7 +44,7 @@ def test_sigkill_mid_search_then_resume(tmp_path):
     assert p.returncode == -signal.SIGKILL, "the search finished before it could be killed"
 
     storage = make_storage(f"journal:{journal}")
-    name = study_name(Shape(14336, 4096), "nvidia-h200")
+    name = study_name(Shape(14336, 4096), "nvidia-h200") + STUDY_SUFFIX
     before = _measured(storage, name)
     assert 5 <= len(before) < 100                      # (the trial measured last may still be RUNNING)
     json.loads(table.read_text())                        # the table is whole (atomic replace)
@@ -74,4 +75,4 @@ def test_two_searches_write_one_table_concurrently(tmp_path):
     assert {"4096x4096x1", "6144x4096x1", "28672x4096x1"} <= set(entries)
     storage = make_storage(f"journal:{out / 'optuna-journal.log'}")
     for s in (Shape(4096, 4096), Shape(6144, 4096), Shape(28672, 4096)):
-        assert len(_measured(storage, study_name(s, "nvidia-h200"))) == 15
+        assert len(_measured(storage, study_name(s, "nvidia-h200") + STUDY_SUFFIX)) == 15

@@ -111,11 +111,7 @@ def test_a_replay_worker_does_not_join_a_measured_study():
 
 
 # ---- the search command: needs search_cli.run_searches and cli_search's search/worker to call the above
-WIRED = pytest.mark.xfail(strict=True, reason="search_cli.py / cli_search.py do not call the replay guard yet "
-                                              "(see gemvtune.runners.replay.refuse_replay_into_measured)")
 
-
-@WIRED
 def test_replay_search_into_a_measured_folder_is_refused(tmp_path):
     out = _measured_folder(tmp_path)
     before = _snapshot(tmp_path)
@@ -128,7 +124,6 @@ def test_replay_search_into_a_measured_folder_is_refused(tmp_path):
     assert not [p for p in after if p not in before and p.suffix in (".json", ".csv", ".log")]
 
 
-@WIRED
 def test_replay_search_with_the_flag_marks_what_it_wrote(tmp_path):
     out = _measured_folder(tmp_path)
     r = run_cli("search", "--shape", "14336x4096", "--replay", str(SWEEPS), "--results", str(out), "--trials", "5",
@@ -140,7 +135,6 @@ def test_replay_search_with_the_flag_marks_what_it_wrote(tmp_path):
     assert MEASURED_STUDY + STUDY_SUFFIX in names and names.count(MEASURED_STUDY) == 1   # the GPU study untouched
 
 
-@WIRED
 def test_replay_search_uses_its_own_study_names(tmp_path):
     r = run_cli("search", "--shape", "14336x4096", "--replay", str(SWEEPS), "--results", str(tmp_path), "--trials", "5")
     assert r.returncode == 0, r.stderr

@@ -23,12 +23,13 @@ import pytest
 from conftest import ROOT, run_cli
 from gemvtune import LLAMA_CPP, GemvConfig, Shape
 from gemvtune.storage import make_storage, open_store, storage_lock
+from gemvtune.runners.replay import STUDY_SUFFIX
 from gemvtune.search import study_name
 
 SWEEP = ROOT / "results" / "nvidia-h200" / "sweeps" / "sweep-14336x4096x1.csv.gz"
 SUB = {"block": [128, 256], "vec": ["half2", "half8"], "acc": ["fp32"], "tpr": [64, 256], "unroll": [1, 2],
        "split_k": [1, 2], "hint": ["default", "evict_first"], "x_load": ["ldg"]}
-NAME = study_name(Shape(14336, 4096), "nvidia-h200")
+NAME = study_name(Shape(14336, 4096), "nvidia-h200") + STUDY_SUFFIX   # replayed searches: their own studies
 PG_URL = os.environ.get("GEMVTUNE_TEST_PG_URL")
 
 
