@@ -19,7 +19,14 @@ from gemvtune.search import make_storage, study_name
 
 SWEEPS = str(ROOT / "results" / "nvidia-h200" / "sweeps")
 SHAPE = "4096x4096"
-NAME = study_name(Shape(4096, 4096), "nvidia-h200")
+BASE = study_name(Shape(4096, 4096), "nvidia-h200")
+
+
+def _study(storage):
+    """The replay search's study (named BASE, or BASE-replay where replayed studies are kept apart)."""
+    names = {s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}
+    (name,) = names & {BASE, BASE + "-replay"}
+    return optuna.load_study(study_name=name, storage=storage)
 
 
 def _search(out, trials, *extra, **kw):
@@ -28,7 +35,7 @@ def _search(out, trials, *extra, **kw):
 
 
 def _trials(journal):
-    return optuna.load_study(study_name=NAME, storage=make_storage(f"journal:{journal}")).get_trials(deepcopy=False)
+    return _study(make_storage(f"journal:{journal}")).get_trials(deepcopy=False)
 
 
 def _measured(journal):
@@ -91,7 +98,7 @@ def test_torn_journal_is_repaired_then_the_search_resumes(tmp_path, damage):
     assert not [t.number for t in _trials(journal) if t.state.name == "RUNNING"]
     assert json.loads((out / "table.json").read_text())["entries"]["4096x4096x1"]["search"]["measured_trials"] == 20
     if damage is _older_gemvtune_appended:        # the record appended after the torn one was salvaged
-        assert optuna.load_study(study_name=NAME, storage=make_storage(f"journal:{journal}")).user_attrs["appended"] == 1
+        assert _study(make_storage(f"journal:{journal}")).user_attrs["appended"] == 1
 
     r = _search(out, 20)                            # whole now: nothing more to say
     assert r.returncode == 0 and not _lines(r.stderr), r.stderr
@@ -171,7 +178,7 @@ def test_file_size_limit_mid_search(tmp_path, kind):
     assert db.stat().st_size <= limit
 
     def measured():
-        study = optuna.load_study(study_name=NAME, storage=make_storage(url))
+        study = _study(make_storage(url))
         return {t.number: (t.user_attrs["label"], t.value) for t in study.get_trials(deepcopy=False)
                 if t.user_attrs.get("measured") and t.state.name in ("COMPLETE", "PRUNED")}
 

@@ -18,7 +18,14 @@ from gemvtune.search import study_name
 from gemvtune.storage import CREATED_BY, make_storage, open_store, pid_alive
 
 SWEEPS = str(ROOT / "results" / "nvidia-h200" / "sweeps")
-NAME = study_name(Shape(4096, 4096), "nvidia-h200")
+BASE = study_name(Shape(4096, 4096), "nvidia-h200")
+
+
+def _study(storage):
+    """The replay search's study (named BASE, or BASE-replay where replayed studies are kept apart)."""
+    names = {s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}
+    (name,) = names & {BASE, BASE + "-replay"}
+    return optuna.load_study(study_name=name, storage=storage)
 BUDGET = 200   # at 0.1 s a measurement, two workers need 10 s: far longer than the 5 s they may outlive their parent
 
 
@@ -59,7 +66,7 @@ def _gone_within(pids, seconds):
 def _check_rerun(out):
     r = run_cli(*_args(out))
     assert r.returncode == 0, r.stderr
-    trials = optuna.load_study(study_name=NAME, storage=make_storage(f"journal:{out / 'optuna-journal.log'}")).trials
+    trials = _study(make_storage(f"journal:{out / 'optuna-journal.log'}")).trials
     measured = [t for t in trials if t.user_attrs.get("measured") and t.state.name in ("COMPLETE", "PRUNED")]
     labels = Counter(t.user_attrs["label"] for t in measured)
     assert len(measured) == BUDGET and labels.most_common(1)[0][1] == 1, (len(measured), labels.most_common(2), r.stderr)
