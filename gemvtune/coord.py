@@ -135,9 +135,9 @@ class Coordinator:
         w, grace, t_now = self.worker, self.store.grace_s, now()
         for t in study.get_trials(deepcopy=False, states=(RUNNING,)):
             a = t.user_attrs
-            # who runs it: its worker attributes, else (killed before it wrote them) who created it
-            made = a if a.get("pid") else (t.system_attrs.get(CREATED_BY) or {})
-            host, pid = made.get("host"), made.get("pid")
+            # who runs it: its worker attributes, else (killed before it wrote them all) who created it
+            made = t.system_attrs.get(CREATED_BY) or {}
+            host, pid = a.get("host") or made.get("host"), a.get("pid") or made.get("pid")
             if host == w.host and pid == w.pid:
                 continue   # this process's own trials are alive as long as it is
             if host == w.host and pid:

@@ -10,6 +10,7 @@ import time
 from collections import Counter
 
 import optuna
+import pytest
 
 from conftest import ROOT, run_cli
 from gemvtune import Shape
@@ -103,19 +104,23 @@ import optuna
 from gemvtune.storage import open_store
 st = open_store("journal:" + sys.argv[1]).storage
 study = optuna.load_study(study_name="s", storage=st)
-study.ask()          # the trial is created RUNNING; the process dies before any attribute is written
+trial = study.ask()  # the trial is created RUNNING; the process dies before its worker attributes are all written
+if sys.argv[2] == "pid":
+    trial.set_user_attr("pid", os.getpid())
 os._exit(9)
 """
 
 
-def test_a_trial_killed_before_its_first_attribute_is_failed_at_once(tmp_path):
+@pytest.mark.parametrize("written", ["nothing", "pid"])
+def test_a_trial_killed_before_its_attributes_is_failed_at_once(tmp_path, written):
     url = f"journal:{tmp_path / 'j.log'}"
     store = open_store(url)
     study = optuna.create_study(study_name="s", storage=store.storage)
-    r = subprocess.run([sys.executable, "-c", KILLED_AFTER_ASK, str(tmp_path / "j.log")], cwd=ROOT, timeout=120)
+    r = subprocess.run([sys.executable, "-c", KILLED_AFTER_ASK, str(tmp_path / "j.log"), written], cwd=ROOT,
+                       timeout=120)
     assert r.returncode == 9
     (t,) = study.get_trials(deepcopy=False)
-    assert t.state.name == "RUNNING" and not t.user_attrs and t.system_attrs[CREATED_BY]["pid"] > 0
+    assert t.state.name == "RUNNING" and "host" not in t.user_attrs and t.system_attrs[CREATED_BY]["pid"] > 0
     coord = Coordinator(store, Worker(t.system_attrs[CREATED_BY]["host"], os.getpid()))
     assert coord.fail_stale(study) == [t.number]          # its creator is dead: no 60 s wait
     retry = [x for x in study.get_trials(deepcopy=False) if x.state.name == "WAITING"]
