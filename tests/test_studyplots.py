@@ -4,9 +4,10 @@ search on a committed H200 sweep), through the CLI."""
 import pandas as pd
 
 from conftest import ROOT, run_cli
+from gemvtune.runners.replay import STUDY_SUFFIX
 
 SWEEPS = str(ROOT / "results" / "nvidia-h200" / "sweeps")
-NAME = "gemvtune-nvidia-h200-4096x4096x1"
+NAME = "gemvtune-nvidia-h200-4096x4096x1" + STUDY_SUFFIX   # a replay search's study
 
 
 def test_plot_study_from_a_search(tmp_path):
