@@ -222,13 +222,17 @@ def test_gpu_lock_serializes_timing_across_processes():
 
     bus = f"TEST:{os.getpid()}:00.0"
     lock = GpuLock(bus)
-    code = ("import time; from gemvtune.runners.cuda.gpulock import GpuLock; t = time.time()\n"
-            f"with GpuLock({bus!r}).held(): print(time.time() - t)")
+    code = ("import time; from gemvtune.runners.cuda.gpulock import GpuLock\n"
+            f"lk = GpuLock({bus!r}); print(time.time(), flush=True)\n"
+            "with lk.held(): print(time.time(), flush=True)")
     with lock.held():
         with lock.held():   # reentrant: a measurement that reads the ceiling inside it
             p = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True)
-            time.sleep(1.0)
-    assert float(p.communicate(timeout=60)[0]) >= 0.5
+            tried = float(p.stdout.readline())   # the child is about to wait for the lock
+            time.sleep(0.2)
+            last_held = time.time()              # the lock is released after this instant
+    got = float(p.communicate(timeout=60)[0])
+    assert tried < last_held <= got            # ordering, not a duration: the child waited for the release
     os.unlink(lock.path)
 
 
