@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from .cli import _gpu_check, _writable_dir, cli
+from .errors import UsageError
 from .shapes import parse_shape
 
 
@@ -25,9 +26,12 @@ def percall(shape_texts: tuple[str, ...], n: int, table_path: str | None, calls:
     """GPU: µs per call of F.linear, nn.Linear, GemvLinear, the custom op, table.gemv (torch and CuPy)
     and a bare launch, side by side in one process; CSV and markdown."""
     shapes = [parse_shape(t, n) for t in (shape_texts or ("1024x4096", "4096x4096"))]
+    try:
+        import torch
+    except ImportError:
+        raise UsageError("percall measures PyTorch paths and needs torch: pip install 'gemvtune[torch]'") from None
     _gpu_check()
     import pandas as pd
-    import torch
 
     from .percall import measure_percall, percall_markdown
     from .report import gpu_slug
