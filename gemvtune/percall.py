@@ -24,6 +24,8 @@ from .shapes import Shape
 
 
 def _time(fns: dict[str, Callable[[], Any]], sync: Callable[[], None], calls: int, repeats: int) -> dict[str, float]:
+    """µs per call of each function (a loop of ``calls``, synchronized before and after), interleaved
+    over ``repeats`` after a warm-up: the median as ``name``, and ``name_min`` / ``name_max``."""
     per: dict[str, list[float]] = {k: [] for k in fns}
     for f in fns.values():          # warm-up: compiles, plans, allocator
         for _ in range(3):

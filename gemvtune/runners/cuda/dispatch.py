@@ -125,9 +125,7 @@ def dispatch_overhead(table: Any, shape: Shape, calls: int = 200, repeats: int =
     """CPU time per call of ``table.gemv(W, x, out=out)`` on CuPy arrays against the bare launch of the
     same plan (``LaunchPlan.launch`` with the pointers and stream already at hand), interleaved over
     repeats; medians in µs and their ratio. The tuned kernel runs whatever the table's route is."""
-    import statistics
-    import time
-
+    from ...percall import _time
     from ...table import Table
 
     tuned = Table(table.data, table.path, policy="tuned")
@@ -146,14 +144,5 @@ def dispatch_overhead(table: Any, shape: Shape, calls: int = 200, repeats: int =
     def gemv() -> None:
         tuned.gemv(W, x, out=out)
 
-    per: dict[str, list[float]] = {"bare": [], "table": []}
-    for _ in range(repeats):
-        for name, f in (("bare", bare), ("table", gemv)):
-            cp.cuda.Device().synchronize()
-            t0 = time.perf_counter()
-            for _ in range(calls):
-                f()
-            per[name].append((time.perf_counter() - t0) / calls * 1e6)
-    cp.cuda.Device().synchronize()
-    b, t = statistics.median(per["bare"]), statistics.median(per["table"])
-    return {"bare_launch_us": b, "table_gemv_us": t, "dispatch_ratio": t / b}
+    r = _time({"bare": bare, "table": gemv}, lambda: cp.cuda.Device().synchronize(), calls, repeats)
+    return {"bare_launch_us": r["bare"], "table_gemv_us": r["table"], "dispatch_ratio": r["table"] / r["bare"]}
