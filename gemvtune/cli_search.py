@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from .cli import _gpu_check, _writable_dir, cli
+from .cli_options import SAMPLER, SEED, TRIALS, ModelPreset
 from .errors import UsageError
 from .shapes import Shape, parse_shape
 from .storage import HEARTBEAT_S
@@ -48,26 +49,28 @@ def _parse_devices(text: str | None) -> list[str]:
 
 @cli.command()
 @click.option("--shape", "shape_texts", multiple=True, help="M x d (repeatable)")
-@click.option("--model", default=None, help="tune every linear-layer shape of a model preset "
-                                             "(llama-3-8b, llama-3-70b, qwen2.5-7b, mistral-7b, mistral-nemo-12b)")
+@click.option("--model", default=None, type=ModelPreset(), help="tune every linear-layer shape of a model preset")
 @click.option("--hf-config", "hf_configs", multiple=True, metavar="PATH",
               help="tune every linear-layer shape of a model given by its Hugging Face config.json "
                    "(the file or its folder; local only; repeatable)")
 @click.option("--fused", is_flag=True, default=False,
               help="with --model/--hf-config: the fused shapes engines run (qkv, gate_up) instead of "
                    "transformers' unfused ones (q, k, v, gate, up)")
-@click.option("--sampler", default="tpe", show_default=True, help="tpe | random | gp | exhaustive")
-@click.option("--trials", default=None, help="measured trials per shape, the study's total over all workers "
-                                               "(default: from the search-quality study, see README)")
-@click.option("--timeout", default=None, type=float, help="seconds of search per shape in this run")
-@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--sampler", default="tpe", show_default=True, type=SAMPLER)
+@click.option("--trials", default=None, type=TRIALS,
+              help="measured trials per shape, the study's total over all workers; a search also stops when "
+                   "its space is measured, or when 200 proposals in a row measure nothing new "
+                   "(default: 100, from the search-quality study, see README)")
+@click.option("--timeout", default=None, type=click.FloatRange(min=0, min_open=True),
+              help="seconds of search per shape in this run")
+@click.option("--seed", default=0, show_default=True, type=SEED)
 @click.option("--storage", default=None,
               help="Optuna storage: journal:PATH (default, under --results), postgresql://…, sqlite:///…, "
                    "mysql+pymysql://…, redis://…, grpc://HOST:PORT, memory:")
 @click.option("--results", "results_dir", default=None, help="results folder (default results/<gpu>/)")
 @click.option("--table", "table_path", default=None, help="table to update (default <results>/table.json)")
-@click.option("--top-k", default=3, show_default=True, type=int, help="candidates re-measured before a winner")
-@click.option("--rounds", default=5, show_default=True, type=int, help="interleaved re-measurement rounds")
+@click.option("--top-k", default=3, show_default=True, type=click.IntRange(1, 64), help="candidates re-measured before a winner")
+@click.option("--rounds", default=5, show_default=True, type=click.IntRange(1, 100), help="interleaved re-measurement rounds")
 @click.option("--batch", "batch_text", default="1", show_default=True,
               help="batch sizes n (columns of x) to tune each shape at, e.g. 1,2,4,8,16")
 @click.option("--family", "family_text", default=None,
@@ -111,9 +114,7 @@ def search(shape_texts, model, hf_configs, fused, sampler, trials, timeout, seed
     shapes = list(dict.fromkeys(Shape(s.M, s.d, n) for s in dict.fromkeys(base) for n in batches))
     families = parse_families(family_text) if family_text else (("gemv",) if replay_path else None)
     if trials is None:
-        trials = str(SearchOptions.trials)
-    if not str(trials).lstrip("-").isdigit():
-        raise UsageError(f"--trials must be a positive integer, got {trials!r}")
+        trials = SearchOptions.trials
     opts = SearchOptions(sampler=sampler, trials=int(trials), timeout=timeout, seed=seed, storage=storage,
                          top_k=top_k, rounds=rounds, **({"families": families} if families else {}))
     devices = _parse_devices(devices_text)

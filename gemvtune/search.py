@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import logging
 import threading
 import math
 import statistics
@@ -22,9 +23,26 @@ from .samplers import SAMPLERS, make_sampler  # noqa: F401  (re-exported)
 from .storage import HEARTBEAT_S, Store, make_storage  # noqa: F401  (make_storage: re-exported)
 from .shapes import Shape
 from .families import FAMILIES, FAMILY_NAMES, config_to_dict, family_of, get_family
+from .spacebound import STALL_PROPOSALS, candidates, enqueue_rest
 from .space import LLAMA_CPP
 
-optuna.logging.set_verbosity(optuna.logging.WARNING)
+log = logging.getLogger("gemvtune")
+
+MAX_TRIALS = 10_000      # --trials' upper bound (cli_options.TRIALS): more than any useful budget, and a run that ends
+
+
+@contextlib.contextmanager
+def quiet_optuna():
+    """Optuna's INFO lines (one per trial) off while a search runs, restored after: never changed at
+    import time, nor left changed for the caller (``-v`` sets the level the caller wants)."""
+    logger = logging.getLogger("optuna")
+    before = logger.level
+    if not log.isEnabledFor(logging.INFO):   # (with -v, Optuna's lines are shown)
+        logger.setLevel(max(logging.WARNING, log.getEffectiveLevel()))
+    try:
+        yield
+    finally:
+        logger.setLevel(before)
 
 
 @dataclass
@@ -46,8 +64,8 @@ class SearchOptions:
     def __post_init__(self) -> None:
         if self.sampler not in SAMPLERS:
             raise UsageError(f"unknown sampler {self.sampler!r}; choose one of {', '.join(SAMPLERS)}")
-        if isinstance(self.trials, bool) or not isinstance(self.trials, int) or self.trials < 1:
-            raise UsageError(f"--trials must be a positive integer, got {self.trials!r}")
+        if isinstance(self.trials, bool) or not isinstance(self.trials, int) or not 1 <= self.trials <= MAX_TRIALS:
+            raise UsageError(f"--trials must be an integer from 1 to {MAX_TRIALS}, got {self.trials!r}")
         if self.timeout is not None and not self.timeout > 0:
             raise UsageError(f"--timeout must be positive seconds, got {self.timeout!r}")
         if self.top_k < 1 or self.rounds < 1:
@@ -85,7 +103,7 @@ def complexity(c: Any) -> tuple:
 
 
 _ATTRS = ("status", "us_median", "us_min", "us_max", "gbps", "pct_ceiling", "relerr", "rowerr", "bound",
-          "registers", "spill_bytes", "smem_bytes", "compile_s", "launches", "samples", "copies", "error")
+          "registers", "spill_bytes", "smem_bytes", "compile_s", "launches", "samples", "copies", "launch_bound", "error")
 
 
 def _attrs(m: Measurement) -> dict[str, Any]:
@@ -103,6 +121,7 @@ def local_coordinator(storage: Any) -> Coordinator:
     return Coordinator(Store("memory:", "memory", storage, HEARTBEAT_S))
 
 
+@quiet_optuna()
 def run_search(runner: Any, shape: Shape, opts: SearchOptions, storage: Any, name: str,
                echo: Callable[[str], None] = print, coord: Coordinator | None = None,
                joiner: bool = False) -> SearchResult | None:
@@ -134,7 +153,7 @@ def run_search(runner: Any, shape: Shape, opts: SearchOptions, storage: Any, nam
                 "top_k": opts.top_k, "rounds": opts.rounds, "n_startup": opts.n_startup})
             info = runner.device_info()
             study.set_user_attr("gpu", info.get("name", ""))
-        measured += optimize(study, runner, shape, opts, known, len(known), family=fam, coord=coord)
+        measured += optimize(study, runner, shape, opts, known, len(known), family=fam, coord=coord, echo=echo)
         studies[fam] = study
     search_s = time.perf_counter() - t0
 
@@ -191,19 +210,41 @@ def _answer_duplicate(trial: optuna.Trial, seen: tuple[int, str, float | None]) 
 
 def optimize(study: optuna.Study, runner: Any, shape: Shape, opts: SearchOptions,
              known: dict[str, tuple[int, str, float | None]] | None = None, measured0: int | None = None,
-             family: str = "gemv", coord: Coordinator | None = None) -> int:
+             family: str = "gemv", coord: Coordinator | None = None,
+             echo: Callable[[str], None] | None = None) -> int:
     """The trial loop: until the study holds opts.trials measured trials, counted over every worker
-    sharing it (or the timeout). Returns how many measured trials the study holds."""
+    sharing it (or the timeout), or the search can measure nothing new: every config of the space (or of
+    the replayed sweep) is measured, or STALL_PROPOSALS proposals in a row measured nothing (each
+    invalid, already measured, or not recorded); ``echo`` says why it stopped early. Returns how many
+    measured trials the study holds."""
     coord = coord or local_coordinator(study._storage)
     if known is None:
         known = Coordinator.state(study)[2]
     if measured0 is None:
         measured0 = len(known)
-    counter = {"measured": measured0, "full": False}
+    counter: dict[str, Any] = {"measured": measured0, "full": False, "idle": 0, "stop": ""}
     jobs = trials_in_flight(opts, runner)
     gpu_lock = threading.Lock() if jobs > 1 else contextlib.nullcontext()
     fam = FAMILIES[family]
     domains = (opts.domains if family == "gemv" else None) or fam.domains
+    space = candidates(runner, shape, family, domains)
+
+    def exhausted() -> bool:
+        return space is not None and all(label in known for label in space)
+
+    def idle(trial: optuna.Trial) -> None:
+        """A proposal that measured nothing new: after too many in a row, or with the space spent, stop."""
+        counter["idle"] += 1
+        if counter["stop"]:
+            return
+        if exhausted():
+            where = "sweep" if getattr(runner, "replayed", False) else "space"
+            counter["stop"] = f"all {len(space)} valid configs of the {where} are measured"  # type: ignore[arg-type]
+        elif counter["idle"] >= STALL_PROPOSALS:
+            counter["stop"] = (f"{STALL_PROPOSALS} proposals in a row measured nothing new (invalid, already "
+                               "measured or not recorded): the sampler has nothing left to try")
+        if counter["stop"]:
+            trial.study.stop()
 
     def measured_trial(trial: optuna.Trial) -> float:
         try:
@@ -253,9 +294,16 @@ def optimize(study: optuna.Study, runner: Any, shape: Shape, opts: SearchOptions
 
     def objective(trial: optuna.Trial) -> float:
         coord.start_trial(trial)
+        before = counter["measured"]
         try:
             return measured_trial(trial)
         finally:
+            if counter["measured"] == before:
+                idle(trial)
+            else:
+                counter["idle"] = 0
+                if exhausted():
+                    idle(trial)
             coord.end_trial(trial)
 
     bar = None
@@ -277,7 +325,13 @@ def optimize(study: optuna.Study, runner: Any, shape: Shape, opts: SearchOptions
 
     deadline = time.monotonic() + opts.timeout if opts.timeout else None
     done = measured0
-    while done < opts.trials:
+    if exhausted():
+        counter["stop"] = f"all {len(space)} valid configs are measured"  # type: ignore[arg-type]
+    elif space is not None and opts.trials - measured0 >= sum(label not in known for label in space):
+        n = enqueue_rest(study, space, known, family)
+        log.info("%s %s: the budget covers the %d valid configs of the space: %d queued, each measured once",
+                 shape, family, len(space), n)
+    while done < opts.trials and not counter["stop"]:
         before, counter["full"] = done, False
         left = None if deadline is None else deadline - time.monotonic()
         if left is not None and left <= 0:
@@ -290,6 +344,8 @@ def optimize(study: optuna.Study, runner: Any, shape: Shape, opts: SearchOptions
             break   # the budget is spent (by every worker), the time is up, or nothing new can be proposed
     if bar is not None:
         bar.close()
+    if counter["stop"] and done < opts.trials:
+        (echo or log.warning)(f"{shape} {family}: stopped at {done} of {opts.trials} measured trials: {counter['stop']}")
     return done
 
 
@@ -369,7 +425,8 @@ def confirm(runner: Any, shape: Shape, studies: dict[str, optuna.Study] | optuna
         baselines[kind] = _summary(ms)
         base_ms[kind] = ms[-1]
     candidates = [{"family": c.family, "config": c.to_dict(), "label": c.label, **stats[c]} for c in ranked]
-    entry: dict[str, Any] = {"winner": brief(w), "baselines": baselines, "tie": tie, "candidates": candidates}
+    entry: dict[str, Any] = {"winner": brief(w), "baselines": baselines, "tie": tie, "candidates": candidates,
+                             "launch_bound": any(m.launch_bound for m in per[w] if m.ok)}
     for fam in studies:  # the best of each family searched, even when another family won
         best = next((c for c in ranked if c.family == fam), None)
         if best is not None:

@@ -173,5 +173,7 @@ def _search_shapes(runner: Any, shapes: list[Shape], opts: SearchOptions, out: P
         fams = "  ".join(f"{f} {res.entry[f]['us']:.2f}" for f in opts.families if f in res.entry)
         echo(f"{shape!s:>14s}  {w['label']:44s} {w['us']:8.2f} µs  {w['pct_ceiling']:5.1f}% ceiling  "
              f"x{_ratio(cub, w['us'])} cuBLAS  x{_ratio(lla, w['us'])} llama.cpp  [{fams}]  "
-             f"({res.new_measured} new / {res.measured} measured trials{', tie' if res.tie else ''}) -> {csv.name}")
+             f"({res.new_measured} new / {res.measured} measured trials{', tie' if res.tie else ''}"
+             f"{', launch-bound: W streams faster than an empty launch' if res.entry.get('launch_bound') else ''}) "
+             f"-> {csv.name}")
         runner.release()

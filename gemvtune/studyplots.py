@@ -34,8 +34,12 @@ def importances(study: optuna.Study) -> tuple[dict[str, float], str]:
           if t.user_attrs.get("status") == "ok" and t.user_attrs.get("measured")]
     if len(ok) < 2:
         raise ValueError(f"study {study.study_name} has {len(ok)} correct measured trial(s); importance needs 2 or more")
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    view = optuna.create_study(direction="minimize")
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)   # (create_study's INFO line) for this call only
+    try:
+        view = optuna.create_study(direction="minimize")
+    finally:
+        optuna.logging.set_verbosity(verbosity)
     view.add_trials(ok)   # only real measurements (duplicates and infeasible answers left out)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

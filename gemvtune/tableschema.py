@@ -201,6 +201,7 @@ def _entry(key: Any, e: Any) -> None:
     if fams is not None and not (isinstance(fams, list) and all(isinstance(f, str) for f in fams)):
         raise SchemaError("search.families", f"must be a list of family names, got {_show(fams)}")
     _bool(e, "tie", "")
+    _bool(e, "launch_bound", "")
     _str(e, "updated", "")
 
 

@@ -36,10 +36,27 @@ def launches_for(est_us: float, copies: int, target_us: float = 2000.0, cap: int
     return max(copies, (n // copies) * copies)
 
 
-def copies_for(weight_bytes: int, l2_bytes: int, factor: float = 3.0, minimum: int = 2) -> int:
-    """Weight copies so that one pass over all of them is >= factor x L2 (cold L2 like real decode)."""
+MAX_COPIES = 256   # rotating weight copies at most: a tiny weight needs another way to a cold L2
+
+
+def copies_for(weight_bytes: int, l2_bytes: int, factor: float = 3.0, minimum: int = 2,
+               cap: int = MAX_COPIES) -> int:
+    """Weight copies so that one pass over all of them is >= factor x L2 (cold L2 like real decode),
+    at most ``cap``: below factor x L2 / cap bytes a weight is timed with an L2 flush (``flushes_l2``)."""
     need = -(-int(factor * l2_bytes) // max(weight_bytes, 1))
-    return max(minimum, need)
+    return min(cap, max(minimum, need))
+
+
+def flushes_l2(weight_bytes: int, copies: int, l2_bytes: int, factor: float = 3.0) -> bool:
+    """Whether the copies fall short of factor x L2, so that rotating them cannot keep L2 cold: then a
+    timed sample is one pass over them (each read once) after a streaming read that evicts them."""
+    return copies * weight_bytes < factor * l2_bytes
+
+
+def launch_bound(bytes_moved: int, read_gbps: float, launch_floor_us: float) -> bool:
+    """A kernel whose bytes stream at the read ceiling in less time than an empty kernel's launch (the
+    launch floor, measured): its time is the launch's, not the memory's, whatever its config."""
+    return bytes_moved / (read_gbps * 1e3) < launch_floor_us
 
 
 def error_bound(acc: str, d: int, out: str = "fp32") -> float:

@@ -6,16 +6,28 @@ import pytest
 from gemvtune.report import gpu_slug, provenance, shape_table, write_csv
 from gemvtune.runners.base import Measurement
 from gemvtune.summary import summarize_bench
-from gemvtune.timing import copies_for, error_bound, gbps, launches_for, summarize
+from gemvtune.timing import (MAX_COPIES, copies_for, error_bound, flushes_l2, gbps, launch_bound, launches_for,
+                             summarize)
 
 L2 = 60 * 2**20
 
 
 def test_copies_make_working_set_3x_l2():
-    for wb in (2 * 4096 * 4096, 2 * 1024 * 16384, 2 * 14336 * 4096, 2 * 128256 * 4096, 16):
+    for wb in (2 * 4096 * 4096, 2 * 1024 * 16384, 2 * 14336 * 4096, 2 * 128256 * 4096, 2 * 1024 * 1024):
         c = copies_for(wb, L2)
-        assert c >= 2 and c * wb >= 3 * L2
+        assert c >= 2 and c * wb >= 3 * L2 and not flushes_l2(wb, c, L2)
         assert (c - 1) * wb < 3 * L2 or c == 2
+
+
+def test_tiny_weights_get_bounded_copies_and_a_flush():
+    """1x4096 asked for ~23,000 copies of an 8 KB weight before (the harness hung); now at most
+    MAX_COPIES, and the L2 is kept cold by a flush instead."""
+    for M, d in ((1, 4096), (8, 4096), (16, 4096), (256, 7168), (33, 8200)):
+        wb = 2 * M * d
+        c = copies_for(wb, L2)
+        assert c == MAX_COPIES and flushes_l2(wb, c, L2)
+    assert launch_bound(2 * 8 * 4096, 4300.0, 1.5)          # 64 KB streams in 0.015 us: the launch is the time
+    assert not launch_bound(2 * 4096 * 4096, 4300.0, 1.5)   # 32 MB: 7.8 us of reading
 
 
 def test_launches_are_whole_passes():

@@ -44,6 +44,7 @@ class Measurement:
     launches: int = 0                 # launches per timed sample
     samples: int = 0                  # timed samples (graph replays)
     copies: int = 0                   # rotating weight copies
+    launch_bound: bool = False        # W streams at the ceiling in less than an empty launch: timed, but the launch's time
     error: str = ""
     params: dict[str, Any] = field(default_factory=dict)
 

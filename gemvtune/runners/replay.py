@@ -165,6 +165,13 @@ class ReplayRunner:
             raise UsageError(f"no recorded sweep for {shape} (have: {have})")
         return self.sweeps[shape]
 
+    def recorded(self, shape: Shape, family: str = "gemv") -> frozenset[str]:
+        """The labels a search can measure here: the valid configs the shape's sweep recorded (sweeps
+        record the gemv family only). When all are measured, the search stops (see search.candidates)."""
+        if family != "gemv":
+            return frozenset()
+        return frozenset(k for k, r in self.sweep(shape).rows.items() if r["status"] != Status.INVALID)
+
     def device_info(self) -> dict[str, Any]:
         return dict(self._device)
 

@@ -31,14 +31,19 @@ def torch_graph(torch: Any, warm: Callable[[], Any], body: Callable[[], Any]) ->
     return g, out
 
 
-def torch_replay_times(torch: Any, g: Any, replays: int, per: int = 1, warmup: int = 0) -> list[float]:
+def torch_replay_times(torch: Any, g: Any, replays: int, per: int = 1, warmup: int = 0,
+                       before: Callable[[Any], None] | None = None) -> list[float]:
     """Replay a torch CUDA graph (after ``warmup`` untimed replays) between torch events; µs per
-    replay divided by ``per`` (the calls it holds)."""
+    replay divided by ``per`` (the calls it holds). ``before(stream)`` enqueues untimed work ahead of
+    each timed replay (an L2 flush) on torch's current stream, given as a CuPy stream."""
     for _ in range(warmup):
         g.replay()
     e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     out = []
+    stream = cp.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream) if before is not None else None
     for _ in range(replays):
+        if before is not None:
+            before(stream)
         e0.record()
         g.replay()
         e1.record()
@@ -61,12 +66,12 @@ class BaselinesMixin:
                 m.status, m.error = Status.WRONG, reason
                 return m
             b = self.buffers(shape)
-            n = self.launches(shape, b.copies, cap=400)
-            t = self.time_spin(lambda i: _cublas(b.W[i % b.copies], b.x[i % b.copies]), n)
+            n = self.launches(shape, b.copies, cap=400, flush=b.flush)
+            t = self.time_spin(lambda i: _cublas(b.W[i % b.copies], b.x[i % b.copies]), n, b.flush)
         except Exception as e:
             m.status, m.error = Status.LAUNCH_ERROR, str(e).splitlines()[0]
             return m
-        self._fill_times(m, t, shape, "spin", n, b.copies)
+        self._fill_times(m, t, shape, "spin", n, b)
         return m
 
     def baselines(self, shape: Shape) -> list[Measurement]:
@@ -90,16 +95,17 @@ class BaselinesMixin:
             b = self.buffers(shape)
             Wt = [torch.from_dlpack(w) for w in b.W]
             xt = [torch.from_dlpack(x).view(shape.n, shape.d) for x in b.x]
-            n = self.launches(shape, b.copies)
+            n = self.launches(shape, b.copies, flush=b.flush)
             def calls(k: int) -> list:
                 return [torch.nn.functional.linear(xt[i % b.copies], Wt[i % b.copies]) for i in range(k)]
             g, _ = torch_graph(torch, lambda: calls(3), lambda: calls(n))
-            t = torch_replay_times(torch, g, self.replays, n, warmup=self.warmup)
+            t = torch_replay_times(torch, g, self.replays, n, warmup=self.warmup,
+                                   before=self.flush_l2 if b.flush else None)
             del g
             torch.cuda.empty_cache()
         except Exception as e:
             m.status, m.error = Status.LAUNCH_ERROR, str(e).splitlines()[0]
             return m
-        self._fill_times(m, t, shape, "graph", n, b.copies)
+        self._fill_times(m, t, shape, "graph", n, b)
         return m
 

@@ -4,7 +4,10 @@ Compiles with NVRTC (gemvtune.compile, cached on disk by source hash) and launch
 through its ``LaunchPlan`` (gemvtune.plan: cuda-bindings, raw pointers, the current CuPy stream), the
 same launch path users get; verifies every variant on fresh random inputs against a float64 reference before
 timing it; times like real decode: CUDA graphs of many launches over rotating weight copies whose
-working set is >= 3x L2, replayed several times between events.
+working set is >= 3x L2, replayed several times between events. A weight too small for that (more than
+MAX_COPIES copies) is timed over MAX_COPIES copies, one pass per sample, each sample after a streaming
+read of 3x L2 that evicts them: every launch still reads its weight from HBM. A shape whose bytes stream
+faster than an empty launch is marked launch-bound.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from ...plan import LaunchPlan
 from ...errors import NoDeviceError
 from ...shapes import Shape
 from ...families import config_to_dict
-from ...timing import copies_for, error_bound, gbps, launches_for, summarize
+from ...timing import copies_for, error_bound, flushes_l2, gbps, launch_bound, launches_for, summarize
 from ..base import Measurement, Status
 from ._cupy import _rand_half, cp, cuda_available
 from .baselines import BaselinesMixin
@@ -64,6 +67,7 @@ class _ShapeBuffers:
     x: list
     y: list
     copies: int
+    flush: bool = False   # copies < 3x L2: each sample is one pass after an L2 flush
 
 
 class CudaRunner(VerifyMixin, BaselinesMixin):
@@ -92,6 +96,8 @@ class CudaRunner(VerifyMixin, BaselinesMixin):
         self._bufs: _ShapeBuffers | None = None
         self._vmat: tuple | None = None
         self._ceiling_gbps: float | None = None
+        self._launch_floor_us: float | None = None
+        self._flush_buf: Any = None
         aux = compile_source(_AUX_SRC, "aux", self.arch, kernel="read_stream")
         self._read_stream = self._function(aux.cubin_path, "read_stream")
         self._empty = self._function(aux.cubin_path, "empty_kernel")
@@ -136,8 +142,9 @@ class CudaRunner(VerifyMixin, BaselinesMixin):
         return self._functions[key]
 
     # ---- timing primitives ---------------------------------------------------------------------
-    def time_graph(self, launch: Callable[[int], None], n: int) -> list[float]:
-        """Capture n launches (launch(i) enqueues the i-th) in a graph; µs per launch per replay."""
+    def time_graph(self, launch: Callable[[int], None], n: int, flush: bool = False) -> list[float]:
+        """Capture n launches (launch(i) enqueues the i-th) in a graph; µs per launch per replay (each
+        replay after an L2 flush with ``flush``)."""
         s = self.stream
         with s:
             s.begin_capture()
@@ -148,16 +155,18 @@ class CudaRunner(VerifyMixin, BaselinesMixin):
                 g = s.end_capture()
             for _ in range(self.warmup):
                 g.launch(s)
-        return self.replay_times(g, self.replays, n)
+        return self.replay_times(g, self.replays, n, flush)
 
-    def replay_times(self, g: Any, replays: int, per: int = 1) -> list[float]:
+    def replay_times(self, g: Any, replays: int, per: int = 1, flush: bool = False) -> list[float]:
         """Replay a captured CuPy graph ``replays`` times on the runner's stream, each between two
-        events; µs per replay divided by ``per`` (the launches it holds)."""
+        events (and after an L2 flush with ``flush``); µs per replay divided by ``per`` (the launches it holds)."""
         s = self.stream
         out = []
         with s:
             e0, e1 = cp.cuda.Event(), cp.cuda.Event()
             for _ in range(replays):
+                if flush:
+                    self.flush_l2(s)
                 e0.record(s)
                 g.launch(s)
                 e1.record(s)
@@ -165,9 +174,20 @@ class CudaRunner(VerifyMixin, BaselinesMixin):
                 out.append(cp.cuda.get_elapsed_time(e0, e1) * 1000.0 / per)
         return out
 
-    def time_spin(self, op: Callable[[int], None], n: int) -> list[float]:
+    def flush_l2(self, stream: Any) -> None:
+        """Enqueue a streaming read of 3x L2 on ``stream``: what was in L2 is evicted (the weights of a
+        shape too small to rotate out of it), as the rest of a model's layers do in real decode. Its
+        time is never inside a timed sample; while it runs, the CPU enqueues the sample behind it."""
+        if self._flush_buf is None:
+            self._flush_buf = cp.empty(int(3 * self.l2_bytes) // 16 * 16, dtype=cp.uint8)
+            self._flush_sink = cp.zeros(1, dtype=cp.uint32)
+        self._read_stream((self.sm_count * 8,), (256,),
+                          (self._flush_buf, np.uint64(self._flush_buf.size // 16), self._flush_sink), stream=stream)
+
+    def time_spin(self, op: Callable[[int], None], n: int, flush: bool = False) -> list[float]:
         """Time n calls of op (each enqueues GPU work from Python) behind a spin kernel, so the GPU
-        never waits for the CPU: the launches queue up while the spin runs, then run back to back."""
+        never waits for the CPU: the launches queue up while the spin runs, then run back to back
+        (each sample after an L2 flush with ``flush``)."""
         s = self.stream
         with s:
             for i in range(min(n, 8)):
@@ -182,6 +202,8 @@ class CudaRunner(VerifyMixin, BaselinesMixin):
             e0, e1 = cp.cuda.Event(), cp.cuda.Event()
             out = []
             for _ in range(self.replays):
+                if flush:
+                    self.flush_l2(s)
                 self._spin((1,), (1,), (np.uint64(spin_ns),))
                 e0.record(s)
                 t0 = time.perf_counter()
@@ -209,6 +231,7 @@ class CudaRunner(VerifyMixin, BaselinesMixin):
                 [_rand_half(self.x_shape(shape), self.rng) for _ in range(c)],
                 [cp.full(self.y_shape(shape), cp.nan, dtype=cp.float32) for _ in range(c)],
                 c,
+                flushes_l2(shape.weight_bytes, c, self.l2_bytes),
             )
         return self._bufs
 
@@ -224,6 +247,7 @@ class CudaRunner(VerifyMixin, BaselinesMixin):
     def release(self) -> None:
         self._bufs = None
         self._vmat = None
+        self._flush_buf = None
         cp.get_default_memory_pool().free_all_blocks()
 
     # ---- ceiling and floor ------------------------------------------------------------------------
@@ -251,6 +275,7 @@ class CudaRunner(VerifyMixin, BaselinesMixin):
         st, bps = best
         t_empty = summarize(self.time_graph(lambda i: self._empty((1,), (32,), ()), 2000))
         self._ceiling_gbps = nbytes / (st.median * 1e-6) / 1e9
+        self._launch_floor_us = t_empty.median
         bufs.clear()
         cp.get_default_memory_pool().free_all_blocks()
         return {
@@ -292,8 +317,11 @@ class CudaRunner(VerifyMixin, BaselinesMixin):
                 plan = self._plans[key] = LaunchPlan(launch_spec(config, shape, epilogue), f.read(), self.device_id)
         return compiled, plan
 
-    def launches(self, shape: Shape, copies: int, cap: int = 4000) -> int:
-        """Launches per timed sample: ~target_us of work at the read ceiling, whole passes over copies."""
+    def launches(self, shape: Shape, copies: int, cap: int = 4000, flush: bool = False) -> int:
+        """Launches per timed sample: ~target_us of work at the read ceiling, whole passes over copies
+        (one pass with ``flush``: after it, the copies would be in L2)."""
+        if flush:
+            return copies
         return launches_for(shape.bytes_moved / (self.ceiling_gbps * 1e3) + 1.0, copies, self.target_us, cap)
 
     @staticmethod
@@ -350,29 +378,32 @@ class CudaRunner(VerifyMixin, BaselinesMixin):
             if not timed:
                 return m
             b = self.buffers(shape)
-            n = self.launches(shape, b.copies)
+            n = self.launches(shape, b.copies, flush=b.flush)
             bias = _rand_half((shape.M,), self.rng) if epilogue.bias else None   # y buffers are FP32: room for FP16 too
-            t = self.time_graph(lambda i: launch(b.W[i % b.copies], b.x[i % b.copies], b.y[i % b.copies], bias), n)
+            t = self.time_graph(lambda i: launch(b.W[i % b.copies], b.x[i % b.copies], b.y[i % b.copies], bias), n,
+                                flush=b.flush)
         except Exception as e:
             m.status, m.error = Status.LAUNCH_ERROR, (str(e).splitlines() or [type(e).__name__])[0]
             return m
-        self._fill_times(m, t, shape, "graph", n, b.copies)
+        self._fill_times(m, t, shape, "graph", n, b)
         return m
 
-    def _fill_times(self, m: Measurement, t: list[float], shape: Shape, method: str, n: int, copies: int) -> None:
+    def _fill_times(self, m: Measurement, t: list[float], shape: Shape, method: str, n: int, b: _ShapeBuffers) -> None:
         st = summarize(t)
         m.us_median, m.us_min, m.us_max = st.median, st.min, st.max
         m.gbps = gbps(shape.bytes_moved, st.median)
         m.pct_ceiling = 100.0 * m.gbps / self.ceiling_gbps
-        m.method, m.launches, m.samples, m.copies = method, n, st.n, copies
+        m.method = method + ("+flush" if b.flush else "")
+        m.launches, m.samples, m.copies = n, st.n, b.copies
+        m.launch_bound = launch_bound(shape.bytes_moved, self.ceiling_gbps, self._launch_floor_us or 0.0)
 
     def measure_spin(self, config: Any, shape: Shape) -> Measurement:
         """The same variant timed with the spin method (to show it agrees with the graph method)."""
         m = Measurement(config.label, "spin-check", shape.M, shape.d, shape.n, Status.OK, params=config_to_dict(config))
         launch = self.launcher(config, shape)
         b = self.buffers(shape)
-        n = self.launches(shape, b.copies, cap=400)
-        t = self.time_spin(lambda i: launch(b.W[i % b.copies], b.x[i % b.copies], b.y[i % b.copies]), n)
-        self._fill_times(m, t, shape, "spin", n, b.copies)
+        n = self.launches(shape, b.copies, cap=400, flush=b.flush)
+        t = self.time_spin(lambda i: launch(b.W[i % b.copies], b.x[i % b.copies], b.y[i % b.copies]), n, b.flush)
+        self._fill_times(m, t, shape, "spin", n, b)
         return m
 
