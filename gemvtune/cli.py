@@ -123,6 +123,7 @@ def compile_check(shape_text: str, spec: str, arch: str, jobs: int | None, seed:
 
     shape = parse_shape(shape_text)
     configs = select_configs(spec, shape, seed)
+    log.info("compile-check: %d configs selected (%s) for %s", len(configs), spec, shape)
     items, skipped = [], 0
     for c in configs:
         why = c.invalid_reasons(shape)
@@ -131,7 +132,9 @@ def compile_check(shape_text: str, spec: str, arch: str, jobs: int | None, seed:
             skipped += 1
         else:
             items.append((c, shape))
-    results = compile_variants(items, arch=arch, jobs=jobs)
+    log.info("compile-check: rendering and compiling %d valid configs for %s (%s)", len(items), shape, arch)
+    results = compile_variants(items, arch=arch, jobs=jobs, progress=f"compile {shape}")
+    log.info("compile-check: compiled; printing the resources")
     failed = 0
     click.echo(f"{'config':48s} {'regs':>4s} {'spill':>5s} {'stack':>5s} {'smem':>6s} {'s':>6s}")
     for (c, _), r in zip(items, results):

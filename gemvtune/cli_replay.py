@@ -2,13 +2,50 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
+from typing import Any
 
 import click
 
 from .cli import _gpu_check, _writable_dir, cli
 from .errors import UsageError
 from .shapes import Shape, parse_shape
+
+log = logging.getLogger("gemvtune")
+
+
+class _Ticking:
+    """The runner, as run_sweep sees it, with a bar counting its measurements from the first (the
+    compiles are done by then; one INFO line says so). Every other attribute is the runner's."""
+
+    def __init__(self, runner: Any, shape: Shape, total: int) -> None:
+        self._runner, self._shape, self._total, self._started, self.bar = runner, shape, total, False, None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._runner, name)
+
+    def measure(self, *args: Any, **kwargs: Any) -> Any:
+        if not self._started:
+            from .progress import progress_bar
+
+            self._started = True
+            log.info("sweep %s: compiled; measuring %d configs", self._shape, self._total)
+            self.bar = progress_bar(self._total, desc=f"sweep {self._shape}", unit="config")
+        try:
+            return self._runner.measure(*args, **kwargs)
+        finally:
+            if self.bar is not None:
+                self.bar.update(1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+    def echo(self, text: str) -> None:
+        self.close()   # the bar's line is cleared before a line goes to stdout
+        click.echo(text)
 
 
 @cli.command()
@@ -27,14 +64,21 @@ def sweep(shape_texts, suite, out_dir, replays, target_us) -> None:
     _gpu_check()
     from .report import gpu_slug
     from .runners.cuda import CudaRunner
-    from .sweep import run_sweep
+    from .sweep import grid_configs, run_sweep
 
     r = CudaRunner(replays=replays, warmup=1, target_us=target_us)
     ceil = r.ceiling()
     out = _writable_dir(out_dir or str(Path("results") / gpu_slug(r.device_info()["name"]) / "sweeps"))
     click.echo(f"read ceiling {ceil['read_gbps']:.0f} GB/s; writing to {out}")
-    for s in dict.fromkeys(shapes):
-        run_sweep(r, s, out, echo=click.echo, ceiling=ceil)
+    shapes = list(dict.fromkeys(shapes))
+    for i, s in enumerate(shapes, 1):
+        n = sum(c.is_valid(s) for c in grid_configs())
+        log.info("sweep %s (shape %d of %d): compiling %d valid configs of the grid", s, i, len(shapes), n)
+        ticking = _Ticking(r, s, n)
+        try:
+            run_sweep(ticking, s, out, echo=ticking.echo, ceiling=ceil)
+        finally:
+            ticking.close()
         r.release()
 
 
@@ -63,6 +107,7 @@ def study(sweeps_path, samplers, seeds, budget, gp_budget, jobs, out_dir) -> Non
     out = _writable_dir(out_dir)
     curves, runs = run_study(files, names, seeds, budget, jobs or os.cpu_count() or 1, echo=click.echo,
                              budgets={"gp": gp_budget}, journal=out / "study-journal.jsonl")
+    log.info("study: summarizing %d searches; writing the CSVs, the plot and summary.md to %s", len(runs), out)
     summary = summarize_runs(runs)
     llama = llama_position(files)
     runs.to_csv(out / "study-runs.csv", index=False, float_format="%.6g")

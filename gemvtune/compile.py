@@ -52,6 +52,12 @@ class NvrtcUnavailable(GemvtuneError):
     pass
 
 
+# The extras of pyproject.toml that bring NVRTC, the CUDA headers and cuda-bindings for one CUDA major.
+NVRTC_HINT = ("install the extra that matches the NVIDIA driver: pip install 'gemvtune[cu13]' (CUDA 13 driver, "
+              ">= 580) or pip install 'gemvtune[cu12]' (CUDA 12 driver); from a checkout pip install -e '.[cu13]' "
+              "(they bring nvidia-cuda-nvrtc and cuda-bindings)")
+
+
 @dataclass(frozen=True)
 class Resources:
     """What ptxas reported for the kernel."""
@@ -121,7 +127,7 @@ class _Nvrtc:
             return nv
         except Exception as e:  # ImportError, or cuda.pathfinder's DynamicLibNotFoundError (a RuntimeError)
             why = " ".join(str(e).split()) or type(e).__name__
-            raise NvrtcUnavailable(f"NVRTC not found (pip install nvidia-cuda-nvrtc cuda-bindings): {why}") from None
+            raise NvrtcUnavailable(f"NVRTC not found ({why}): {NVRTC_HINT}") from None
 
     @staticmethod
     def _includes() -> list[str]:
@@ -213,8 +219,11 @@ def compile_source(source: str, name: str = "gemv", arch: str = DEFAULT_ARCH, ke
 
 
 def compile_many(items: Iterable[tuple[str, ...]], arch: str = DEFAULT_ARCH, jobs: int | None = None,
-                 kernel: str = "gemv") -> list[Compiled | CompileError]:
-    """Compile (name, source[, kernel]) items in parallel; a failure is returned in place, never raised."""
+                 kernel: str = "gemv", progress: str | None = None) -> list[Compiled | CompileError]:
+    """Compile (name, source[, kernel]) items in parallel; a failure is returned in place, never raised.
+    With ``progress`` (its label), a bar counts the compiles on stderr where that is a terminal."""
+    from .progress import progress as bar
+
     items = list(items)
 
     def one(it: tuple[str, ...]) -> Compiled | CompileError:
@@ -225,7 +234,8 @@ def compile_many(items: Iterable[tuple[str, ...]], arch: str = DEFAULT_ARCH, job
 
     jobs = jobs or max(1, os.cpu_count() or 1)
     with ThreadPoolExecutor(max_workers=jobs) as ex:
-        return list(ex.map(one, items))
+        return list(bar(ex.map(one, items), total=len(items), desc=progress or "", unit="kernel",
+                        enabled=progress is not None))
 
 
 def compile_variant(config: Any, shape: Any, arch: str = DEFAULT_ARCH, source: str | None = None,
@@ -250,10 +260,11 @@ def precompile_variant(config: Any, shape: Any, arch: str = DEFAULT_ARCH, epilog
 
 
 def compile_variants(pairs: Iterable[tuple[Any, ...]], arch: str = DEFAULT_ARCH, jobs: int | None = None,
-                     epilogue: Epilogue = DEFAULT) -> list[Compiled | CompileError]:
+                     epilogue: Epilogue = DEFAULT, progress: str | None = None) -> list[Compiled | CompileError]:
     """Render and compile (config, shape) or (config, shape, epilogue) items in parallel, in order
     (an item without its own epilogue gets ``epilogue``: by default FP32 out, no bias); compile failures
-    are returned in place (a config or epilogue render refuses raises UsageError)."""
+    are returned in place (a config or epilogue render refuses raises UsageError); ``progress`` as in
+    ``compile_many``."""
     from .families import family_of
     from .render import render
 
@@ -262,4 +273,4 @@ def compile_variants(pairs: Iterable[tuple[Any, ...]], arch: str = DEFAULT_ARCH,
         c, s = item[0], item[1]
         e = item[2] if len(item) > 2 else epilogue
         items.append(((c.label + e.label).replace(".", "_"), render(c, s, e), family_of(c).main_kernel))
-    return compile_many(items, arch=arch, jobs=jobs)
+    return compile_many(items, arch=arch, jobs=jobs, progress=progress)

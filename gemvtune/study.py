@@ -3,12 +3,17 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
+
+from .progress import progress
+
+log = logging.getLogger("gemvtune")
 
 THRESHOLDS = (0.01, 0.02, 0.05)
 
@@ -132,13 +137,16 @@ def run_study(sweep_paths: list[Path], samplers: list[str], seeds: int, budget: 
     if done:
         echo(f"{len(tasks) - len(todo)} searches already in {journal}; running {len(todo)}")
     new = []
+    log.info("study: running %d simulated searches on %d processes", len(todo), jobs)
     with ProcessPoolExecutor(max_workers=jobs) as ex:
-        for t, r in zip(todo, ex.map(one_run, todo, chunksize=1)):
+        for t, r in zip(todo, progress(ex.map(one_run, todo, chunksize=1), total=len(todo), desc="study",
+                                       unit="search")):
             r["path"] = t[0]
             new.append(r)
             if journal is not None:
                 with open(journal, "a") as f:
                     f.write(json.dumps(r, default=float) + "\n")
+    log.info("study: searches done; tabulating %d", len(tasks))
     keys = {(Path(t[0]).name, t[1], t[2], t[3]) for t in tasks}
     results = [r for k, r in done.items() if k in keys] + new
     runs, curves = [], []

@@ -1,10 +1,14 @@
-"""Markdown summary of a bench CSV (what results/ READMEs and notes quote; never typed by hand)."""
+"""Markdown summary of a bench CSV (what results/ READMEs and notes quote; never typed by hand).
+Every string taken from the CSV or its JSON sidecar (device, command, date, variant names, shapes) is
+escaped (``tableschema.printable``) before it reaches a terminal."""
 
 from __future__ import annotations
 
 import json
 import math
 from pathlib import Path
+
+from .tableschema import printable as esc
 
 # MEASURING.md (shared notes, H200, 2026-11-29): median µs per launch, graph replay, cold L2, for the
 # seed kernel (block 256, half2, FP32 acc, 1 row/block) and cuBLAS via torch; its read ceiling.
@@ -28,11 +32,11 @@ def summarize_bench(csv_path: str | Path) -> str:
     df = pd.read_csv(csv_path)
     meta = json.loads(csv_path.with_suffix(".json").read_text())
     dev, ceil = meta.get("device", {}), meta.get("ceiling", {})
-    out = [f"# Bench {csv_path.name}", "",
-           f"- date: {meta.get('date')}", f"- GPU: {dev.get('name')} (cc {dev.get('compute_capability')}, "
-           f"{dev.get('sm_count')} SMs, L2 {dev.get('l2_bytes', 0) / 2**20:.0f} MiB), driver {dev.get('driver')}, "
-           f"CUDA runtime {dev.get('cuda_runtime')}, cupy {dev.get('cupy')}",
-           f"- command: `{meta.get('command')}`",
+    out = [f"# Bench {esc(csv_path.name)}", "",
+           f"- date: {esc(meta.get('date'))}", f"- GPU: {esc(dev.get('name'))} (cc {esc(dev.get('compute_capability'))}, "
+           f"{esc(dev.get('sm_count'))} SMs, L2 {dev.get('l2_bytes', 0) / 2**20:.0f} MiB), driver {esc(dev.get('driver'))}, "
+           f"CUDA runtime {esc(dev.get('cuda_runtime'))}, cupy {esc(dev.get('cupy'))}",
+           f"- command: `{esc(meta.get('command'), 2000)}`",
            f"- read ceiling (streaming kernel, same run): {ceil.get('read_gbps', math.nan):.0f} GB/s "
            f"(min..max {ceil.get('read_gbps_min', math.nan):.0f}..{ceil.get('read_gbps_max', math.nan):.0f}); "
            f"launch floor {ceil.get('launch_floor_us', math.nan):.2f} µs", ""]
@@ -46,6 +50,7 @@ def summarize_bench(csv_path: str | Path) -> str:
            f"{_pct(ceil.get('read_gbps', math.nan), MEASURING_REFERENCE['ceiling_gbps'])} off it.", "",
            "| M×d | llama.cpp µs | ref seed µs | diff | cuBLAS torch µs | ref cuBLAS µs | diff |", "|---|---|---|---|---|---|---|"]
     for (M, d), g in df.groupby(["M", "d"], sort=False):
+        md = f"{esc(M, 20)}×{esc(d, 20)}"
         def one(kind: str):
             r = g[(g.kind == kind) & (g.status == "ok")]
             return r.iloc[0] if len(r) else None
@@ -58,13 +63,13 @@ def summarize_bench(csv_path: str | Path) -> str:
         lu = llama.us_median if llama is not None else math.nan
         bu = base.us_median if base is not None else math.nan
         if best is not None:
-            out.append(f"| {M}×{d} | {mb:.0f} | {lu:.2f} | {bu:.2f} | "
-                       f"{(cub.us_median if cub is not None else math.nan):.2f} | `{best['name']}` | {best.us_median:.2f} | "
+            out.append(f"| {md} | {mb:.0f} | {lu:.2f} | {bu:.2f} | "
+                       f"{(cub.us_median if cub is not None else math.nan):.2f} | `{esc(best['name'])}` | {best.us_median:.2f} | "
                        f"{100 * best.spread:.1f}% | {best.pct_ceiling:.1f} | {bu / best.us_median:.3f} | {lu / best.us_median:.3f} | "
                        f"{len(ok)}/{len(v)} |")
         if llama is not None and spin is not None:
-            agree.append(f"| {M}×{d} | {lu:.2f} | {spin.us_median:.2f} | {spin.us_median - lu:+.2f} | {spin.us_median / lu:.3f} |")
+            agree.append(f"| {md} | {lu:.2f} | {spin.us_median:.2f} | {spin.us_median - lu:+.2f} | {spin.us_median / lu:.3f} |")
         r = MEASURING_REFERENCE["us"].get((int(M), int(d)))
         if r:
-            ref.append(f"| {M}×{d} | {lu:.2f} | {r[0]} | {_pct(lu, r[0])} | {bu:.2f} | {r[1]} | {_pct(bu, r[1])} |")
+            ref.append(f"| {md} | {lu:.2f} | {r[0]} | {_pct(lu, r[0])} | {bu:.2f} | {r[1]} | {_pct(bu, r[1])} |")
     return "\n".join(out + [""] + agree + [""] + ref) + "\n"

@@ -9,14 +9,14 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _cuda_device_reason() -> str | None:
-    """None if a CUDA device answers, else why not (shown in the skip line)."""
+    """None if a CUDA device answers, else why not (shown in the skip line): gemvtune's own one-line
+    diagnosis (no CuPy, no driver, a driver too old for the CUDA build, no device). Imported only when
+    a collected test is marked gpu (it imports cupy)."""
     try:
-        import cupy
-
-        n = cupy.cuda.runtime.getDeviceCount()
-        return None if n > 0 else "no CUDA device (device count 0)"
-    except Exception as e:  # no driver, no device, no cupy
-        return f"no CUDA device answers: {str(e).splitlines()[0][:120]}"
+        from gemvtune.runners.cuda._cupy import cuda_available
+    except Exception as e:  # pragma: no cover - the CUDA runner package itself does not import
+        return f"gemvtune.runners.cuda cannot be imported: {(str(e) or type(e).__name__).splitlines()[0][:200]}"
+    return cuda_available()
 
 
 _GPU_REASON: list = []
