@@ -63,8 +63,6 @@ def one_run(args: tuple[str, str, int, int]) -> dict[str, Any]:
 
     import optuna
 
-    from . import search  # noqa: F401  (imported first: its import sets Optuna's verbosity, see issue 17)
-
     path, variant, seed, budget = args
     verbosity = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.ERROR)   # for this run only: restored below

@@ -17,7 +17,7 @@ from pathlib import Path
 from gemvtune import LLAMA_CPP
 from gemvtune.report import provenance, write_csv
 from gemvtune.runners.cuda import CudaRunner
-from gemvtune.shapes import parse_shape
+from gemvtune.shapes import Shape, parse_shape
 from gemvtune.timing import summarize
 
 SHAPES = ("1x4096", "8x4096", "16x4096", "64x4096", "256x1024", "33x8200", "256x7168", "16x4096x8", "1024x4096")
@@ -32,7 +32,9 @@ def main() -> None:
     ceil = r.ceiling()
     rows, table = [], []
     for text in a.shape or SHAPES:
-        s = parse_shape(text)
+        parts = text.split("x")
+        s = parse_shape("x".join(parts[:2]))
+        s = Shape(s.M, s.d, int(parts[2]) if len(parts) > 2 else 1)
         t0 = time.perf_counter()
         cold = r.measure(LLAMA_CPP, s)
         b = r.buffers(s)

@@ -65,7 +65,7 @@ def test_report_on_committed_table(tmp_path):
 @pytest.mark.parametrize("args,needle", [
     (["report", "--table", "nope.json"], "does not exist"),
     (["search", "--shape", "64x64", "--trials", "-1"], "1<=x<=10000"),
-    (["search", "--shape", "64x64", "--sampler", "sa"], "unknown sampler"),
+    (["search", "--shape", "64x64", "--sampler", "sa"], "'sa' is not one of 'tpe'"),
     (["search"], "needs --shape or --model"),
     (["search", "--model", "gpt-9"], "unknown model"),
 ])

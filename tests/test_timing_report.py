@@ -22,10 +22,12 @@ def test_copies_make_working_set_3x_l2():
 def test_tiny_weights_get_bounded_copies_and_a_flush():
     """1x4096 asked for ~23,000 copies of an 8 KB weight before (the harness hung); now at most
     MAX_COPIES, and the L2 is kept cold by a flush instead."""
-    for M, d in ((1, 4096), (8, 4096), (16, 4096), (256, 7168), (33, 8200)):
+    for M, d in ((1, 4096), (8, 4096), (16, 4096), (64, 4096), (33, 8200)):
         wb = 2 * M * d
         c = copies_for(wb, L2)
         assert c == MAX_COPIES and flushes_l2(wb, c, L2)
+    wb = 2 * 256 * 7168   # a 3.6 MB router weight still rotates (52 copies > 3x L2), no flush
+    assert copies_for(wb, L2) == 52 and not flushes_l2(wb, 52, L2)
     assert launch_bound(2 * 8 * 4096, 4300.0, 1.5)          # 64 KB streams in 0.015 us: the launch is the time
     assert not launch_bound(2 * 4096 * 4096, 4300.0, 1.5)   # 32 MB: 7.8 us of reading
 

@@ -5,8 +5,8 @@ through its ``LaunchPlan`` (gemvtune.plan: cuda-bindings, raw pointers, the curr
 same launch path users get; verifies every variant on fresh random inputs against a float64 reference before
 timing it; times like real decode: CUDA graphs of many launches over rotating weight copies whose
 working set is >= 3x L2, replayed several times between events. A weight too small for that (more than
-MAX_COPIES copies) is timed over MAX_COPIES copies, one pass per sample, each sample after a streaming
-read of 3x L2 that evicts them: every launch still reads its weight from HBM. A shape whose bytes stream
+MAX_COPIES copies) is timed over MAX_COPIES copies, one pass per sample, each sample after an L2 flush
+(write 3x L2 of scratch, then discard it): every launch still reads its weight from HBM. A shape whose bytes stream
 faster than an empty launch is marked launch-bound.
 """
 
@@ -51,6 +51,20 @@ extern "C" __global__ void read_stream(const uint4* __restrict__ p, unsigned lon
     for (; i < n; i += stride) { uint4 v = p[i]; a.x ^= v.x; a.y ^= v.y; a.z ^= v.z; a.w ^= v.w; }
     if ((a.x ^ a.y ^ a.z ^ a.w) == 0x9e3779b9u) out[0] = 1u;   // keeps the loads; practically never true
 }
+extern "C" __global__ void l2_fill(uint4* __restrict__ p, unsigned long long n) {
+    // Writes evict what L2 holds (a streaming read does not, on H200: see results/nvidia-h200/NOTES.md)
+    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        p[i] = make_uint4(0u, 0u, 0u, 0u);
+}
+extern "C" __global__ void l2_discard(char* __restrict__ p, unsigned long long lines) {
+    // ... then drop the written lines without writing them back: L2 is left empty and clean
+#if __CUDA_ARCH__ >= 800
+    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < lines; i += stride)
+        asm volatile("discard.global.L2 [%0], 128;" :: "l"(p + i * 128) : "memory");
+#endif
+}
 extern "C" __global__ void empty_kernel() {}
 extern "C" __global__ void spin(unsigned long long ns) {
     unsigned long long t0, t;
@@ -68,6 +82,7 @@ class _ShapeBuffers:
     y: list
     copies: int
     flush: bool = False   # copies < 3x L2: each sample is one pass after an L2 flush
+    x_block: Any = None   # with flush: the x copies, contiguous (read back into L2 after each flush)
 
 
 class CudaRunner(VerifyMixin, BaselinesMixin):
@@ -101,6 +116,8 @@ class CudaRunner(VerifyMixin, BaselinesMixin):
         aux = compile_source(_AUX_SRC, "aux", self.arch, kernel="read_stream")
         self._read_stream = self._function(aux.cubin_path, "read_stream")
         self._empty = self._function(aux.cubin_path, "empty_kernel")
+        self._l2_fill = self._function(aux.cubin_path, "l2_fill")
+        self._l2_discard = self._function(aux.cubin_path, "l2_discard")
         self._spin = self._function(aux.cubin_path, "spin")
 
     # ---- device ------------------------------------------------------------------------------
@@ -175,14 +192,22 @@ class CudaRunner(VerifyMixin, BaselinesMixin):
         return out
 
     def flush_l2(self, stream: Any) -> None:
-        """Enqueue a streaming read of 3x L2 on ``stream``: what was in L2 is evicted (the weights of a
-        shape too small to rotate out of it), as the rest of a model's layers do in real decode. Its
-        time is never inside a timed sample; while it runs, the CPU enqueues the sample behind it."""
+        """Enqueue an L2 flush on ``stream``: write 3x L2 of scratch (evicting everything, the weights of
+        a shape too small to rotate out of L2 included, as the rest of a model's layers do in real
+        decode), then discard those lines so no write-back lands in the timed sample; then read the
+        current shape's x copies back in (x is hot in real decode: the kernel before wrote it). Measured against
+        full rotation in scripts/flush_check.py (a streaming read does not evict on H200). Its time is
+        never inside a timed sample; while it runs, the CPU enqueues the sample behind it."""
         if self._flush_buf is None:
-            self._flush_buf = cp.empty(int(3 * self.l2_bytes) // 16 * 16, dtype=cp.uint8)
+            self._flush_buf = cp.empty(int(3 * self.l2_bytes) // 128 * 128, dtype=cp.uint8)
             self._flush_sink = cp.zeros(1, dtype=cp.uint32)
-        self._read_stream((self.sm_count * 8,), (256,),
-                          (self._flush_buf, np.uint64(self._flush_buf.size // 16), self._flush_sink), stream=stream)
+        n = self._flush_buf.size
+        grid = (self.sm_count * 8,)
+        self._l2_fill(grid, (256,), (self._flush_buf, np.uint64(n // 16)), stream=stream)
+        self._l2_discard(grid, (256,), (self._flush_buf, np.uint64(n // 128)), stream=stream)
+        xb = self._bufs.x_block if self._bufs is not None else None
+        if xb is not None:   # x is hot in real decode (the previous kernel just wrote it): read it back in
+            self._read_stream(grid, (256,), (xb, np.uint64(xb.nbytes // 16), self._flush_sink), stream=stream)
 
     def time_spin(self, op: Callable[[int], None], n: int, flush: bool = False) -> list[float]:
         """Time n calls of op (each enqueues GPU work from Python) behind a spin kernel, so the GPU
@@ -225,13 +250,20 @@ class CudaRunner(VerifyMixin, BaselinesMixin):
             self._bufs = None
             cp.get_default_memory_pool().free_all_blocks()
             c = copies_for(shape.weight_bytes, self.l2_bytes)
+            flush = flushes_l2(shape.weight_bytes, c, self.l2_bytes)
+            xs = self.x_shape(shape)
+            size = shape.d * shape.n
+            stride = -(-size // 128) * 128   # each copy 256-byte aligned, like its own allocation
+            x_block = _rand_half((c, stride), self.rng) if flush else None
             self._bufs = _ShapeBuffers(
                 shape,
                 [_rand_half((shape.M, shape.d), self.rng) for _ in range(c)],
-                [_rand_half(self.x_shape(shape), self.rng) for _ in range(c)],
+                ([x_block[i, :size].reshape(xs) for i in range(c)] if flush
+                 else [_rand_half(xs, self.rng) for _ in range(c)]),
                 [cp.full(self.y_shape(shape), cp.nan, dtype=cp.float32) for _ in range(c)],
                 c,
-                flushes_l2(shape.weight_bytes, c, self.l2_bytes),
+                flush,
+                x_block,
             )
         return self._bufs
 
