@@ -395,3 +395,15 @@ def test_search_preflight(tmp_preflight, what, args, needle, code):
     after = {p: p.read_bytes() for p in tmp.rglob("*") if p.is_file() and not p.is_symlink() and p in before}
     assert after == before
     assert not [p for p in tmp.rglob("*") if p.is_file() and p not in before and p.suffix in (".json", ".csv", ".log", ".db")]
+
+
+def test_readme_lists_every_case():
+    """The README's troubleshooting table shows each case of the catalogue as it is tested."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    missing = []
+    for what, args, needle, code in CLI_CASES:
+        cmd = " ".join(a.replace("{tmp}", "…").replace(SWEEPS, "results/nvidia-h200/sweeps") for a in args)
+        row = f"| {what}: `gemvtune {cmd}` | one line containing “{needle}” | {code} |"
+        if row not in text:
+            missing.append(row)
+    assert not missing, "README's troubleshooting table lacks:\n" + "\n".join(missing)
