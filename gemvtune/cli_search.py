@@ -11,13 +11,14 @@ import click
 
 from .cli import _gpu_check, _writable_dir, cli
 from .cli_options import SAMPLER, SEED, TRIALS, ModelPreset
+from .families import DEFAULT_FAMILY
 from .errors import UsageError
 from .shapes import Shape, parse_shape
 from .storage import HEARTBEAT_S
 
 
 def _make_runner(shapes: list[Shape], replay_path: str | None, watchdog_s: float | None) -> tuple[Any, Any, str | None]:
-    """(runner, the gemv domains to search or None, the default results folder or None)."""
+    """(runner, family -> the domains to search or None, the default results folder or None)."""
     if replay_path:
         from .report import gpu_slug
         from .runners.replay import ReplayRunner
@@ -26,7 +27,8 @@ def _make_runner(shapes: list[Shape], replay_path: str | None, watchdog_s: float
         for s in shapes:
             runner.sweep(s)  # a shape with no recorded sweep fails before anything is written
         grids = {json.dumps(runner.sweep(s).grid, sort_keys=True) for s in shapes}
-        domains = runner.sweep(shapes[0]).grid if len(grids) == 1 and runner.sweep(shapes[0]).grid else None
+        grid = runner.sweep(shapes[0]).grid if len(grids) == 1 else None
+        domains = {DEFAULT_FAMILY: grid} if grid else None   # sweeps record the default (gemv) family
         return runner, domains, str(Path("results") / gpu_slug(runner.device_info().get("name", "gpu")) / "replay")
     _gpu_check()
     from .runners.cuda import CudaRunner

@@ -1,5 +1,6 @@
-"""The kernel families gemvtune searches, by name: their config class, domains, seed point and
-template. Everything that handles "a config of some family" goes through here."""
+"""The kernel families gemvtune searches, by name: their config class, domains, seed point, template
+and the values it renders with, study naming and complexity order. Everything that handles "a config
+of some family" goes through here; a new family is its config module, its template and one entry."""
 
 from __future__ import annotations
 
@@ -16,10 +17,15 @@ class Family:
     config_cls: type
     domains: dict[str, tuple[Any, ...]]
     seed: Any                       # the first trial of every study of this family
-    template: str
+    seed_name: str                  # what a study calls that trial ("llama.cpp")
+    template: str                   # under templates/
     main_kernel: str
-    complexity: Callable[[Any], tuple]
-    describe: str
+    complexity: Callable[[Any], tuple]   # smaller is simpler: ties go to the simplest
+    render_values: Callable[[Any, Any], dict[str, Any]]   # (config, shape) -> the family's own template values
+    study_suffix: str               # appended to a shape's study name ("" for the first family)
+
+    def study_name(self, base: str) -> str:
+        return base + self.study_suffix
 
 
 def _gemv_complexity(c: space.GemvConfig) -> tuple:
@@ -32,15 +38,25 @@ def _splitk_complexity(c: space_splitk.SplitKConfig) -> tuple:
     return (levers, c.split, c.depth, c.warps, c.mt)
 
 
+def _gemv_values(c: space.GemvConfig, shape: Any) -> dict[str, Any]:
+    return {"vec_elems": c.vec_elems, "rows": c.rows_per_block, "min_blocks": c.min_blocks}
+
+
+def _splitk_values(c: space_splitk.SplitKConfig, shape: Any) -> dict[str, Any]:
+    return {"n_tiles": c.n_tiles(shape.n), "x_row": c.x_row_halves(shape.d)}
+
+
 FAMILIES: dict[str, Family] = {
-    "gemv": Family("gemv", space.GemvConfig, space.DOMAINS, space.LLAMA_CPP, "gemv.cu.j2", "gemv",
-                   _gemv_complexity, "CUDA-core GEMV, each W load used for all n columns (llama.cpp's kernel is a point)"),
+    # CUDA-core GEMV, each W load used for all n columns (llama.cpp's kernel is a point)
+    "gemv": Family("gemv", space.GemvConfig, space.DOMAINS, space.LLAMA_CPP, "llama.cpp", "gemv.cu.j2", "gemv",
+                   _gemv_complexity, _gemv_values, ""),
+    # tensor-core GEMM (mma.sync m16n8k16) with d split across blocks
     "splitk": Family("splitk", space_splitk.SplitKConfig, space_splitk.DOMAINS, space_splitk.SPLITK_SEED,
-                     "splitk_gemm.cu.j2", "splitk_gemm", _splitk_complexity,
-                     "tensor-core GEMM (mma.sync m16n8k16) with d split across blocks"),
+                     "splitk seed", "splitk_gemm.cu.j2", "splitk_gemm", _splitk_complexity, _splitk_values, "-splitk"),
 }
 # Order of families in a search; the gemv family first (its seed is the llama.cpp config).
 FAMILY_NAMES = tuple(FAMILIES)
+DEFAULT_FAMILY = FAMILY_NAMES[0]   # a config or table record that names no family is of this one
 
 
 def family_of(config: Any) -> Family:
@@ -69,7 +85,7 @@ def config_from_dict(data: Any) -> Any:
     """A config of any family from its JSON object (``family`` defaults to gemv)."""
     if not isinstance(data, dict):
         raise UsageError(f"a config must be a JSON object, got {type(data).__name__}")
-    fam = data.get("family", "gemv")
+    fam = data.get("family", DEFAULT_FAMILY)
     if not isinstance(fam, str):
         raise UsageError(f"config family must be a string, got {fam!r}")
     return get_family(fam).config_cls.from_dict(data)

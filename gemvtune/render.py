@@ -6,13 +6,12 @@ import functools
 import hashlib
 from pathlib import Path
 
+from typing import Any
+
 from .epilogue import DEFAULT, Epilogue
 from .errors import UsageError
+from .families import FAMILIES
 from .shapes import Shape
-from .space import GemvConfig
-from .space_splitk import SplitKConfig
-
-KERNEL_NAME = "gemv"
 
 
 def templates_dir() -> Path:
@@ -36,11 +35,12 @@ def _env():
     )
 
 
-def render(config: GemvConfig | SplitKConfig, shape: Shape, epilogue: Epilogue = DEFAULT) -> str:
-    """CUDA source of one variant with ``epilogue`` (output dtype, bias) fused into its final store.
-    Only validated, typed values reach the template."""
-    if not isinstance(config, (GemvConfig, SplitKConfig)):
-        raise UsageError(f"render needs a GemvConfig or SplitKConfig, got {type(config).__name__}")
+def render(config: Any, shape: Shape, epilogue: Epilogue = DEFAULT) -> str:
+    """CUDA source of one variant of any family with ``epilogue`` (output dtype, bias) fused into its
+    final store, from the family's template. Only validated, typed values reach the template."""
+    fam = FAMILIES.get(getattr(config, "family", None))   # type: ignore[arg-type]
+    if fam is None or not isinstance(config, fam.config_cls):
+        raise UsageError(f"render needs a config of a gemvtune family ({', '.join(FAMILIES)}), got {type(config).__name__}")
     if not isinstance(epilogue, Epilogue):
         raise UsageError(f"render needs an Epilogue, got {type(epilogue).__name__}")
     reasons = config.invalid_reasons(shape)
@@ -53,11 +53,8 @@ def render(config: GemvConfig | SplitKConfig, shape: Shape, epilogue: Epilogue =
     values = dict(config.to_dict())
     values.update(label=config.label + epilogue.label, d=int(shape.d), n=int(shape.n),
                   out_t=epilogue.out_ctype, bias=bool(epilogue.bias))
-    if isinstance(config, GemvConfig):
-        values.update(vec_elems=config.vec_elems, rows=config.rows_per_block, min_blocks=config.min_blocks)
-        return _env().get_template("gemv.cu.j2").render(**values)
-    values.update(n_tiles=config.n_tiles(shape.n), x_row=config.x_row_halves(shape.d))
-    return _env().get_template("splitk_gemm.cu.j2").render(**values)
+    values.update(fam.render_values(config, shape))
+    return _env().get_template(fam.template).render(**values)
 
 
 def source_hash(source: str, options: tuple[str, ...] = ()) -> str:

@@ -22,7 +22,7 @@ from .runners.base import Measurement, Status
 from .samplers import SAMPLERS, make_sampler  # noqa: F401  (re-exported)
 from .storage import HEARTBEAT_S, Store, make_storage  # noqa: F401  (make_storage: re-exported)
 from .shapes import Shape
-from .families import FAMILIES, FAMILY_NAMES, config_to_dict, family_of, get_family
+from .families import DEFAULT_FAMILY, FAMILIES, FAMILY_NAMES, config_to_dict, family_of, get_family
 from .spacebound import STALL_PROPOSALS, candidates, enqueue_rest
 from .space import LLAMA_CPP
 
@@ -56,7 +56,8 @@ class SearchOptions:
     rounds: int = 5
     n_startup: int = 10
     progress: bool = True
-    domains: dict[str, Any] | None = None  # the gemv space searched (default: the whole family; a sweep's grid on replay)
+    domains: dict[str, dict[str, Any]] | None = None  # family -> the space searched (default: the family's
+                                                      # whole space; the gemv sweep's grid on replay)
     families: tuple[str, ...] = FAMILY_NAMES  # one study per family per shape, trials budget each
     jobs: int | None = None        # trials in flight: compiles overlap, GPU measurement is serialized
                                    # (default: the runner's compile_jobs; 1 on replay, reproducible)
@@ -92,9 +93,13 @@ class SearchResult:
     entry: dict[str, Any] = field(default_factory=dict)
 
 
-def study_name(shape: Shape, gpu_slug: str, family: str = "gemv") -> str:
-    base = f"gemvtune-{gpu_slug}-{shape.M}x{shape.d}x{shape.n}"
-    return base if family == "gemv" else f"{base}-{family}"
+def study_name(shape: Shape, gpu_slug: str, family: str = DEFAULT_FAMILY) -> str:
+    return get_family(family).study_name(f"gemvtune-{gpu_slug}-{shape.M}x{shape.d}x{shape.n}")
+
+
+def family_domains(opts: "SearchOptions", family: str) -> dict[str, Any]:
+    """The space a search of ``family`` covers: opts.domains' for it, else the family's whole space."""
+    return (opts.domains or {}).get(family) or FAMILIES[family].domains
 
 
 def complexity(c: Any) -> tuple:
@@ -136,7 +141,7 @@ def run_search(runner: Any, shape: Shape, opts: SearchOptions, storage: Any, nam
     measured0 = measured = 0
     t0 = time.perf_counter()
     for fam in opts.families:
-        sname = name if fam == "gemv" else f"{name}-{fam}"
+        sname = FAMILIES[fam].study_name(name)
         jobs = trials_in_flight(opts, runner)
         study = optuna.create_study(study_name=sname, storage=storage, direction="minimize",
                                     sampler=make_sampler(opts.sampler, opts.seed + coord.worker.index, opts.n_startup,
@@ -144,7 +149,7 @@ def run_search(runner: Any, shape: Shape, opts: SearchOptions, storage: Any, nam
                                     load_if_exists=True)
         known = Coordinator.state(study)[2]
         measured0 += len(known)
-        enqueue_seed(study, fam, (opts.domains if fam == "gemv" else None) or FAMILIES[fam].domains)
+        enqueue_seed(study, fam, family_domains(opts, fam))
         study.set_user_attr("shape", [shape.M, shape.d, shape.n])
         study.set_user_attr("family", fam)
         if not studies:   # the first study describes the search, for workers that join by name
@@ -182,14 +187,14 @@ def run_search(runner: Any, shape: Shape, opts: SearchOptions, storage: Any, nam
     return result
 
 
-def enqueue_seed(study: optuna.Study, family: str = "gemv", domains: dict[str, Any] | None = None) -> None:
+def enqueue_seed(study: optuna.Study, family: str = DEFAULT_FAMILY, domains: dict[str, Any] | None = None) -> None:
     """The family's seed is the first trial of every study (for gemv: the llama.cpp config), over the
     parameters searched (a replay grid or a test may leave some out)."""
     seed = FAMILIES[family].seed.to_dict()
     if domains is not None:
         seed = {k: v for k, v in seed.items() if k in domains}
     if not any(t.params == seed for t in study.get_trials(deepcopy=False)):
-        study.enqueue_trial(seed, user_attrs={"enqueued": "llama.cpp" if family == "gemv" else f"{family} seed"})
+        study.enqueue_trial(seed, user_attrs={"enqueued": FAMILIES[family].seed_name})
 
 
 def trials_in_flight(opts: SearchOptions, runner: Any) -> int:
@@ -210,7 +215,7 @@ def _answer_duplicate(trial: optuna.Trial, seen: tuple[int, str, float | None]) 
 
 def optimize(study: optuna.Study, runner: Any, shape: Shape, opts: SearchOptions,
              known: dict[str, tuple[int, str, float | None]] | None = None, measured0: int | None = None,
-             family: str = "gemv", coord: Coordinator | None = None,
+             family: str = DEFAULT_FAMILY, coord: Coordinator | None = None,
              echo: Callable[[str], None] | None = None) -> int:
     """The trial loop: until the study holds opts.trials measured trials, counted over every worker
     sharing it (or the timeout), or the search can measure nothing new: every config of the space (or of
@@ -226,7 +231,7 @@ def optimize(study: optuna.Study, runner: Any, shape: Shape, opts: SearchOptions
     jobs = trials_in_flight(opts, runner)
     gpu_lock = threading.Lock() if jobs > 1 else contextlib.nullcontext()
     fam = FAMILIES[family]
-    domains = (opts.domains if family == "gemv" else None) or fam.domains
+    domains = family_domains(opts, family)
     space = candidates(runner, shape, family, domains)
 
     def exhausted() -> bool:
@@ -349,7 +354,7 @@ def optimize(study: optuna.Study, runner: Any, shape: Shape, opts: SearchOptions
     return done
 
 
-def trial_rows(study: optuna.Study, family: str = "gemv") -> list[dict[str, Any]]:
+def trial_rows(study: optuna.Study, family: str = DEFAULT_FAMILY) -> list[dict[str, Any]]:
     rows = []
     for t in study.get_trials(deepcopy=False):
         r: dict[str, Any] = {"family": family, "trial": t.number, "state": t.state.name, "value": t.value}
@@ -376,7 +381,7 @@ def confirm(runner: Any, shape: Shape, studies: dict[str, optuna.Study] | optuna
     """Re-measure the top-k configs of every family, the llama.cpp config and cuBLAS interleaved
     (A B C A B C ...); the fastest correct one wins, ties within the spread go to the simplest."""
     if isinstance(studies, optuna.Study):
-        studies = {"gemv": studies}
+        studies = {DEFAULT_FAMILY: studies}
     top: dict[str, list[Any]] = {}
     for fam, study in studies.items():
         done = [t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.COMPLETE

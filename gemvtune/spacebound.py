@@ -10,7 +10,7 @@ from typing import Any
 
 import optuna
 
-from .families import FAMILIES
+from .families import DEFAULT_FAMILY, FAMILIES
 from .shapes import Shape
 
 STALL_PROPOSALS = 200     # proposals in a row that measure nothing new (invalid, repeated, not recorded): stop
@@ -41,7 +41,7 @@ def candidates(runner: Any, shape: Shape, family: str, domains: dict[str, Any]) 
 
 
 def enqueue_rest(study: optuna.Study, space: dict[str, dict[str, Any]], known: dict[str, Any],
-                 family: str = "gemv") -> int:
+                 family: str = DEFAULT_FAMILY) -> int:
     """Queue every config of ``space`` not measured yet (nor already queued), simplest first: when the
     budget covers the whole space, measuring each once is the search (no sampler would do better, and
     a sampler asked for the last few configs of a space proposes repeats). Returns how many it queued."""

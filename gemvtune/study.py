@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .families import DEFAULT_FAMILY
 from .progress import progress
 
 log = logging.getLogger("gemvtune")
@@ -86,7 +87,8 @@ def _one_run(path: str, variant: str, seed: int, budget: int) -> dict[str, Any]:
                                 storage=optuna.storages.InMemoryStorage())
     enqueue_seed(study)
     opts = SearchOptions(sampler=SAMPLER_VARIANTS[variant][0].replace("tpe-indep", "tpe"), trials=budget, seed=seed,
-                         progress=False, domains=sweep.grid or None)
+                         progress=False,
+                         domains={DEFAULT_FAMILY: sweep.grid} if sweep.grid else None)
     optimize(study, runner, shape, opts)
     vals = [t.value if t.state == optuna.trial.TrialState.COMPLETE else math.inf
             for t in study.get_trials(deepcopy=False) if t.user_attrs.get("measured")]

@@ -90,7 +90,7 @@ def test_default_tpe_budget_reaches_2pct_for_every_seed(path):
                                                                        n_startup_trials=SearchOptions().n_startup))
         enqueue_seed(study)
         n = optimize(study, runner, shape, SearchOptions(trials=DEFAULT_TRIALS, seed=seed, progress=False,
-                                                         domains=sweep.grid))
+                                                         domains={"gemv": sweep.grid}))
         assert n == DEFAULT_TRIALS
         assert study.best_value <= opt * 1.02, (shape, seed, study.best_value, opt)
 

@@ -16,7 +16,7 @@ def _search(tmp_path, trials=60, sampler="tpe", runner=None, seed=0, families=("
     runner = runner or FakeRunner()
     storage = make_storage(f"journal:{tmp_path / 'journal.log'}")
     opts = SearchOptions(sampler=sampler, trials=trials, seed=seed, progress=False, families=families,
-                         domains=FLAT)
+                         domains={"gemv": FLAT})
     return runner, run_search(runner, SHAPE, opts, storage, "s", echo=lambda s: None)
 
 

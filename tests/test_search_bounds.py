@@ -44,7 +44,7 @@ def test_candidates_enumerate_small_spaces_only():
 def test_search_stops_when_its_space_is_measured():
     shape = Shape(4096, 4096)
     domains = {"tpr": (32, 64, 128), "vec": ("half2", "half8")}
-    opts = SearchOptions(trials=50, sampler="random", progress=False, domains=domains)
+    opts = SearchOptions(trials=50, sampler="random", progress=False, domains={"gemv": domains})
     study = _study()
     enqueue_seed(study, "gemv", domains)
     said = []
@@ -61,7 +61,7 @@ def test_replayed_search_stops_when_the_sweep_is_spent():
     rec = runner.recorded(shape)
     assert 0 < len(rec) <= len(sweep.rows) and runner.recorded(shape, "splitk") == frozenset()
     grid = {**sweep.grid, "block": [256], "unroll": [2], "hint": ["nc"]}   # a part of the sweep's grid
-    opts = SearchOptions(trials=MAX_TRIALS, sampler="exhaustive", progress=False, domains=grid)
+    opts = SearchOptions(trials=MAX_TRIALS, sampler="exhaustive", progress=False, domains={"gemv": grid})
     space = candidates(runner, shape, "gemv", grid)
     assert space and set(space) <= rec
     study = _study()
@@ -128,7 +128,7 @@ def test_cli_replay_search_with_a_huge_budget_ends(tmp_path):
 def test_a_budget_covering_the_space_measures_each_config_once():
     shape = Shape(4096, 4096)
     domains = {"tpr": (32, 64, 128, 256), "vec": ("half2", "half4", "half8"), "unroll": (1, 2)}
-    opts = SearchOptions(trials=100, sampler="tpe", progress=False, domains=domains)
+    opts = SearchOptions(trials=100, sampler="tpe", progress=False, domains={"gemv": domains})
     study = _study()
     enqueue_seed(study, "gemv", domains)
     runner = FakeRunner()

@@ -32,7 +32,7 @@ def test_search_survives_hangs_and_never_tables_them(tmp_path):
     r = IsolatedRunner(HangRunner, timeout_s=1.5)
     try:
         opts = SearchOptions(sampler="random", trials=12, seed=3, progress=False, families=("gemv",), rounds=2,
-                             domains=FLAT)
+                             domains={"gemv": FLAT})
         res = run_search(r, S, opts, make_storage(f"journal:{tmp_path / 'j.log'}"), "w", echo=lambda s: None)
     finally:
         r.close()
