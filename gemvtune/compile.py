@@ -19,7 +19,6 @@ import functools
 import json
 import os
 import re
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -187,10 +186,10 @@ def options_for(arch: str = DEFAULT_ARCH) -> tuple[str, ...]:
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".")
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+    """A cache file written whole (gemvtune.safefile), private to this user (0600) as the cache has always been."""
+    from .safefile import atomic_write
+
+    atomic_write(path, lambda f: f.write(data), binary=True, mode=0o600)
 
 
 def compile_source(source: str, name: str = "gemv", arch: str = DEFAULT_ARCH, kernel: str = "gemv",

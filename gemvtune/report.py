@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import math
-import os
 import re
 import shlex
 import sys
@@ -32,12 +31,12 @@ def write_csv(rows: Iterable[Measurement], path: str | Path, meta: dict[str, Any
     """One row per measurement (all parameters, status, times, errors) and a .json sidecar."""
     import pandas as pd
 
+    from .safefile import atomic_write
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     df = pd.DataFrame([m.row() for m in rows])
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    df.to_csv(tmp, index=False, float_format="%.6g")
-    os.replace(tmp, path)
+    atomic_write(path, lambda f: df.to_csv(f, index=False, float_format="%.6g"))   # gemvtune.safefile
     side = path.with_suffix(".json")
     side.write_text(json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n")
     return path

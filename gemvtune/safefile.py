@@ -77,18 +77,22 @@ def locked(path: Path) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def atomic_write(path: Path, write: Callable[[Any], None]) -> None:
-    """Write ``path`` through ``write(text_file)`` into a temporary file beside it, fsynced and renamed
-    over it: readers see the old file or the new one, never part of one. The file keeps its mode (and
-    its group, where this process may set it); a new file gets 0666 less the umask."""
-    try:
-        st = os.stat(path)
-        mode, gid = stat.S_IMODE(st.st_mode), st.st_gid
-    except FileNotFoundError:
-        mode, gid = 0o666 & ~umask(), None
+def atomic_write(path: Path, write: Callable[[Any], None], *, binary: bool = False, mode: int | None = None) -> None:
+    """Write ``path`` through ``write(file)`` (a text file in UTF-8, or a binary one with ``binary``) into a
+    temporary file beside it, fsynced and renamed over it: readers see the old file or the new one, never
+    part of one. The file keeps its mode (and its group, where this process may set it); a new file gets
+    0666 less the umask. With ``mode``, the file gets exactly that mode (and this process's group), new or not."""
+    if mode is None:
+        try:
+            st = os.stat(path)
+            mode, gid = stat.S_IMODE(st.st_mode), st.st_gid
+        except FileNotFoundError:
+            mode, gid = 0o666 & ~umask(), None
+    else:
+        gid = None
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=_tmp_prefix(path), suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        with (os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8")) as f:
             os.fchmod(f.fileno(), mode)
             if gid is not None and gid != os.getegid():
                 with contextlib.suppress(OSError):

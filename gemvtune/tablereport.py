@@ -70,16 +70,3 @@ def table_summary(t: Table) -> str:
                      f"{', REPLAYED' if r.replayed else ''})")
     return "\n".join(lines)
 
-
-def table_markdown(t: Table, n: int | None = 1) -> str:
-    """The table's winners (at batch n, or all) as a markdown table, as the README quotes them."""
-    df = table_frame(t)
-    if n is not None and len(df):
-        df = df[df.n == n]
-    lines = ["| M×d | n | family | winner | µs | % ceiling | ×cuBLAS | ×llama.cpp | trials |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for _, r in (df.sort_values(["d", "M", "n"]) if len(df) else df).iterrows():
-        lines.append(f"| {r.M}×{r.d} | {r.n} | {r.family} | `{r.winner}` | {_f(r.us, '.2f')} | "
-                     f"{_f(r.pct_ceiling, '.1f')} | {_f(r.x_cublas, '.3f')} | {_f(r.x_llama, '.3f')} | "
-                     f"{_trials(r.trials)} |")
-    return "\n".join(lines) + "\n"

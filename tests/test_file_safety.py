@@ -1,6 +1,7 @@
 """Issue 17, data safety 4: table.json keeps its mode (a new one gets the umask's default), the
 temporary files of killed table writers are removed, and a table reached through a symbolic link is
-written through it (CPU only)."""
+written through it. Issue 18, item 5: every file written whole goes through safefile.atomic_write with
+the mode it had before (header 0644, CSV as a table, cubin cache 0600) (CPU only)."""
 
 import json
 import os
@@ -14,7 +15,7 @@ import pytest
 
 from conftest import ROOT, run_cli
 from gemvtune import LLAMA_CPP, Shape
-from gemvtune.safefile import STALE_TMP_S, umask
+from gemvtune.safefile import STALE_TMP_S, atomic_write, umask
 from gemvtune.table import load_table, record
 
 SWEEPS = str(ROOT / "results" / "nvidia-h200" / "sweeps")
@@ -117,3 +118,54 @@ def test_table_through_a_symlink_stays_a_link(tmp_path):
     link.symlink_to(real)
     record(link, Shape(64, 128), _entry(), DEV)
     assert link.is_symlink() and len(load_table(real).shapes) == 2
+
+
+# ---- Issue 18, item 5: one atomic write --------------------------------------------------------------
+def test_export_header_is_0644_whatever_the_umask(tmp_path):
+    from gemvtune.export import write_header
+
+    old = os.umask(0o077)
+    try:
+        p = write_header("// h\n", tmp_path / "g.cuh")
+        assert _mode(p) == 0o644 and p.read_text() == "// h\n"
+        os.chmod(p, 0o600)
+        write_header("// h2\n", p)
+        assert _mode(p) == 0o644 and p.read_text() == "// h2\n"
+    finally:
+        os.umask(old)
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["g.cuh"]
+
+
+def test_csv_gets_the_umask_default_and_keeps_its_mode(tmp_path, umask_022):
+    from gemvtune.report import write_csv
+    from gemvtune.runners.base import Measurement, Status
+
+    rows = [Measurement("v", "variant", 64, 64, 1, Status.OK)]
+    p = write_csv(rows, tmp_path / "s.csv", {"k": 1})
+    assert _mode(p) == 0o644 and p.read_text().splitlines()[0].startswith("name,")
+    os.chmod(p, 0o640)
+    write_csv(rows, p, {"k": 1})
+    assert _mode(p) == 0o640
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["s.csv", "s.json"]   # no temporary left
+
+
+def test_cubin_cache_files_stay_private(tmp_path, umask_022):
+    from gemvtune.compile import _atomic_write
+
+    p = tmp_path / "k.cubin"
+    _atomic_write(p, b"\x7fELF\x00\xff")
+    assert p.read_bytes() == b"\x7fELF\x00\xff" and _mode(p) == 0o600
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["k.cubin"]
+
+
+def test_atomic_write_leaves_the_old_file_when_the_write_fails(tmp_path):
+    p = tmp_path / "t.json"
+    p.write_text("old")
+
+    def boom(f):
+        f.write("half")
+        raise RuntimeError("killed")
+    with pytest.raises(RuntimeError):
+        atomic_write(p, boom)
+    assert p.read_text() == "old" and sorted(x.name for x in tmp_path.iterdir()) == ["t.json"]
+

@@ -15,7 +15,7 @@ from gemvtune.crossover import crossover_frame
 from gemvtune.export import build_header
 from gemvtune.route import choose
 from gemvtune.table import load_table
-from gemvtune.tablereport import table_frame, table_markdown, table_summary
+from gemvtune.tablereport import table_frame, table_summary
 
 TABLE = ROOT / "results" / "nvidia-h200" / "table.json"
 GEMV_KEY, SK_KEY = "4096x4096x2", "4096x4096x8"   # a gemv winner with a splitk best; a splitk winner
@@ -181,8 +181,6 @@ def test_accepted_tables_never_crash_report_export_or_route(tmp_path, what, muta
     t = load_table(_write(tmp_path, mutate))
     text = table_summary(t)
     assert "\x1b" not in text and not any(ln.lstrip().startswith("#") for ln in text.splitlines())
-    table_markdown(t)
-    table_markdown(t, None)
     df = table_frame(t)
     assert len(df) == len(t.data["entries"])
     header = build_header(t)
