@@ -100,7 +100,9 @@ class Compiled:
 
 
 def _cache_dir() -> Path:
-    d = Path(os.environ.get("GEMVTUNE_CACHE_DIR") or Path.home() / ".cache" / "gemvtune") / "cubin"
+    from .settings import settings
+
+    d = settings().cache_dir / "cubin"
     d.mkdir(parents=True, exist_ok=True)
     return d
 
