@@ -58,23 +58,22 @@ def clean_tmp(path: Path) -> list[Path]:
 
 @contextlib.contextmanager
 def locked(path: Path) -> Iterator[None]:
-    """An exclusive advisory lock beside ``path`` (``<path>.lock``), so concurrent writers serialize
-    their read-merge-write; stale temporary files of killed writers are removed under it."""
-    import fcntl
+    """An exclusive advisory lock beside ``path`` (``<path>.lock``, a ``filelock.FileLock``: flock, gone
+    with its process), so concurrent writers serialize their read-merge-write; stale temporary files of
+    killed writers are removed under it."""
+    from filelock import FileLock, lock_descriptor, unlock_descriptor
 
     path.parent.mkdir(parents=True, exist_ok=True)
     lock = path.with_name(path.name + ".lock")
-    try:
-        f = open(lock, "a+")
-    except PermissionError:   # another user's lock file: a read-only descriptor locks as well
-        f = open(lock)
-    with f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+    with contextlib.ExitStack() as held:
         try:
-            clean_tmp(path)
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+            held.enter_context(FileLock(str(lock)))
+        except PermissionError:   # another user's lock file: a read-only descriptor locks as well
+            fd = held.enter_context(open(lock)).fileno()
+            lock_descriptor(fd)
+            held.callback(unlock_descriptor, fd)
+        clean_tmp(path)
+        yield
 
 
 def atomic_write(path: Path, write: Callable[[Any], None], *, binary: bool = False, mode: int | None = None) -> None:

@@ -1,7 +1,8 @@
 """Issue 17, data safety 4: table.json keeps its mode (a new one gets the umask's default), the
 temporary files of killed table writers are removed, and a table reached through a symbolic link is
 written through it. Issue 18, item 5: every file written whole goes through safefile.atomic_write with
-the mode it had before (header 0644, CSV as a table, cubin cache 0600) (CPU only)."""
+the mode it had before (header 0644, CSV as a table, cubin cache 0600), and the locks are filelock's
+(CPU only)."""
 
 import json
 import os
@@ -15,7 +16,7 @@ import pytest
 
 from conftest import ROOT, run_cli
 from gemvtune import LLAMA_CPP, Shape
-from gemvtune.safefile import STALE_TMP_S, atomic_write, umask
+from gemvtune.safefile import STALE_TMP_S, atomic_write, locked, umask
 from gemvtune.table import load_table, record
 
 SWEEPS = str(ROOT / "results" / "nvidia-h200" / "sweeps")
@@ -120,7 +121,7 @@ def test_table_through_a_symlink_stays_a_link(tmp_path):
     assert link.is_symlink() and len(load_table(real).shapes) == 2
 
 
-# ---- Issue 18, item 5: one atomic write --------------------------------------------------------------
+# ---- Issue 18, item 5: one atomic write, one lock ------------------------------------------------------
 def test_export_header_is_0644_whatever_the_umask(tmp_path):
     from gemvtune.export import write_header
 
@@ -169,3 +170,38 @@ def test_atomic_write_leaves_the_old_file_when_the_write_fails(tmp_path):
         atomic_write(p, boom)
     assert p.read_text() == "old" and sorted(x.name for x in tmp_path.iterdir()) == ["t.json"]
 
+
+def _flock_free(path) -> bool:
+    import fcntl
+
+    with open(path) as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        fcntl.flock(f, fcntl.LOCK_UN)
+        return True
+
+
+def test_table_lock_is_a_flock_beside_the_file(tmp_path):
+    p = tmp_path / "table.json"
+    with locked(p):
+        assert not _flock_free(tmp_path / "table.json.lock")
+    assert _flock_free(tmp_path / "table.json.lock")   # released; the lock file stays
+
+
+def test_table_lock_through_a_read_only_lock_file(tmp_path, monkeypatch):
+    """Another user's lock file (not writable here, simulated: root writes anyway): a read-only descriptor
+    locks it as well, as before filelock."""
+    import filelock
+
+    class NotWritable(filelock.FileLock):
+        def acquire(self, *a, **k):
+            raise PermissionError(13, "Permission denied", str(self.lock_file))
+
+    monkeypatch.setattr(filelock, "FileLock", NotWritable)
+    p = tmp_path / "table.json"
+    (tmp_path / "table.json.lock").touch()
+    with locked(p):
+        assert not _flock_free(tmp_path / "table.json.lock")
+    assert _flock_free(tmp_path / "table.json.lock")
