@@ -378,13 +378,33 @@ from . import cli_export  # noqa: E402,F401
 from . import cli_percall  # noqa: E402,F401  (registers percall)
 
 
+def _interrupted(e: BaseException) -> bool:
+    """Whether ``e`` is, or was raised while handling, a Ctrl-C (KeyboardInterrupt): e.g. click's Abort,
+    or an error Optuna raises from its own clean-up of the trial the interrupt stopped."""
+    seen: set[int] = set()
+    x: BaseException | None = e
+    while x is not None and id(x) not in seen:
+        if isinstance(x, KeyboardInterrupt):
+            return True
+        seen.add(id(x))
+        x = x.__cause__ or x.__context__
+    return False
+
+
+def _exit_interrupted() -> None:
+    """Ctrl-C: one line, exit 130 (what was complete is kept; the same command resumes a search)."""
+    log.debug("interrupted", exc_info=True)
+    click.echo("gemvtune: interrupted", err=True)
+    sys.exit(130)
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: every GemvtuneError becomes one line on stderr and its exit code."""
+    """Entry point: every GemvtuneError becomes one line on stderr and its exit code; Ctrl-C is one
+    line and exit 130, never a traceback."""
     try:
         cli.main(args=argv, prog_name="gemvtune", standalone_mode=False)
     except click.exceptions.Abort:
-        click.echo("gemvtune: interrupted", err=True)
-        sys.exit(130)
+        _exit_interrupted()
     except click.UsageError as e:           # a bad option value, an unknown or missing option: one line
         log.debug("usage error", exc_info=True)
         click.echo(one_line_usage_error(e), err=True)
@@ -397,5 +417,8 @@ def main(argv: list[str] | None = None) -> None:
         click.echo(f"gemvtune: error: {e}", err=True)
         sys.exit(e.exit_code)
     except KeyboardInterrupt:
-        click.echo("gemvtune: interrupted", err=True)
-        sys.exit(130)
+        _exit_interrupted()
+    except Exception as e:
+        if not _interrupted(e):
+            raise
+        _exit_interrupted()

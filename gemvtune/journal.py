@@ -12,16 +12,27 @@ study fails (JSONDecodeError). Here:
 - a failed append (ENOSPC, EDQUOT, EFBIG, or any other OSError) is cut back to the last complete
   record at once, and the backend refuses every later write of this process: the search ends with
   one line (:class:`StorageWriteError`), every completed trial stays readable, and a rerun resumes.
+  Ctrl-C during an append (and while its lock is held) takes effect when the append is done, so it
+  leaves neither a partial record nor a lock file behind;
+- the lock taken around an append (:class:`JournalLock`, a file created beside the journal) fails
+  with the folder's OSError when the folder cannot be written, at once: Optuna's own lock turned a
+  folder made read-only mid-run into an endless loop (its lock file could be neither removed nor
+  broken), and, interrupted while it waited, removed a lock file another process held.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import errno
 import json
 import os
+import signal
 import sys
-from typing import Any
+import threading
+import time
+import uuid
+from typing import Any, Callable, Iterator
 
 from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
 
@@ -53,7 +64,18 @@ def why_oserror(e: OSError) -> str:
 def remedy(e: OSError) -> str:
     """What the user does before running again."""
     return {errno.ENOSPC: "free some space, then ", errno.EDQUOT: "free some of your disk quota, then ",
-            errno.EFBIG: "raise the file size limit, then "}.get(e.errno or 0, "")
+            errno.EFBIG: "raise the file size limit, then ", errno.EACCES: "make it writable again, then ",
+            errno.EPERM: "make it writable again, then ", errno.EROFS: "mount it read-write again, then "
+            }.get(e.errno or 0, "")
+
+
+def append_failure(path: str, e: OSError) -> StorageWriteError:
+    """The one-line error of a journal append that failed with ``e`` (naming the lock file when it
+    was the lock beside the journal that could not be made or removed)."""
+    what = f" (its lock file {e.filename})" if e.filename and str(e.filename) != str(path) else ""
+    return StorageWriteError(
+        f"cannot write the journal {path}{what}: {why_oserror(e)}; the search stops here and every "
+        f"trial completed so far is kept: {remedy(e)}run the same command again to resume")
 
 
 def _warn(msg: str) -> None:
@@ -176,6 +198,87 @@ def _write_all(fd: int, data: bytes) -> None:
     os.fsync(fd)
 
 
+@contextlib.contextmanager
+def ctrl_c_deferred() -> Iterator[list[Any]]:
+    """A Ctrl-C (SIGINT) that arrives in the block takes effect when the block ends (the interrupt is
+    raised there); the list it yields is non-empty once one arrived. Only where Python handles
+    signals (its main thread, a Python-level handler); elsewhere the block runs as it is."""
+    pending: list[Any] = []
+    old = signal.getsignal(signal.SIGINT) if threading.current_thread() is threading.main_thread() else None
+    if old is None:
+        yield pending
+        return
+    try:
+        signal.signal(signal.SIGINT, lambda signum, frame: pending.append(frame))
+    except (ValueError, OSError):
+        yield pending
+        return
+    try:
+        yield pending
+    finally:
+        signal.signal(signal.SIGINT, old)
+        if pending:
+            if callable(old):
+                old(signal.SIGINT, pending[0])   # (Python's default handler: raises KeyboardInterrupt)
+            elif old == signal.SIG_DFL:
+                os.kill(os.getpid(), signal.SIGINT)
+
+
+class JournalLock(JournalFileOpenLock):
+    """Optuna's lock file (``<journal>.lock``, created with O_EXCL: NFS-safe), but a folder that cannot
+    be written is an OSError at once, whether the lock is taken, broken or released, never a retry
+    loop; an interrupt while waiting leaves alone the lock another process holds; a lock broken by
+    another process (ours held past the grace period) is not an error on release."""
+
+    WARN_S = 10.0
+
+    def acquire(self, give_up: Callable[[], bool] = lambda: False) -> bool:
+        """Take the lock (True), waiting while another process holds it; False, not taken, as soon as
+        ``give_up()`` says so while waiting."""
+        sleep_s, mtime, since = 0.001, None, time.monotonic()
+        warned = since
+        while True:
+            try:
+                fd = os.open(self._lock_file, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                pass   # (any other OSError, e.g. EACCES or EROFS from a read-only folder, is raised)
+            else:
+                os.close(fd)
+                return True
+            if give_up():
+                return False
+            try:
+                current = os.stat(self._lock_file).st_mtime
+            except FileNotFoundError:
+                continue   # released meanwhile
+            if current != mtime:
+                mtime, since = current, time.monotonic()
+            elif self.grace_period is not None and time.monotonic() - since > self.grace_period:
+                _warn(f"the journal lock {self._lock_file} was held for more than {self.grace_period} s (left by "
+                      "a process that was killed, or that could not remove it): removed")
+                self._remove()
+                sleep_s = 0.001
+                continue
+            if time.monotonic() - warned > self.WARN_S:
+                _warn(f"waiting more than {self.WARN_S:.0f} s for the journal lock {self._lock_file}")
+                warned = time.monotonic()
+            time.sleep(sleep_s)
+            sleep_s = min(sleep_s * 2, 1.0)
+
+    def release(self) -> None:
+        self._remove()
+
+    def _remove(self) -> None:
+        """Remove the lock file (renamed first, so that of two processes breaking the same stale lock
+        only one removes it). Already gone: nothing to do. Any other OSError is raised."""
+        moved = f"{self._lock_file}{uuid.uuid4()}.rename"
+        try:
+            os.rename(self._lock_file, moved)
+        except FileNotFoundError:
+            return
+        os.unlink(moved)
+
+
 class SafeJournalFileBackend(JournalFileBackend):
     """JournalFileBackend that repairs a torn journal before reading or appending and never leaves a
     partial record of its own (see the module doc)."""
@@ -183,7 +286,7 @@ class SafeJournalFileBackend(JournalFileBackend):
     def __init__(self, path: str, grace_period: int = 5) -> None:
         # The lock is held only while a few lines are appended: one older than grace_period was left
         # by a killed process (SIGKILL), and is broken instead of stalling the next run.
-        super().__init__(path, lock_obj=JournalFileOpenLock(path, grace_period=grace_period))
+        super().__init__(path, lock_obj=JournalLock(path, grace_period=grace_period))
         self.failed: StorageWriteError | None = None
         with open(path, "rb") as f:
             damaged = scan(f.read())[1]
@@ -194,11 +297,21 @@ class SafeJournalFileBackend(JournalFileBackend):
                 _warn(f"journal {path} is damaged ({damaged}) and could not be repaired now: {why_oserror(e)}")
 
     def _locked(self, fn: Any) -> Any:
-        self._lock.acquire()
-        try:
-            return fn()
-        finally:
+        """fn() under the journal's lock. A Ctrl-C meanwhile takes effect once the lock is released (or,
+        while waiting for the lock, at once, without it)."""
+        with ctrl_c_deferred() as interrupted:
+            if not self._lock.acquire(give_up=lambda: bool(interrupted)):
+                return None   # (not reached: leaving the block raises the KeyboardInterrupt)
+            try:
+                out = fn()
+            except BaseException:
+                try:
+                    self._lock.release()
+                except OSError:
+                    pass   # (the error that matters is fn's)
+                raise
             self._lock.release()
+            return out
 
     def _repair(self) -> None:
         note = repair(self._file_path)
@@ -211,10 +324,8 @@ class SafeJournalFileBackend(JournalFileBackend):
         data = ("\n".join(json.dumps(log, separators=(",", ":")) for log in logs) + "\n").encode("utf-8")
         try:
             self._locked(lambda: self._append(data))
-        except OSError as e:
-            self.failed = StorageWriteError(
-                f"cannot write the journal {self._file_path}: {why_oserror(e)}; the search stops here and every "
-                f"trial completed so far is kept: {remedy(e)}run the same command again to resume")
+        except OSError as e:   # the append, or its lock (a folder turned read-only): nothing more from here
+            self.failed = append_failure(self._file_path, e)
             raise self.failed from None
 
     def _append(self, data: bytes) -> None:
@@ -226,7 +337,7 @@ class SafeJournalFileBackend(JournalFileBackend):
                 size = os.fstat(fd).st_size
             try:
                 _write_all(fd, data)
-            except OSError:
+            except BaseException:            # a failed write, or an interrupt (Ctrl-C) in the middle of it
                 try:
                     os.ftruncate(fd, size)   # back to the last complete record (frees space; needs none)
                 except OSError:

@@ -53,7 +53,7 @@ def run_searches(runner: Any, shapes: list[Shape], opts: SearchOptions, results_
         refuse_replay_into_measured(table, storage_url, allow_replay_into_measured)
     store = open_store(storage_url, heartbeat_s)
     coord = Coordinator(store, this_worker(device_label(dev)))
-    quiet = _QuietWriteFailures()
+    quiet = _QuietTrialFailures()
     optuna_log = logging.getLogger("optuna.study._optimize")
     optuna_log.addFilter(quiet)
     try:
@@ -69,9 +69,10 @@ def run_searches(runner: Any, shapes: list[Shape], opts: SearchOptions, results_
     return table
 
 
-class _QuietWriteFailures(logging.Filter):
+class _QuietTrialFailures(logging.Filter):
     """Drop Optuna's report (a traceback, then a line) of a trial that failed because the storage could
-    not be written: the search ends with gemvtune's own line for it."""
+    not be written, or because the user pressed Ctrl-C (Optuna records the trial failed, reports it,
+    then raises the KeyboardInterrupt on): the search ends with gemvtune's own line for either."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -81,7 +82,8 @@ class _QuietWriteFailures(logging.Filter):
         m = re.match(r"Trial (\d+) failed", record.getMessage())
         if m is None:
             return True
-        if record.exc_info and write_failure(record.exc_info[1]) is not None:
+        err = record.exc_info[1] if record.exc_info else None
+        if err is not None and (isinstance(err, KeyboardInterrupt) or write_failure(err) is not None):
             self.trials.add(m.group(1))
             return False
         return m.group(1) not in self.trials
@@ -89,8 +91,10 @@ class _QuietWriteFailures(logging.Filter):
 
 def preflight(table: Path | None, storage_url: str | None, dev: dict[str, Any] | None) -> Path | None:
     """Check, before anything is measured, that the table can be written and, if it exists, is a valid
-    table (of this GPU model, given ``dev``), and that a journal or SQLite storage file can be written.
-    One UsageError if not. Returns the table's path to write (a symbolic link followed)."""
+    table (of this GPU model, given ``dev``), and that a journal or SQLite storage file can be written:
+    the file itself (read and appended to), its folder (the journal's lock is a file made and removed
+    there at every append) and the lock file gemvtune keeps beside it. One UsageError if not, and
+    nothing written. Returns the table's path to write (a symbolic link followed)."""
     from .safefile import probe_folder
 
     if table is not None:
@@ -100,14 +104,25 @@ def preflight(table: Path | None, storage_url: str | None, dev: dict[str, Any] |
         if path.exists() and not path.is_file():
             raise UsageError(f"storage {path} is not a file")
         probe_folder(path.parent, "storage folder")
-        try:
-            with open(path, "ab"):   # (if missing, the empty file the storage would make anyway)
-                pass
-            if not os.access(path, os.R_OK):
-                raise PermissionError(errno.EACCES, "Permission denied")
-        except OSError as e:
-            raise UsageError(f"storage {path} is not writable: {e.strerror or e}") from None
+        lock = path.with_name(path.name + ".gemvtune.lock")   # (gemvtune.storage.storage_lock)
+        for f, what, mode in ((path, "storage", "ab"), (lock, "storage lock file", "a+")):
+            if f.exists():   # (a missing one is made in the folder just probed)
+                _check_writable(f, what, mode)
+        if not path.exists():
+            _check_writable(path, "storage", "ab")   # the empty file the storage would make anyway
     return table
+
+
+def _check_writable(path: Path, what: str, mode: str) -> None:
+    """``path`` can be opened as the storage opens it, read and written: else one UsageError naming it."""
+    try:
+        with open(path, mode):
+            pass
+        if not os.access(path, os.R_OK | os.W_OK):   # (root passes, except on a read-only file system)
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+    except OSError as e:
+        raise UsageError(f"{what} {path} cannot be written: {why_oserror(e)}; nothing was measured: make it "
+                         "writable, or give another --results (or --storage)") from None
 
 
 def storage_file(url: str) -> Path | None:

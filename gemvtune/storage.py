@@ -159,7 +159,29 @@ def creator() -> dict[str, Any]:
 
 class CreatorJournalStorage(optuna.storages.JournalStorage):
     """Optuna's journal storage whose trials carry their creator: a new trial in the record that creates
-    it, a queued one (the seed, a retry) right after the record that takes it from the queue."""
+    it, a queued one (the seed, a retry) right after the record that takes it from the queue.
+
+    A record that cannot be appended (any OSError of the backend, whatever raised it) is a
+    :class:`~gemvtune.journal.StorageWriteError`, and every later write of this process is refused
+    with it: no record lands after a lost one, and the search ends with its one line even where
+    Optuna replaces the error with its own (its trial loop raises ``AssertionError: Should not
+    reach.`` when the record that finishes a trial is lost: the trial is still RUNNING)."""
+
+    _write_failed: Any = None
+
+    def _write_log(self, op_code: int, extra_fields: dict[str, Any]) -> None:
+        from .journal import WriteError, append_failure
+
+        if self._write_failed is not None:
+            raise type(self._write_failed)(str(self._write_failed))
+        try:
+            super()._write_log(op_code, extra_fields)
+        except WriteError as e:
+            self._write_failed = e
+            raise
+        except OSError as e:
+            self._write_failed = append_failure(getattr(self._backend, "_file_path", "?"), e)
+            raise self._write_failed from e
 
     def set_trial_state_values(self, trial_id: int, state: Any, values: Any = None) -> bool:
         took = super().set_trial_state_values(trial_id, state, values)
