@@ -12,7 +12,7 @@ import click
 
 from . import space as sp
 from .cli_options import SEED, ModelPreset, one_line_usage_error, setup_logging, sort_shape_lines, writable_file
-from .cli_options import gpu_check as _gpu_check, writable_dir as _writable_dir  # (the other cli_* modules use them)
+from .cli_options import gpu_check as _gpu_check, writable_dir as _writable_dir
 from .errors import GemvtuneError, UsageError
 from .shapes import Shape, parse_batches, parse_shape
 
@@ -372,10 +372,13 @@ def report(table_path: str, csv_path: str | None, cross_dir: str | None) -> None
         click.echo(f"wrote {out / 'crossover.csv'} and {len(paths)} plot(s)")
 
 
-from . import cli_replay  # noqa: E402,F401  (registers sweep, study, study-report on the group)
-from . import cli_search  # noqa: E402,F401  (registers search and worker on the group)
-from . import cli_export  # noqa: E402,F401
-from . import cli_percall  # noqa: E402,F401  (registers percall)
+# The one registration point of the commands defined in the other cli_* modules (they import nothing
+# from here: no import loop).
+from . import cli_export, cli_percall, cli_replay, cli_search  # noqa: E402
+
+for _cmd in (cli_search.search, cli_search.worker, cli_replay.sweep, cli_replay.study, cli_replay.study_report,
+             cli_replay.plot_study, cli_export.export, cli_percall.percall):
+    cli.add_command(_cmd)
 
 
 def _interrupted(e: BaseException) -> bool:

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import click
 
-from .cli import cli
 
 
-@cli.command()
+@click.command()
 @click.option("--table", "table_path", required=True, help="a table.json written by search")
 @click.option("--format", "fmt", default="cuda", show_default=True, help="output format (cuda: one .cuh header)")
 @click.option("--out", "out_path", required=True, help="the file to write, e.g. gemvtune_h200.cuh")

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import click
 
-from .cli import _gpu_check, _writable_dir, cli
+from .cli_options import gpu_check as _gpu_check, writable_dir as _writable_dir
 from .errors import UsageError
 from .shapes import parse_shape
 
 
-@cli.command()
+@click.command()
 @click.option("--shape", "shape_texts", multiple=True, help="M x d (repeatable; default 1024x4096 and 4096x4096)")
 @click.option("--batch", "n", default=1, show_default=True, type=click.IntRange(1, 16))
 @click.option("--table", "table_path", default=None, help="table (default results/<gpu>/table.json)")

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from .cli import _gpu_check, _writable_dir, cli
+from .cli_options import gpu_check as _gpu_check, writable_dir as _writable_dir
 from .errors import UsageError
 from .shapes import Shape, parse_shape
 
@@ -48,7 +48,7 @@ class _Ticking:
         click.echo(text)
 
 
-@cli.command()
+@click.command()
 @click.option("--shape", "shape_texts", multiple=True, help="M x d (repeatable)")
 @click.option("--suite", type=click.Choice(["decode"]), default=None)
 @click.option("--out", "out_dir", default=None, help="default results/<gpu>/sweeps/")
@@ -82,7 +82,7 @@ def sweep(shape_texts, suite, out_dir, replays, target_us) -> None:
         r.release()
 
 
-@cli.command()
+@click.command()
 @click.option("--sweeps", "sweeps_path", required=True, help="a folder of sweep-*.csv.gz (or one file)")
 @click.option("--samplers", default="tpe,tpe-s5,tpe-s20,tpe-indep,random,gp", show_default=True)
 @click.option("--seeds", default=20, show_default=True, type=click.IntRange(1, 1000))
@@ -123,7 +123,7 @@ def study(sweeps_path, samplers, seeds, budget, gp_budget, jobs, out_dir) -> Non
     click.echo(f"wrote {out}/study-*.csv, llama-vs-optimum.csv, convergence.png, summary.md")
 
 
-@cli.command("study-report")
+@click.command("study-report")
 @click.argument("out_dir", type=click.Path(exists=True, file_okay=False))
 def study_report(out_dir: str) -> None:
     """(Re)write DIR/summary.md from a study folder (and Kernel Tuner's results if present)."""
@@ -134,7 +134,7 @@ def study_report(out_dir: str) -> None:
     click.echo(text, nl=False)
 
 
-@cli.command("plot-study")
+@click.command("plot-study")
 @click.option("--storage", required=True, help="the storage a search wrote, e.g. journal:results/nvidia-h200/optuna-journal.log")
 @click.option("--study", "names", multiple=True, required=True,
               help="a search's study name (its -splitk study is added when present); repeatable")

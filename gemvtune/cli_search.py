@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from .cli import _gpu_check, _writable_dir, cli
+from .cli_options import gpu_check as _gpu_check, writable_dir as _writable_dir
 from .cli_options import SAMPLER, SEED, TRIALS, ModelPreset
 from .families import DEFAULT_FAMILY
 from .errors import UsageError
@@ -49,7 +49,7 @@ def _parse_devices(text: str | None) -> list[str]:
     return parts
 
 
-@cli.command()
+@click.command()
 @click.option("--shape", "shape_texts", multiple=True, help="M x d (repeatable)")
 @click.option("--model", default=None, type=ModelPreset(), help="tune every linear-layer shape of a model preset")
 @click.option("--hf-config", "hf_configs", multiple=True, metavar="PATH",
@@ -90,9 +90,11 @@ def _parse_devices(text: str | None) -> list[str]:
               help="worker processes on this host sharing the studies (without --devices: all on the same GPU)")
 @click.option("--heartbeat", "heartbeat_s", default=HEARTBEAT_S, show_default=True, type=click.FloatRange(min=0.1),
               help="seconds between a running trial's heartbeats; a trial silent for 3 of them is failed and retried")
+@click.option("--worker-index", "worker_index", default=0, hidden=True, type=click.IntRange(min=0),
+              help="(given by --workers/--devices to each worker: offsets its sampler seed)")
 def search(shape_texts, model, hf_configs, fused, sampler, trials, timeout, seed, storage, results_dir, table_path,
            top_k, rounds, batch_text, family_text, replay_path, allow_replay, watchdog_s, devices_text, workers,
-           heartbeat_s) -> None:
+           heartbeat_s, worker_index) -> None:
     """Find the fastest correct kernel per shape and batch with Optuna (the GEMV family and the
     split-K tensor-core GEMM family); record the winners in the GPU's table."""
     from .workers import die_with_parent
@@ -127,7 +129,7 @@ def search(shape_texts, model, hf_configs, fused, sampler, trials, timeout, seed
             _gpu_check()
         if storage and storage.strip().startswith("memory"):
             raise UsageError("--storage memory: lives in one process; workers need a shared storage")
-        from .search_cli import preflight
+        from .search_run import preflight
         from .workers import run_workers
 
         # what can be checked before a worker starts (each worker checks the rest: the default folder
@@ -155,13 +157,14 @@ def search(shape_texts, model, hf_configs, fused, sampler, trials, timeout, seed
         return
     runner, domains, default_results = _make_runner(shapes, replay_path, watchdog_s)
     opts.domains = domains
-    from .search_cli import run_searches
+    from .search_run import run_searches
 
     run_searches(runner, shapes, opts, results_dir or default_results, table_path, echo=click.echo,
-                 writable=_writable_dir, heartbeat_s=heartbeat_s, allow_replay_into_measured=allow_replay)
+                 writable=_writable_dir, heartbeat_s=heartbeat_s, allow_replay_into_measured=allow_replay,
+                 worker_index=worker_index)
 
 
-@cli.command()
+@click.command()
 @click.option("--storage", required=True, help="the storage URL the study lives in (see search --storage)")
 @click.option("--study", "study_names", multiple=True, required=True,
               help="study name to join, as search printed it, e.g. gemvtune-nvidia-h200-14336x4096x1 (repeatable)")
@@ -211,7 +214,7 @@ def worker(storage, study_names, results_dir, table_path, replay_path, allow_rep
     if gpus - {"", mine}:
         raise UsageError(f"the studies were measured on {', '.join(sorted(gpus - {''}))}, this worker has {mine}: "
                          "a study's trials must come from one GPU model")
-    from .search_cli import run_searches
+    from .search_run import run_searches
 
     run_searches(runner, shapes, opts, results_dir or default_results, table_path, echo=click.echo,
                  writable=_writable_dir, heartbeat_s=heartbeat_s, joiner=True, allow_replay_into_measured=allow_replay)

@@ -48,9 +48,9 @@ class Worker:
         return f"{self.host}:{self.pid}"
 
 
-def this_worker(device: str = "", index: int | None = None) -> Worker:
-    if index is None:
-        index = int(os.environ.get("GEMVTUNE_WORKER_INDEX", "0") or 0)
+def this_worker(device: str = "", index: int = 0) -> Worker:
+    """This process as a worker; ``index`` is given by the parent of --workers/--devices (search's
+    hidden --worker-index), 0 for a lone search."""
     return Worker(socket.gethostname(), os.getpid(), index, device)
 
 

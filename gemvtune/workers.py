@@ -101,14 +101,14 @@ def run_workers(args: list[str], devices: list[str], workers: int) -> None:
     old_term = signal.signal(signal.SIGTERM, _on_sigterm)   # (the main thread: the workers' pdeath parent)
     try:
         for i in range(workers):
-            env = dict(os.environ, GEMVTUNE_WORKER_INDEX=str(i), PYTHONUNBUFFERED="1", **{PARENT_ENV: str(os.getpid())})
+            env = dict(os.environ, PYTHONUNBUFFERED="1", **{PARENT_ENV: str(os.getpid())})
             tag = f"[worker {i}"
             if devices:
                 env["CUDA_VISIBLE_DEVICES"] = devices[i]
                 tag += f" gpu {devices[i]}"
             tag += "]"
-            p = subprocess.Popen([sys.executable, "-m", "gemvtune", *args], env=env, stdout=subprocess.PIPE,
-                                 stderr=subprocess.STDOUT, text=True, bufsize=1)
+            p = subprocess.Popen([sys.executable, "-m", "gemvtune", *args, "--worker-index", str(i)], env=env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
             procs.append((tag, p))
             th = threading.Thread(target=_relay, args=(p, tag), daemon=True)
             th.start()

@@ -208,7 +208,7 @@ def test_search_hf_config_shapes_reach_the_search(tmp_path, monkeypatch):
     from click.testing import CliRunner
 
     import gemvtune.cli_search as cs
-    import gemvtune.search_cli as sc
+    import gemvtune.search_run as sc
     from gemvtune.cli import cli
 
     got = []

@@ -58,7 +58,7 @@ def test_bad_sweeps(tmp_path):
         ReplayRunner(bad)
 
 
-def test_replayed_search_cli(tmp_path):
+def test_replayed_search_run(tmp_path):
     r = run_cli("search", "--shape", "14336x4096", "--replay", str(SWEEPS), "--results", str(tmp_path),
                 "--trials", "60")
     assert r.returncode == 0, r.stderr

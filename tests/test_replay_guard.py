@@ -110,7 +110,7 @@ def test_a_replay_worker_does_not_join_a_measured_study():
     refuse_measured_study_names([MEASURED_STUDY], allow=True)
 
 
-# ---- the search command: needs search_cli.run_searches and cli_search's search/worker to call the above
+# ---- the search command: needs search_run.run_searches and cli_search's search/worker to call the above
 
 def test_replay_search_into_a_measured_folder_is_refused(tmp_path):
     out = _measured_folder(tmp_path)

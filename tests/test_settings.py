@@ -30,3 +30,33 @@ def test_a_malformed_flag_is_one_clear_error(monkeypatch):
     monkeypatch.setenv("GEMVTUNE_NO_POOL", "maybe")
     with pytest.raises(UsageError, match="GEMVTUNE_NO_POOL='maybe' is not a flag"):
         settings()
+
+
+def test_workers_get_their_index_as_an_argument(monkeypatch):
+    """--workers N: worker i runs `search ... --worker-index i` (no environment variable), and the
+    search command takes it (hidden) into its coordinator's worker."""
+    import subprocess
+
+    from gemvtune import workers
+
+    argvs = []
+
+    class Done:
+        returncode = 0
+        stdout = iter(())
+
+        def __init__(self, argv, env=None, **kw):
+            argvs.append((argv, env))
+
+        def poll(self):
+            return 0
+
+    monkeypatch.setattr(subprocess, "Popen", Done)
+    workers.run_workers(["search", "--shape", "64x64"], devices=[], workers=3)
+    assert [a[a.index("--worker-index") + 1] for a, _ in argvs] == ["0", "1", "2"]
+    assert all("GEMVTUNE_WORKER_INDEX" not in env for _, env in argvs)
+    from gemvtune.cli import cli
+
+    ctx = cli.make_context("gemvtune", ["search", "--shape", "64x64", "--worker-index", "2"])
+    sub = cli.get_command(ctx, "search")
+    assert sub.make_context("search", ["--shape", "64x64", "--worker-index", "2"]).params["worker_index"] == 2

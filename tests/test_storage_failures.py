@@ -26,7 +26,7 @@ import pytest
 
 import gemvtune.journal as jm
 import gemvtune.runners.replay as rp
-import gemvtune.search_cli as sc
+import gemvtune.search_run as sc
 from conftest import ROOT, run_cli
 from gemvtune import Shape
 from gemvtune.cli import main

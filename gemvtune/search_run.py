@@ -41,7 +41,7 @@ def device_label(dev: dict[str, Any]) -> str:
 def run_searches(runner: Any, shapes: list[Shape], opts: SearchOptions, results_dir: str | None,
                  table_path: str | None, echo: Callable[[str], None], writable: Callable[[str], Path],
                  heartbeat_s: float = HEARTBEAT_S, joiner: bool = False,
-                 allow_replay_into_measured: bool = False) -> Path:
+                 allow_replay_into_measured: bool = False, worker_index: int = 0) -> Path:
     dev = runner.device_info()
     out = writable(results_dir or str(Path("results") / gpu_slug(dev["name"])))
     table = Path(table_path) if table_path else out / "table.json"
@@ -52,7 +52,7 @@ def run_searches(runner: Any, shapes: list[Shape], opts: SearchOptions, results_
 
         refuse_replay_into_measured(table, storage_url, allow_replay_into_measured)
     store = open_store(storage_url, heartbeat_s)
-    coord = Coordinator(store, this_worker(device_label(dev)))
+    coord = Coordinator(store, this_worker(device_label(dev), worker_index))
     quiet = _QuietTrialFailures()
     optuna_log = logging.getLogger("optuna.study._optimize")
     optuna_log.addFilter(quiet)
