@@ -11,20 +11,20 @@ from typing import Any
 import optuna
 
 from .families import DEFAULT_FAMILY, FAMILIES
+from .runners.base import Runner
 from .shapes import Shape
 
 STALL_PROPOSALS = 200     # proposals in a row that measure nothing new (invalid, repeated, not recorded): stop
 ENUMERATE_LIMIT = 50_000  # grids up to this many points are listed, to know when the space is spent
 
 
-def candidates(runner: Any, shape: Shape, family: str, domains: dict[str, Any]) -> dict[str, dict[str, Any]] | None:
+def candidates(runner: Runner, shape: Shape, family: str, domains: dict[str, Any]) -> dict[str, dict[str, Any]] | None:
     """Every valid config a search of ``family`` over ``domains`` can measure for ``shape``, as label ->
     the searched parameters: the grid's valid points when it has at most ENUMERATE_LIMIT of them, and of
     those only what the runner can answer (a replayed sweep: what it recorded). None when the grid is
     too large to list (no budget could spend it)."""
     fam = FAMILIES[family]
-    recorded = getattr(runner, "recorded", None)
-    have = recorded(shape, family) if recorded is not None else None
+    have = runner.recorded(shape, family)   # the runner contract: None answers any config
     keys = list(domains)
     if math.prod(len(domains[k]) for k in keys) > ENUMERATE_LIMIT:
         return None

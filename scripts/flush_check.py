@@ -30,52 +30,53 @@ def main() -> None:
     a = ap.parse_args()
     r = CudaRunner(replays=15)
     ceil = r.ceiling()
-    big = cp.empty(3 * r.l2_bytes, dtype=cp.uint8)
-    sink = cp.zeros(1, dtype=cp.uint32)
-    rows = []
-    for s in (Shape(1, 4096), Shape(8, 4096), Shape(16, 4096), Shape(64, 4096), Shape(256, 1024), Shape(33, 8200),
-              Shape(16, 4096, 8)):
-        launch = r.launcher(LLAMA_CPP, s)
-        b = r.buffers(s)
-        c = b.copies
-        op = lambda i: launch(b.W[i % c], b.x[i % c], b.y[i % c])   # noqa: E731
-        warm = summarize(r.time_graph(op, 4 * c))
-        runner_flush = summarize(r.time_graph(op, c, flush=True))
-        st = r.stream
-        with st:
-            st.begin_capture()
-            for i in range(c):
-                op(i)
-            g = st.end_capture()
-            g.launch(st)
-
-        def timed(before) -> list[float]:
-            e0, e1, t = cp.cuda.Event(), cp.cuda.Event(), []
+    with r.on_stream():   # the runner's device and stream: this script's arrays and launches too
+        big = cp.empty(3 * r.l2_bytes, dtype=cp.uint8)
+        sink = cp.zeros(1, dtype=cp.uint32)
+        rows = []
+        for s in (Shape(1, 4096), Shape(8, 4096), Shape(16, 4096), Shape(64, 4096), Shape(256, 1024), Shape(33, 8200),
+                  Shape(16, 4096, 8)):
+            launch = r.launcher(LLAMA_CPP, s)
+            b = r.buffers(s)
+            c = b.copies
+            op = lambda i: launch(b.W[i % c], b.x[i % c], b.y[i % c])   # noqa: E731
+            warm = summarize(r.time_graph(op, 4 * c))
+            runner_flush = summarize(r.time_graph(op, c, flush=True))
+            st = r.stream
             with st:
-                for k in range(r.replays):
-                    before(k)
-                    e0.record(st)
-                    g.launch(st)
-                    e1.record(st)
-                    e1.synchronize()
-                    t.append(cp.cuda.get_elapsed_time(e0, e1) * 1000.0 / c)
-            return t
+                st.begin_capture()
+                for i in range(c):
+                    op(i)
+                g = st.end_capture()
+                g.launch(st)
 
-        read = summarize(timed(lambda k: r._read_stream((r.sm_count * 8,), (256,),
-                                                         (big, np.uint64(big.size // 16), sink))))
-        write = summarize(timed(lambda k: big.fill(np.uint8(k % 251))))
-        full = copies_for(s.weight_bytes, r.l2_bytes, cap=10**9)   # the old rule: one pass > 3x L2
-        W = [_rand_half((s.M, s.d), r.rng) for _ in range(full)]
-        x = [_rand_half(r.x_shape(s), r.rng) for _ in range(64)]
-        y = [cp.empty(r.y_shape(s), dtype=cp.float32) for _ in range(64)]
-        rot = summarize(r.time_graph(lambda i: launch(W[i], x[i % 64], y[i % 64]), full))
-        del W
-        rows.append({"shape": str(s), "copies": c, "rotation_copies": full, "warm_us": warm.median,
-                     "read_flush_us": read.median, "write_flush_us": write.median,
-                     "runner_flush_us": runner_flush.median, "rotation_us": rot.median,
-                     "runner_flush_spread": runner_flush.spread, "rotation_spread": rot.spread,
-                     "runner_over_rotation": runner_flush.median / rot.median})
-        r.release()
+            def timed(before) -> list[float]:
+                e0, e1, t = cp.cuda.Event(), cp.cuda.Event(), []
+                with st:
+                    for k in range(r.replays):
+                        before(k)
+                        e0.record(st)
+                        g.launch(st)
+                        e1.record(st)
+                        e1.synchronize()
+                        t.append(cp.cuda.get_elapsed_time(e0, e1) * 1000.0 / c)
+                return t
+
+            read = summarize(timed(lambda k: r.read_stream((r.sm_count * 8,), (256,),
+                                                             (big, np.uint64(big.size // 16), sink))))
+            write = summarize(timed(lambda k: big.fill(np.uint8(k % 251))))
+            full = copies_for(s.weight_bytes, r.l2_bytes, cap=10**9)   # the old rule: one pass > 3x L2
+            W = [_rand_half((s.M, s.d), r.rng) for _ in range(full)]
+            x = [_rand_half(r.x_shape(s), r.rng) for _ in range(64)]
+            y = [cp.empty(r.y_shape(s), dtype=cp.float32) for _ in range(64)]
+            rot = summarize(r.time_graph(lambda i: launch(W[i], x[i % 64], y[i % 64]), full))
+            del W
+            rows.append({"shape": str(s), "copies": c, "rotation_copies": full, "warm_us": warm.median,
+                         "read_flush_us": read.median, "write_flush_us": write.median,
+                         "runner_flush_us": runner_flush.median, "rotation_us": rot.median,
+                         "runner_flush_spread": runner_flush.spread, "rotation_spread": rot.spread,
+                         "runner_over_rotation": runner_flush.median / rot.median})
+            r.release()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     meta = provenance(r.device_info(), ceiling=ceil, command=" ".join(["python3", "scripts/flush_check.py", *sys.argv[1:]]))

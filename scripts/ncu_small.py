@@ -30,15 +30,16 @@ def main() -> None:
     for text in a.shape:
         s = parse_shape(text)
         cfg = config_from_dict({"family": "gemv", **table.entry(s)["gemv"]["config"]})
-        launch = r.launcher(cfg, s)
-        b = r.buffers(s)
-        for i in range(a.launches):
-            launch(b.W[i % b.copies], b.x[i % b.copies], b.y[i % b.copies])
-        words = s.weight_bytes // 16
-        sink = cp.zeros(1, dtype=cp.uint32)
-        for i in range(a.launches):   # the ceiling's kernel, same bytes, its best grid (8 blocks per SM)
-            r._read_stream((r.sm_count * 8,), (256,), (b.W[i % b.copies], np.uint64(words), sink))
-        cp.cuda.Device().synchronize()
+        with r.on_stream():   # the runner's device and stream, as its own launches
+            launch = r.launcher(cfg, s)
+            b = r.buffers(s)
+            for i in range(a.launches):
+                launch(b.W[i % b.copies], b.x[i % b.copies], b.y[i % b.copies])
+            words = s.weight_bytes // 16
+            sink = cp.zeros(1, dtype=cp.uint32)
+            for i in range(a.launches):   # the ceiling's kernel, same bytes, its best grid (8 blocks per SM)
+                r.read_stream((r.sm_count * 8,), (256,), (b.W[i % b.copies], np.uint64(words), sink))
+            cp.cuda.Device().synchronize()
         print(f"{s}: {cfg.label} and read_stream over {s.weight_bytes / 1e6:.1f} MB, {a.launches} launches each")
         r.release()
 

@@ -2,7 +2,7 @@
 
 import math
 
-from gemvtune.runners.base import Measurement, Status
+from gemvtune.runners.base import Measurement, RunnerBase, Status
 from gemvtune.space import GemvConfig
 
 TPR_BEST, VEC_BEST = 64, "half8"
@@ -16,7 +16,10 @@ def fake_us(c: GemvConfig) -> float:
     return 10.0 + 3.0 * (c.vec != VEC_BEST) + abs(math.log2(c.tpr / TPR_BEST))
 
 
-class FakeRunner:
+class FakeRunner(RunnerBase):
+    """The runner contract (gemvtune.runners.base.Runner) with made-up times; RunnerBase's defaults
+    (not replayed, compile_jobs 1, no precompile: one trial in flight, any config)."""
+
     replayed = False
 
     def __init__(self):

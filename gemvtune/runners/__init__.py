@@ -1,5 +1,7 @@
-"""Runners measure configs on shapes: ``cuda`` (a real GPU; the only place cupy is imported)."""
+"""Runners measure configs on shapes: ``cuda`` (a real GPU; the only place cupy is imported), ``replay``
+(recorded sweeps), ``isolated`` (any runner in a child process, with a watchdog). What every runner
+offers is written down in ``base``: the ``Runner`` protocol and its defaults, ``RunnerBase``."""
 
-from .base import Measurement, Runner, Status
+from .base import CompilesAhead, DeviceRunner, Measurement, Runner, RunnerBase, Status
 
-__all__ = ["Measurement", "Runner", "Status"]
+__all__ = ["CompilesAhead", "DeviceRunner", "Measurement", "Runner", "RunnerBase", "Status"]

@@ -9,9 +9,9 @@ import multiprocessing as mp
 import time
 from typing import Any, Callable
 
-from ..compile import DEFAULT_ARCH, precompile_variant
+from ..compile import precompile_variant
 from ..shapes import Shape
-from .base import Measurement, Status
+from .base import Measurement, RunnerBase, Status
 
 
 def _serve(factory: Callable[[], Any], conn: Any) -> None:
@@ -31,17 +31,19 @@ def _serve(factory: Callable[[], Any], conn: Any) -> None:
             return
         name, args, kwargs = req
         try:
-            if name == "__attr__":  # a plain attribute, with a default
-                conn.send(("ok", getattr(runner, args[0], args[1])))
+            if name == "__attr__":  # a plain attribute (a member of the runner contract)
+                conn.send(("ok", getattr(runner, args[0])))
                 continue
             conn.send(("ok", getattr(runner, name)(*args, **kwargs)))
         except BaseException as e:
             conn.send(("error", e))
 
 
-class IsolatedRunner:
-    """Same interface as the runner it wraps (measure, baselines, ceiling, device_info, release,
-    precompile), each call bounded by ``timeout_s`` (``start_s`` for the child's start)."""
+class IsolatedRunner(RunnerBase):
+    """The runner contract (``gemvtune.runners.base.Runner``, and ``CompilesAhead``) of the runner it wraps:
+    device_info, arch and compile_jobs read once from the child; measure, baselines, ceiling and release
+    answered by it, each call bounded by ``timeout_s`` (``start_s`` for the child's start); precompile
+    here. Never replayed, no study suffix, any config (RunnerBase's defaults)."""
 
     def __init__(self, factory: Callable[[], Any], timeout_s: float = 60.0, start_s: float = 300.0):
         self.factory, self.timeout_s, self.start_s = factory, float(timeout_s), float(start_s)
@@ -50,11 +52,10 @@ class IsolatedRunner:
         self._conn: Any = None
         self.restarts = 0
         self._info: dict[str, Any] | None = None
-        self.replayed = False
         self._start()
         self._info = self._call("device_info", (), {}, self.timeout_s)
-        self.compile_jobs = int(self._call("__attr__", ("compile_jobs", 1), {}, self.timeout_s))
-        self.arch = str(self._call("__attr__", ("arch", DEFAULT_ARCH), {}, self.timeout_s))
+        self.compile_jobs = int(self._call("__attr__", ("compile_jobs",), {}, self.timeout_s))
+        self.arch = str(self._call("__attr__", ("arch",), {}, self.timeout_s))
 
     # ---- child management --------------------------------------------------------------------
     def _start(self) -> None:

@@ -24,7 +24,7 @@ from ..errors import UsageError
 from ..shapes import Shape
 from ..space import GemvConfig
 from ..tableschema import printable
-from .base import Measurement, Status
+from .base import Measurement, RunnerBase, Status
 
 NOT_IN_SWEEP = "not_in_sweep"
 STUDY_SUFFIX = "-replay"   # a replayed search's study: gemvtune-<gpu>-<M>x<d>x<n>-replay[-<family>]
@@ -137,7 +137,11 @@ class Sweep:
         return label, us
 
 
-class ReplayRunner:
+class ReplayRunner(RunnerBase):
+    """The runner contract (``gemvtune.runners.base.Runner``) served from recorded sweeps: replayed, its
+    studies suffixed, only the recorded configs (``recorded``) answered; one trial in flight (it cannot
+    compile ahead: no ``precompile``, compile_jobs 1)."""
+
     replayed = True
     arch = "replay"
     study_suffix = STUDY_SUFFIX   # replayed studies never share a name with a GPU search's

@@ -1,9 +1,10 @@
 """Baselines timed in the same harness and run as the variants: cuBLAS via cupy.matmul (spin method)
-and via torch in a CUDA graph."""
+and via torch in a CUDA graph. A part of the CUDA runner: ``CudaRunner`` owns a ``Baselines`` made with
+itself as the harness (what ``Harness`` lists)."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, ContextManager, Protocol
 
 from ...shapes import Shape
 from ...timing import error_bound
@@ -52,31 +53,59 @@ def torch_replay_times(torch: Any, g: Any, replays: int, per: int = 1, warmup: i
     return out
 
 
-class BaselinesMixin:
-    """Methods of CudaRunner that time library baselines (uses its buffers, timers and verifier)."""
+class Harness(Protocol):
+    """What the baselines use of the runner that owns them: its lock, verifier, buffers, timers and the
+    way it fills a measurement's times (CudaRunner is one)."""
+
+    replays: int
+    warmup: int
+    gpu_lock: Any
+
+    def on_stream(self) -> ContextManager[None]: ...
+
+    def verify(self, launch: Callable[..., Any], shape: Shape, bound: float) -> tuple[bool, float, float, str]: ...
+
+    def buffers(self, shape: Shape) -> Any: ...
+
+    def launches(self, shape: Shape, copies: int, cap: int = 4000, flush: bool = False) -> int: ...
+
+    def time_spin(self, op: Callable[[int], None], n: int, flush: bool = False) -> list[float]: ...
+
+    def flush_l2(self, stream: Any) -> None: ...
+
+    def fill_times(self, m: Measurement, t: list[float], shape: Shape, method: str, n: int, b: Any) -> None: ...
+
+
+class Baselines:
+    """cuBLAS baselines of one runner (``harness``), on its device and stream."""
+
+    def __init__(self, harness: Harness):
+        self.h = harness
 
     def measure_cublas(self, shape: Shape) -> Measurement:
         """cuBLAS through cupy.matmul (FP16 in, FP32 compute, FP16 out), timed with the spin method
         (CuPy refuses cuBLAS inside graph capture). Verified like every variant."""
+        h = self.h
         m = Measurement("cublas (cupy.matmul)", "cublas", shape.M, shape.d, shape.n, Status.OK)
         m.bound = error_bound("fp16", shape.d)  # its output is FP16: one final rounding to 2^-11
-        try:
-            ok, m.relerr, m.rowerr, reason = self._verify(lambda W, x, y: _cublas(W, x), shape, m.bound)
-            if not ok:
-                m.status, m.error = Status.WRONG, reason
+        with h.on_stream():
+            try:
+                ok, m.relerr, m.rowerr, reason = h.verify(lambda W, x, y: _cublas(W, x), shape, m.bound)
+                if not ok:
+                    m.status, m.error = Status.WRONG, reason
+                    return m
+                b = h.buffers(shape)
+                n = h.launches(shape, b.copies, cap=400, flush=b.flush)
+                t = h.time_spin(lambda i: _cublas(b.W[i % b.copies], b.x[i % b.copies]), n, b.flush)
+            except Exception as e:
+                m.status, m.error = Status.LAUNCH_ERROR, str(e).splitlines()[0]
                 return m
-            b = self.buffers(shape)
-            n = self.launches(shape, b.copies, cap=400, flush=b.flush)
-            t = self.time_spin(lambda i: _cublas(b.W[i % b.copies], b.x[i % b.copies]), n, b.flush)
-        except Exception as e:
-            m.status, m.error = Status.LAUNCH_ERROR, str(e).splitlines()[0]
-            return m
-        self._fill_times(m, t, shape, "spin", n, b)
+            h.fill_times(m, t, shape, "spin", n, b)
         return m
 
     def baselines(self, shape: Shape) -> list[Measurement]:
         """cuBLAS via cupy.matmul (spin) and, where torch is installed, via torch in a graph."""
-        with self.gpu_lock.held():
+        with self.h.gpu_lock.held():
             out = [self.measure_cublas(shape)]
             t = self.measure_torch_linear(shape)
         if t is not None:
@@ -85,27 +114,29 @@ class BaselinesMixin:
 
     def measure_torch_linear(self, shape: Shape) -> Measurement | None:
         """cuBLAS through torch.nn.functional.linear (what MEASURING.md's references used), in a
-        CUDA graph over the same rotating copies. None where torch is not installed."""
+        CUDA graph over the same rotating copies. None where torch is not installed. Runs with the
+        runner's device current (torch's too) and its stream as CuPy's (the DLPack hand-overs order on it)."""
         try:
             import torch
         except Exception:
             return None
+        h = self.h
         m = Measurement("cublas (torch F.linear)", "cublas-torch", shape.M, shape.d, shape.n, Status.OK)
-        try:
-            b = self.buffers(shape)
-            Wt = [torch.from_dlpack(w) for w in b.W]
-            xt = [torch.from_dlpack(x).view(shape.n, shape.d) for x in b.x]
-            n = self.launches(shape, b.copies, flush=b.flush)
-            def calls(k: int) -> list:
-                return [torch.nn.functional.linear(xt[i % b.copies], Wt[i % b.copies]) for i in range(k)]
-            g, _ = torch_graph(torch, lambda: calls(3), lambda: calls(n))
-            t = torch_replay_times(torch, g, self.replays, n, warmup=self.warmup,
-                                   before=self.flush_l2 if b.flush else None)
-            del g
-            torch.cuda.empty_cache()
-        except Exception as e:
-            m.status, m.error = Status.LAUNCH_ERROR, str(e).splitlines()[0]
-            return m
-        self._fill_times(m, t, shape, "graph", n, b)
+        with h.on_stream():
+            try:
+                b = h.buffers(shape)
+                Wt = [torch.from_dlpack(w) for w in b.W]
+                xt = [torch.from_dlpack(x).view(shape.n, shape.d) for x in b.x]
+                n = h.launches(shape, b.copies, flush=b.flush)
+                def calls(k: int) -> list:
+                    return [torch.nn.functional.linear(xt[i % b.copies], Wt[i % b.copies]) for i in range(k)]
+                g, _ = torch_graph(torch, lambda: calls(3), lambda: calls(n))
+                t = torch_replay_times(torch, g, h.replays, n, warmup=h.warmup,
+                                       before=h.flush_l2 if b.flush else None)
+                del g
+                torch.cuda.empty_cache()
+            except Exception as e:
+                m.status, m.error = Status.LAUNCH_ERROR, str(e).splitlines()[0]
+                return m
+            h.fill_times(m, t, shape, "graph", n, b)
         return m
-

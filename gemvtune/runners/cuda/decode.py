@@ -3,7 +3,8 @@ cupy): every linear layer of N transformer layers plus the LM head, weights all 
 captured in ONE CUDA graph per implementation, replays timed between CUDA events.
 
 Each linear reads its own fixed random x (the chain is not numerically connected: only the memory
-traffic and the launch sequence of a real step are reproduced). Orchestration and reports:
+traffic and the launch sequence of a real step are reproduced). All of it runs on the runner's device and
+stream (``runner.on_stream()``); the caller's current ones are left alone. Orchestration and reports:
 gemvtune.decodestep."""
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ from ._cupy import _rand_half, cp
 from .baselines import torch_graph, torch_replay_times
 
 
-def free_bytes() -> int:
-    """Free device memory now (bytes), CuPy's cached blocks released first."""
-    cp.get_default_memory_pool().free_all_blocks()
-    return int(cp.cuda.runtime.memGetInfo()[0])
+def free_bytes(device: int | None = None) -> int:
+    """Free memory of ``device`` (default: the current one) now (bytes), CuPy's cached blocks released first."""
+    with cp.cuda.Device(device):
+        cp.get_default_memory_pool().free_all_blocks()
+        return int(cp.cuda.runtime.memGetInfo()[0])
 
 
 def launchers(runner: Any, configs: dict[Shape, Any]) -> dict[Shape, Callable]:
@@ -62,7 +64,7 @@ class DecodeStepBench:
         self.configs: dict[str, dict[Shape, Any]] = {}
         self._timers: dict[str, Callable[[int], list[float]]] = {}
         self._keep: list = []
-        with runner.stream:
+        with runner.on_stream():
             for _, s in ops:
                 self.W.append(_rand_half((s.M, s.d), runner.rng))
                 self.x.append(_rand_half((s.d,), runner.rng))
@@ -77,8 +79,8 @@ class DecodeStepBench:
         """The whole step (ops in order) captured into one CuPy graph on the runner's stream."""
         s = self.runner.stream
         self.configs[impl] = configs
-        ys = self.y[impl] = [cp.full(sh.M, cp.nan, dtype=cp.float32) for _, sh in self.ops]
-        with s:
+        with self.runner.on_stream():
+            ys = self.y[impl] = [cp.full(sh.M, cp.nan, dtype=cp.float32) for _, sh in self.ops]
             s.begin_capture()
             try:
                 for i, (_, shape) in enumerate(self.ops):
@@ -107,13 +109,14 @@ class DecodeStepBench:
             self._timers[impl] = lambda replays: self._spin(step, replays)
             self.methods[impl] = "spin (cupy.matmul)"
             return self.methods[impl]
-        Wt = [torch.from_dlpack(w) for w in self.W]
-        xt = [torch.from_dlpack(x).view(1, -1) for x in self.x]
+        with self.runner.on_stream():   # the runner's device (torch's too) and stream (the DLPack hand-overs)
+            Wt = [torch.from_dlpack(w) for w in self.W]
+            xt = [torch.from_dlpack(x).view(1, -1) for x in self.x]
 
-        def linears() -> list:
-            return [torch.nn.functional.linear(x, w) for w, x in zip(Wt, xt)]
-        g, outs = torch_graph(torch, lambda: [linears() for _ in range(2)], linears)
-        self.y[impl] = [cp.from_dlpack(o.view(-1)) for o in outs]
+            def linears() -> list:
+                return [torch.nn.functional.linear(x, w) for w, x in zip(Wt, xt)]
+            g, outs = torch_graph(torch, lambda: [linears() for _ in range(2)], linears)
+            self.y[impl] = [cp.from_dlpack(o.view(-1)) for o in outs]
         self._keep += [g, Wt, xt, outs]
         self.methods[impl] = "graph (torch F.linear)"
         self._timers[impl] = lambda replays: torch_replay_times(torch, g, replays)
@@ -128,21 +131,24 @@ class DecodeStepBench:
     # ---- timing and checks -----------------------------------------------------------------------
     def time(self, impl: str, replays: int, warmup: int = 2) -> list[float]:
         """µs per step, one sample per replay (after warm-up replays)."""
-        self._timers[impl](warmup)
-        return self._timers[impl](replays)
+        with self.runner.on_stream():
+            self._timers[impl](warmup)
+            return self._timers[impl](replays)
 
     def written(self, impl: str) -> bool:
         """Every output of the step is finite (the NaN poison was overwritten by every op)."""
-        return all(y is not None and bool(cp.isfinite(y).all()) for y in self.y[impl])
+        with self.runner.on_stream():
+            return all(y is not None and bool(cp.isfinite(y).all()) for y in self.y[impl])
 
     def max_rel_diff(self, a: str, b: str) -> float:
         """max over ops of ||y_a - y_b|| / ||y_b||: implementations computing the same products."""
         worst = 0.0
-        for ya, yb in zip(self.y[a], self.y[b]):
-            if ya is None or yb is None:
-                return math.nan
-            ref = yb.astype(cp.float64)
-            worst = max(worst, float(cp.linalg.norm(ya.astype(cp.float64) - ref) / cp.linalg.norm(ref)))
+        with self.runner.on_stream():
+            for ya, yb in zip(self.y[a], self.y[b]):
+                if ya is None or yb is None:
+                    return math.nan
+                ref = yb.astype(cp.float64)
+                worst = max(worst, float(cp.linalg.norm(ya.astype(cp.float64) - ref) / cp.linalg.norm(ref)))
         return worst
 
     def check_op(self, impl: str, i: int) -> tuple[bool, float, str]:
@@ -157,7 +163,8 @@ class DecodeStepBench:
         self._timers.clear()
         self._keep.clear()
         self.W, self.x, self.y = [], [], {}
-        cp.get_default_memory_pool().free_all_blocks()
+        with self.runner.on_stream():
+            cp.get_default_memory_pool().free_all_blocks()
         torch = sys.modules.get("torch")
         if torch is not None and torch.cuda.is_initialized():
             torch.cuda.empty_cache()  # the cuBLAS graph's private pool

@@ -2,7 +2,8 @@
 
 Compiles with NVRTC (gemvtune.compile, cached on disk by source hash) and launches every variant
 through its ``LaunchPlan`` (gemvtune.plan: cuda-bindings, raw pointers, the current CuPy stream), the
-same launch path users get; verifies every variant on fresh random inputs against a float64 reference before
+same launch path users get; all of the runner's work runs on its own device and stream (``on_stream``),
+never changing the caller's current device or stream; verifies every variant on fresh random inputs against a float64 reference before
 timing it; times like real decode: CUDA graphs of many launches over rotating weight copies whose
 working set is >= 3x L2, replayed several times between events. A weight too small for that (more than
 MAX_COPIES copies) is timed over MAX_COPIES copies, one pass per sample, each sample after an L2 flush
@@ -12,11 +13,12 @@ faster than an empty launch is marked launch-bound.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -28,11 +30,11 @@ from ...errors import NoDeviceError
 from ...shapes import Shape
 from ...families import config_to_dict
 from ...timing import copies_for, error_bound, flushes_l2, gbps, launch_bound, launches_for, summarize
-from ..base import Measurement, Status
+from ..base import Measurement, RunnerBase, Status
 from ._cupy import _rand_half, cp, cuda_available
-from .baselines import BaselinesMixin
+from .baselines import Baselines
 from .gpulock import GpuLock
-from .verify import VerifyMixin
+from .verify import Verifier, x_shape as _x_shape, y_shape as _y_shape
 
 _AUX_SRC = r"""
 extern "C" __global__ void read_stream(const uint4* __restrict__ p, unsigned long long n, unsigned int* out) {
@@ -75,7 +77,9 @@ extern "C" __global__ void spin(unsigned long long ns) {
 
 
 @dataclass
-class _ShapeBuffers:
+class ShapeBuffers:
+    """One shape's rotating weight copies, inputs and NaN-poisoned outputs (``CudaRunner.buffers``)."""
+
     shape: Shape
     W: list
     x: list
@@ -85,40 +89,71 @@ class _ShapeBuffers:
     x_block: Any = None   # with flush: the x copies, contiguous (read back into L2 after each flush)
 
 
-class CudaRunner(VerifyMixin, BaselinesMixin):
+_ShapeBuffers = ShapeBuffers   # the old private name
+
+
+class CudaRunner(RunnerBase):
+    """The runner contract on one CUDA device (``gemvtune.runners.base.DeviceRunner``). Its parts:
+    a ``Verifier`` (``verifier``: fresh inputs, float64 reference, the check) and ``Baselines``
+    (``baseline``: cuBLAS timed in the same harness), each given what it uses."""
+
+    # set in __init__ (declared for the contract's structural check)
+    device_id: int
+    arch: str
+    stream: Any
+    rng: Any
+    replays: int
+    warmup: int
+    target_us: float
+    gpu_lock: GpuLock  # timing is exclusive per GPU across this host's processes
+    read_stream: Any   # the ceiling's streaming-read kernel (a CuPy function; launches on the current stream)
+    verifier: Verifier
+    baseline: Baselines
+
     def __init__(self, device: int = 0, replays: int = 15, warmup: int = 3, target_us: float = 2000.0,
                  seed: int = 0):
         why = cuda_available()
         if why:
             raise NoDeviceError(why)
         self.device_id = device
-        cp.cuda.Device(device).use()
         self.props = cp.cuda.runtime.getDeviceProperties(device)
         self.arch = f"sm_{self.props['major']}{self.props['minor']}"
         p = self.props
         self.pci_bus_id = f"{int(p.get('pciDomainID', 0)):08X}:{int(p.get('pciBusID', 0)):02X}:{int(p.get('pciDeviceID', 0)):02X}.0"
         self.gpu_lock = GpuLock(self.pci_bus_id)   # timing is exclusive per GPU across this host's processes
         self.replays, self.warmup, self.target_us = replays, warmup, target_us
-        self.rng = cp.random.default_rng(seed)
         if os.environ.get("GEMVTUNE_NO_POOL"):
-            cp.cuda.set_allocator(None)  # every array its own cudaMalloc: compute-sanitizer sees exact bounds
-        # One blocking stream, made current: every allocation, fill, random draw, launch and capture
-        # of this runner is ordered on it (a non-blocking stream raced the NaN poisoning once).
-        self.stream = cp.cuda.Stream(non_blocking=False)
-        self.stream.use()
+            cp.cuda.set_allocator(None)  # every array its own cudaMalloc: compute-sanitizer sees exact bounds (global)
+        # One blocking stream of the device: every allocation, fill, random draw, launch and capture of this
+        # runner is ordered on it (a non-blocking stream raced the NaN poisoning once). Its methods make it
+        # (and the device) current for their work only (on_stream): the caller's are never changed.
+        with cp.cuda.Device(device):
+            self.stream = cp.cuda.Stream(non_blocking=False)
+            with self.stream:
+                self.rng = cp.random.default_rng(seed)
         self._functions: dict[tuple[str, str], Any] = {}
         self._plans: dict[tuple[str, Shape, Epilogue], LaunchPlan] = {}
-        self._bufs: _ShapeBuffers | None = None
-        self._vmat: tuple | None = None
+        self._bufs: ShapeBuffers | None = None
         self._ceiling_gbps: float | None = None
         self._launch_floor_us: float | None = None
         self._flush_buf: Any = None
+        self.verifier = Verifier(self.stream, self.rng, device)
+        self.baseline = Baselines(self)
         aux = compile_source(_AUX_SRC, "aux", self.arch, kernel="read_stream")
-        self._read_stream = self._function(aux.cubin_path, "read_stream")
-        self._empty = self._function(aux.cubin_path, "empty_kernel")
-        self._l2_fill = self._function(aux.cubin_path, "l2_fill")
-        self._l2_discard = self._function(aux.cubin_path, "l2_discard")
-        self._spin = self._function(aux.cubin_path, "spin")
+        self.read_stream = self.function(aux.cubin_path, "read_stream")
+        self._empty = self.function(aux.cubin_path, "empty_kernel")
+        self._l2_fill = self.function(aux.cubin_path, "l2_fill")
+        self._l2_discard = self.function(aux.cubin_path, "l2_discard")
+        self._spin = self.function(aux.cubin_path, "spin")
+
+    @contextlib.contextmanager
+    def on_stream(self) -> Iterator[None]:
+        """``with runner.on_stream():`` the runner's device and stream are this thread's current CuPy device
+        and stream for the block; the caller's come back after. Every method that allocates or enqueues
+        GPU work runs inside it; callers that enqueue work between the runner's (a launcher's launches,
+        their own arrays) use it too."""
+        with cp.cuda.Device(self.device_id), self.stream:
+            yield
 
     # ---- device ------------------------------------------------------------------------------
     def device_info(self) -> dict[str, Any]:
@@ -152,10 +187,13 @@ class CudaRunner(VerifyMixin, BaselinesMixin):
     def sm_count(self) -> int:
         return int(self.props["multiProcessorCount"])
 
-    def _function(self, cubin_path: str, name: str):
+    def function(self, cubin_path: str, name: str):
+        """Kernel ``name`` of a cubin, loaded once on the runner's device (a CuPy function: it launches
+        on the current stream unless given ``stream=``)."""
         key = (cubin_path, name)
         if key not in self._functions:
-            self._functions[key] = cp.RawModule(path=cubin_path).get_function(name)
+            with cp.cuda.Device(self.device_id):
+                self._functions[key] = cp.RawModule(path=cubin_path).get_function(name)
         return self._functions[key]
 
     # ---- timing primitives ---------------------------------------------------------------------
@@ -163,7 +201,7 @@ class CudaRunner(VerifyMixin, BaselinesMixin):
         """Capture n launches (launch(i) enqueues the i-th) in a graph; µs per launch per replay (each
         replay after an L2 flush with ``flush``)."""
         s = self.stream
-        with s:
+        with self.on_stream():
             s.begin_capture()
             try:
                 for i in range(n):
@@ -179,7 +217,7 @@ class CudaRunner(VerifyMixin, BaselinesMixin):
         events (and after an L2 flush with ``flush``); µs per replay divided by ``per`` (the launches it holds)."""
         s = self.stream
         out = []
-        with s:
+        with self.on_stream():
             e0, e1 = cp.cuda.Event(), cp.cuda.Event()
             for _ in range(replays):
                 if flush:
@@ -197,24 +235,26 @@ class CudaRunner(VerifyMixin, BaselinesMixin):
         decode), then discard those lines so no write-back lands in the timed sample; then read the
         current shape's x copies back in (x is hot in real decode: the kernel before wrote it). Measured against
         full rotation in scripts/flush_check.py (a streaming read does not evict on H200). Its time is
-        never inside a timed sample; while it runs, the CPU enqueues the sample behind it."""
-        if self._flush_buf is None:
-            self._flush_buf = cp.empty(int(3 * self.l2_bytes) // 128 * 128, dtype=cp.uint8)
-            self._flush_sink = cp.zeros(1, dtype=cp.uint32)
-        n = self._flush_buf.size
-        grid = (self.sm_count * 8,)
-        self._l2_fill(grid, (256,), (self._flush_buf, np.uint64(n // 16)), stream=stream)
-        self._l2_discard(grid, (256,), (self._flush_buf, np.uint64(n // 128)), stream=stream)
-        xb = self._bufs.x_block if self._bufs is not None else None
-        if xb is not None:   # x is hot in real decode (the previous kernel just wrote it): read it back in
-            self._read_stream(grid, (256,), (xb, np.uint64(xb.nbytes // 16), self._flush_sink), stream=stream)
+        never inside a timed sample; while it runs, the CPU enqueues the sample behind it. (Its scratch is
+        allocated on the runner's stream, once.)"""
+        with self.on_stream():
+            if self._flush_buf is None:
+                self._flush_buf = cp.empty(int(3 * self.l2_bytes) // 128 * 128, dtype=cp.uint8)
+                self._flush_sink = cp.zeros(1, dtype=cp.uint32)
+            n = self._flush_buf.size
+            grid = (self.sm_count * 8,)
+            self._l2_fill(grid, (256,), (self._flush_buf, np.uint64(n // 16)), stream=stream)
+            self._l2_discard(grid, (256,), (self._flush_buf, np.uint64(n // 128)), stream=stream)
+            xb = self._bufs.x_block if self._bufs is not None else None
+            if xb is not None:   # x is hot in real decode (the previous kernel just wrote it): read it back in
+                self.read_stream(grid, (256,), (xb, np.uint64(xb.nbytes // 16), self._flush_sink), stream=stream)
 
     def time_spin(self, op: Callable[[int], None], n: int, flush: bool = False) -> list[float]:
         """Time n calls of op (each enqueues GPU work from Python) behind a spin kernel, so the GPU
         never waits for the CPU: the launches queue up while the spin runs, then run back to back
         (each sample after an L2 flush with ``flush``)."""
         s = self.stream
-        with s:
+        with self.on_stream():
             for i in range(min(n, 8)):
                 op(i)
             s.synchronize()
@@ -245,48 +285,46 @@ class CudaRunner(VerifyMixin, BaselinesMixin):
         return out
 
     # ---- buffers --------------------------------------------------------------------------------
-    def buffers(self, shape: Shape) -> _ShapeBuffers:
+    def buffers(self, shape: Shape) -> ShapeBuffers:
+        """The shape's rotating copies (W, x, NaN-poisoned y), made on the runner's stream; kept until
+        another shape's are asked for, or ``release``."""
         if self._bufs is None or self._bufs.shape != shape:
             self._bufs = None
-            cp.get_default_memory_pool().free_all_blocks()
-            c = copies_for(shape.weight_bytes, self.l2_bytes)
-            flush = flushes_l2(shape.weight_bytes, c, self.l2_bytes)
-            xs = self.x_shape(shape)
-            size = shape.d * shape.n
-            stride = -(-size // 128) * 128   # each copy 256-byte aligned, like its own allocation
-            x_block = _rand_half((c, stride), self.rng) if flush else None
-            self._bufs = _ShapeBuffers(
-                shape,
-                [_rand_half((shape.M, shape.d), self.rng) for _ in range(c)],
-                ([x_block[i, :size].reshape(xs) for i in range(c)] if flush
-                 else [_rand_half(xs, self.rng) for _ in range(c)]),
-                [cp.full(self.y_shape(shape), cp.nan, dtype=cp.float32) for _ in range(c)],
-                c,
-                flush,
-                x_block,
-            )
+            with self.on_stream():
+                cp.get_default_memory_pool().free_all_blocks()
+                c = copies_for(shape.weight_bytes, self.l2_bytes)
+                flush = flushes_l2(shape.weight_bytes, c, self.l2_bytes)
+                xs = self.x_shape(shape)
+                size = shape.d * shape.n
+                stride = -(-size // 128) * 128   # each copy 256-byte aligned, like its own allocation
+                x_block = _rand_half((c, stride), self.rng) if flush else None
+                self._bufs = ShapeBuffers(
+                    shape,
+                    [_rand_half((shape.M, shape.d), self.rng) for _ in range(c)],
+                    ([x_block[i, :size].reshape(xs) for i in range(c)] if flush
+                     else [_rand_half(xs, self.rng) for _ in range(c)]),
+                    [cp.full(self.y_shape(shape), cp.nan, dtype=cp.float32) for _ in range(c)],
+                    c,
+                    flush,
+                    x_block,
+                )
         return self._bufs
 
-    @staticmethod
-    def x_shape(shape: Shape) -> tuple[int, ...]:
-        """x is [d] for n = 1 (plain decode) and [n, d] otherwise; y is [M] or [n, M]."""
-        return (shape.d,) if shape.n == 1 else (shape.n, shape.d)
-
-    @staticmethod
-    def y_shape(shape: Shape) -> tuple[int, ...]:
-        return (shape.M,) if shape.n == 1 else (shape.n, shape.M)
+    x_shape = staticmethod(_x_shape)   # x is [d] for n = 1 (plain decode) and [n, d] otherwise
+    y_shape = staticmethod(_y_shape)   # y is [M] or [n, M]
 
     def release(self) -> None:
         self._bufs = None
-        self._vmat = None
+        self.verifier.release()
         self._flush_buf = None
-        cp.get_default_memory_pool().free_all_blocks()
+        with cp.cuda.Device(self.device_id):
+            cp.get_default_memory_pool().free_all_blocks()
 
     # ---- ceiling and floor ------------------------------------------------------------------------
     def ceiling(self, gib: float = 1.0, copies: int = 2) -> dict[str, float]:
         """Read bandwidth of a streaming kernel (16-byte nc loads, 4 in flight, grid-stride; the best
         of a few grid sizes) and the launch floor (empty kernel in a graph)."""
-        with self.gpu_lock.held():
+        with self.gpu_lock.held(), self.on_stream():
             return self._ceiling(gib, copies)
 
     def _ceiling(self, gib: float, copies: int) -> dict[str, float]:
@@ -298,8 +336,8 @@ class CudaRunner(VerifyMixin, BaselinesMixin):
         for blocks_per_sm in (2, 4, 8, 16):
             grid = (self.sm_count * blocks_per_sm,)
             n = 8 * copies
-            t = self.time_graph(lambda i: self._read_stream(grid, (256,), (bufs[i % copies], np.uint64(nbytes // 16),
-                                                                         sink)), n)
+            t = self.time_graph(lambda i: self.read_stream(grid, (256,), (bufs[i % copies], np.uint64(nbytes // 16),
+                                                                        sink)), n)
             st = summarize(t)
             per_grid[blocks_per_sm] = nbytes / (st.median * 1e-6) / 1e9
             if best is None or st.median < best[0].median:
@@ -324,9 +362,16 @@ class CudaRunner(VerifyMixin, BaselinesMixin):
 
     @property
     def ceiling_gbps(self) -> float:
+        """The read ceiling measurements' pct_ceiling is against: the last ``ceiling()``'s (measured on
+        first use), or what was set."""
         if self._ceiling_gbps is None:
             self.ceiling()
         return self._ceiling_gbps  # type: ignore[return-value]
+
+    @ceiling_gbps.setter
+    def ceiling_gbps(self, gbps: float) -> None:
+        """Keep percentages against this ceiling (e.g. the full 1 GiB one after measuring a smaller read's)."""
+        self._ceiling_gbps = float(gbps)
 
     # ---- variants -------------------------------------------------------------------------------
     @property
@@ -358,7 +403,8 @@ class CudaRunner(VerifyMixin, BaselinesMixin):
 
     @staticmethod
     def plan_launcher(plan: LaunchPlan) -> Callable[..., None]:
-        """launch(W, x, y[, bias]) with CuPy arrays, on the current CuPy stream (capturable)."""
+        """launch(W, x, y[, bias]) with CuPy arrays, on the current CuPy stream (capturable): call it
+        inside ``on_stream()`` (the runner's timers and verify do) to run it on the runner's."""
         def launch(W, x, y, bias=None):
             plan.launch(W.data.ptr, x.data.ptr, y.data.ptr, bias.data.ptr if bias is not None else 0,
                         cp.cuda.get_current_stream().ptr)
@@ -370,15 +416,26 @@ class CudaRunner(VerifyMixin, BaselinesMixin):
 
     def verify(self, launch: Callable[..., Any], shape: Shape, bound: float,
                epilogue: Epilogue = DEFAULT) -> tuple[bool, float, float, str]:
-        """(passed, relerr, rowerr, reason) of launch(W, x, y[, bias]) on fresh random inputs."""
-        return self._verify(launch, shape, bound, epilogue)
+        """(passed, relerr, rowerr, reason) of launch(W, x, y[, bias]) on fresh random inputs (the
+        verifier's, on the runner's device and stream)."""
+        return self.verifier.verify(launch, shape, bound, epilogue)
+
+    def reference(self, W: Any, x: Any) -> tuple[Any, Any]:
+        """float64 W x and per-row scales (``Verifier.reference``), on the runner's device and stream."""
+        return self.verifier.reference(W, x)
+
+    def check(self, y: Any, ref: Any, scale: Any, bound: float) -> tuple[bool, float, float, str]:
+        """(passed, relerr, rowerr, reason) of y against a reference (``Verifier.check``), on the runner's
+        device and stream."""
+        with self.on_stream():
+            return self.verifier.check(y, ref, scale, bound)
 
     def measure(self, config: Any, shape: Shape, kind: str = "variant", verify: bool = True,
                 timed: bool = True, source: str | None = None, name: str | None = None,
                 epilogue: Epilogue = DEFAULT) -> Measurement:
         """Compile, verify on fresh inputs, then time. ``source`` replaces the rendered source (used
         to plant faulty kernels: the check must catch them). Nothing raises out of here."""
-        with cp.cuda.Device(self.device_id), self.stream, self.gpu_lock.held():  # (device, stream: per thread in CuPy)
+        with self.on_stream(), self.gpu_lock.held():  # (device, stream: per thread in CuPy)
             return self._measure(config, shape, kind, verify, timed, source, name, epilogue)
 
     def _measure(self, config: Any, shape: Shape, kind: str, verify: bool, timed: bool, source: str | None,
@@ -403,7 +460,7 @@ class CudaRunner(VerifyMixin, BaselinesMixin):
         try:
             launch = self.plan_launcher(plan)
             if verify:
-                ok, m.relerr, m.rowerr, reason = self._verify(launch, shape, m.bound, epilogue)
+                ok, m.relerr, m.rowerr, reason = self.verify(launch, shape, m.bound, epilogue)
                 if not ok:
                     m.status, m.error = Status.WRONG, reason
                     return m
@@ -417,10 +474,11 @@ class CudaRunner(VerifyMixin, BaselinesMixin):
         except Exception as e:
             m.status, m.error = Status.LAUNCH_ERROR, (str(e).splitlines() or [type(e).__name__])[0]
             return m
-        self._fill_times(m, t, shape, "graph", n, b)
+        self.fill_times(m, t, shape, "graph", n, b)
         return m
 
-    def _fill_times(self, m: Measurement, t: list[float], shape: Shape, method: str, n: int, b: _ShapeBuffers) -> None:
+    def fill_times(self, m: Measurement, t: list[float], shape: Shape, method: str, n: int, b: ShapeBuffers) -> None:
+        """Put the samples ``t`` (µs per launch) and what they were timed over into ``m``."""
         st = summarize(t)
         m.us_median, m.us_min, m.us_max = st.median, st.min, st.max
         m.gbps = gbps(shape.bytes_moved, st.median)
@@ -436,6 +494,19 @@ class CudaRunner(VerifyMixin, BaselinesMixin):
         b = self.buffers(shape)
         n = self.launches(shape, b.copies, cap=400, flush=b.flush)
         t = self.time_spin(lambda i: launch(b.W[i % b.copies], b.x[i % b.copies], b.y[i % b.copies]), n, b.flush)
-        self._fill_times(m, t, shape, "spin", n, b)
+        self.fill_times(m, t, shape, "spin", n, b)
         return m
+
+    # ---- baselines (the Baselines part) -----------------------------------------------------------------
+    def measure_cublas(self, shape: Shape) -> Measurement:
+        """cuBLAS through cupy.matmul, spin-timed and verified (``Baselines.measure_cublas``)."""
+        return self.baseline.measure_cublas(shape)
+
+    def baselines(self, shape: Shape) -> list[Measurement]:
+        """cuBLAS via cupy.matmul and, where torch is installed, via torch in a graph (``Baselines.baselines``)."""
+        return self.baseline.baselines(shape)
+
+    def measure_torch_linear(self, shape: Shape) -> Measurement | None:
+        """cuBLAS through torch F.linear in a CUDA graph; None without torch (``Baselines.measure_torch_linear``)."""
+        return self.baseline.measure_torch_linear(shape)
 

@@ -1,10 +1,12 @@
-"""Verification, part of the CUDA runner: fresh random inputs, a float64 reference, and the check
-every variant (and baseline) must pass before it is timed."""
+"""Verification, a part of the CUDA runner: fresh random inputs, a float64 reference, and the check
+every variant (and baseline) must pass before it is timed. ``CudaRunner`` owns a ``Verifier`` made with
+its device, stream and random generator."""
 
 from __future__ import annotations
 
+import contextlib
 import math
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from ...epilogue import DEFAULT, Epilogue
 from ...shapes import Shape
@@ -12,29 +14,55 @@ from ...timing import ROW_FACTOR
 from ._cupy import _rand_half, cp
 
 
-class VerifyMixin:
-    """Methods of CudaRunner that check answers (uses its stream and random generator)."""
+def x_shape(shape: Shape) -> tuple[int, ...]:
+    """x is [d] for n = 1 (plain decode) and [n, d] otherwise; y is [M] or [n, M]."""
+    return (shape.d,) if shape.n == 1 else (shape.n, shape.d)
+
+
+def y_shape(shape: Shape) -> tuple[int, ...]:
+    return (shape.M,) if shape.n == 1 else (shape.n, shape.M)
+
+
+class Verifier:
+    """Checks answers on ``stream`` (a CuPy stream: every allocation, random draw and launch of a check
+    is ordered on it) of ``device`` (made current for each check, the caller's restored after; None:
+    the caller's), drawing inputs from ``rng``. Keeps one random W per shape with its float64 copies."""
+
+    def __init__(self, stream: Any, rng: Any, device: int | None = None):
+        self.stream, self.rng, self.device = stream, rng, device
+        self._vmat: tuple | None = None
+
+    @contextlib.contextmanager
+    def _scope(self) -> Iterator[None]:
+        """The device (when given) and the stream current for the block; the caller's back after."""
+        with cp.cuda.Device(self.device) if self.device is not None else contextlib.nullcontext(), self.stream:
+            yield
+
+    def release(self) -> None:
+        """Drop the kept W and its float64 copies."""
+        self._vmat = None
 
     def reference(self, W, x) -> tuple[Any, Any]:
         """float64 y = W x and the per-row scale ||W_i * x|| (row-chunked to bound memory); for
         X [n, d], both are [n, M] (one column at a time)."""
-        if x.ndim == 2:
-            cols = [self.reference(W, x[i]) for i in range(x.shape[0])]
-            return cp.stack([c[0] for c in cols]), cp.stack([c[1] for c in cols])
-        M, d = W.shape
-        ref = cp.empty(M, dtype=cp.float64)
-        scale = cp.empty(M, dtype=cp.float64)
-        x64 = x.astype(cp.float64)
-        rows = max(1, (1 << 26) // d)
-        for r0 in range(0, M, rows):
-            p = W[r0:r0 + rows].astype(cp.float64) * x64
-            ref[r0:r0 + rows] = p.sum(axis=1)
-            scale[r0:r0 + rows] = cp.sqrt((p * p).sum(axis=1))
-        return ref, scale
+        with self._scope():
+            if x.ndim == 2:
+                cols = [self.reference(W, x[i]) for i in range(x.shape[0])]
+                return cp.stack([c[0] for c in cols]), cp.stack([c[1] for c in cols])
+            M, d = W.shape
+            ref = cp.empty(M, dtype=cp.float64)
+            scale = cp.empty(M, dtype=cp.float64)
+            x64 = x.astype(cp.float64)
+            rows = max(1, (1 << 26) // d)
+            for r0 in range(0, M, rows):
+                p = W[r0:r0 + rows].astype(cp.float64) * x64
+                ref[r0:r0 + rows] = p.sum(axis=1)
+                scale[r0:r0 + rows] = cp.sqrt((p * p).sum(axis=1))
+            return ref, scale
 
     @staticmethod
     def check(y, ref, scale, bound: float) -> tuple[bool, float, float, str]:
-        """(passed, relerr, rowerr, reason). NaN anywhere (the poison) fails.
+        """(passed, relerr, rowerr, reason). NaN anywhere (the poison) fails. Runs on the current stream.
 
         relerr = ||y - ref|| / ||s||, where s_i = ||W_i * x|| is each row's root-sum-square of terms:
         for random data E[ref_i^2] = s_i^2, so this is the usual relative L2 error, but it stays
@@ -53,8 +81,8 @@ class VerifyMixin:
             return False, relerr, rowerr, f"row {worst}: error {rowerr:.3g} x its scale, above {ROW_FACTOR * bound:.3g}"
         return True, relerr, rowerr, ""
 
-    def _verify(self, run: Callable[..., Any], shape: Shape, bound: float,
-                epilogue: Epilogue = DEFAULT) -> tuple[bool, float, float, str]:
+    def verify(self, run: Callable[..., Any], shape: Shape, bound: float,
+               epilogue: Epilogue = DEFAULT) -> tuple[bool, float, float, str]:
         """Random W (fresh per shape, kept with its float64 copies), fresh random x (and bias[M] when
         the epilogue has one) per call, y poisoned with NaN in the epilogue's dtype, one launch,
         float64 reference (two float64 GEMVs against the resident copies, plus the bias).
@@ -62,12 +90,12 @@ class VerifyMixin:
         ``run(W, x, y)`` for the default epilogue (FP32 out, no bias), else ``run(W, x, y, bias)``
         (bias None without one); it may return its own output instead of writing y. The bias is one
         more term of each row: ref_i += b_i and s_i^2 += b_i^2."""
-        with self.stream:
+        with self._scope():
             W, W64, W64sq = self._verify_matrix(shape)
-            x = _rand_half(self.x_shape(shape), self.rng)
+            x = _rand_half(x_shape(shape), self.rng)
             bias = _rand_half((shape.M,), self.rng) if epilogue.bias else None
             dtype = cp.float16 if epilogue.out == "fp16" else cp.float32
-            y = cp.full(self.y_shape(shape), cp.nan, dtype=dtype)
+            y = cp.full(y_shape(shape), cp.nan, dtype=dtype)
             out = run(W, x, y) if epilogue == DEFAULT else run(W, x, y, bias)
             self.stream.synchronize()
             x64 = x.astype(cp.float64).reshape(shape.n, shape.d)
@@ -84,3 +112,18 @@ class VerifyMixin:
             W64 = W.astype(cp.float64)
             self._vmat = (shape, W, W64, W64 * W64)
         return self._vmat[1:]
+
+
+class VerifyMixin(Verifier):
+    """The verifier as the mixin it once was (the class supplies ``stream``, ``rng`` and ``_vmat``;
+    ``_verify`` is ``Verifier.verify``), for tests/test_epilogue.py, which checks the reference with NumPy
+    standing in for CuPy. CudaRunner does not use it: it owns a Verifier."""
+
+    device: int | None = None
+
+    def __init__(self) -> None:   # the subclass supplies stream, rng and _vmat
+        pass
+
+    def _verify(self, run: Callable[..., Any], shape: Shape, bound: float,
+                epilogue: Epilogue = DEFAULT) -> tuple[bool, float, float, str]:
+        return self.verify(run, shape, bound, epilogue)
