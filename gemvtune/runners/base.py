@@ -73,7 +73,7 @@ class Measurement:
 @runtime_checkable
 class Runner(Protocol):
     """What every runner offers, and all the search, the table, the reports and the command line use of
-    one (gemvtune.search, search_cli, spacebound, study, sweep, bench). Implemented by CudaRunner (a GPU),
+    one (gemvtune.search, search_run, spacebound, study, sweep, bench). Implemented by CudaRunner (a GPU),
     ReplayRunner (recorded sweeps, on the CPU), IsolatedRunner (any runner in a child process, with a
     watchdog) and the tests' FakeRunner; :class:`RunnerBase` gives the members most runners leave at
     their default, so a caller never needs ``getattr(runner, name, default)``.
