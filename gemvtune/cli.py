@@ -11,6 +11,7 @@ from typing import Callable
 import click
 
 from . import space as sp
+from .families import load_configs
 from .cli_options import SEED, ModelPreset, one_line_usage_error, setup_logging, sort_shape_lines, writable_file
 from .cli_options import gpu_check as _gpu_check, writable_dir as _writable_dir
 from .errors import GemvtuneError, UsageError
@@ -35,7 +36,7 @@ def select_configs(spec: str, shape: Shape, seed: int = 0) -> list[sp.GemvConfig
             raise UsageError(f"bad --configs {spec!r}: expected sample:N with N >= 1")
         return sp.sample_configs(shape, int(k), seed)
     if spec.endswith(".json"):
-        return sp.load_configs(spec)
+        return load_configs(spec)
     return [sp.parse_config(spec)]
 
 

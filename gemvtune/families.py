@@ -4,6 +4,7 @@ of some family" goes through here; a new family is its config module, its templa
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -94,3 +95,19 @@ def config_from_dict(data: Any) -> Any:
 def config_to_dict(config: Any) -> dict[str, Any]:
     """JSON object of a config, naming its family (tables and CSVs keep both families apart)."""
     return {"family": config.family, **config.to_dict()}
+
+
+def load_configs(path: str) -> list[Any]:
+    """A JSON file holding a list of config objects (or one object); each may name its ``family``
+    (gemv when it does not)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        raise UsageError(f"config file {path} does not exist") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UsageError(f"config file {path} is not valid JSON: {e}") from None
+    items = data if isinstance(data, list) else [data]
+    if not items:
+        raise UsageError(f"config file {path} holds no configs")
+    return [config_from_dict(x) for x in items]

@@ -191,21 +191,3 @@ def parse_config(text: str) -> GemvConfig:
         k, v = (s.strip() for s in item.split("=", 1))
         data[k] = int(v) if v.lstrip("-").isdigit() else v
     return GemvConfig.from_dict(data)
-
-
-def load_configs(path: str) -> list[Any]:
-    """A JSON file holding a list of config objects (or one object); each may name its ``family``
-    (gemv when it does not)."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except FileNotFoundError:
-        raise UsageError(f"config file {path} does not exist") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise UsageError(f"config file {path} is not valid JSON: {e}") from None
-    items = data if isinstance(data, list) else [data]
-    if not items:
-        raise UsageError(f"config file {path} holds no configs")
-    from .families import config_from_dict
-
-    return [config_from_dict(x) for x in items]

@@ -145,7 +145,7 @@ def test_sanitizer_config_set_covers_both_families_and_compiles():
     from pathlib import Path
 
     from gemvtune.compile import compile_variants
-    from gemvtune.space import load_configs
+    from gemvtune.families import load_configs
 
     cfgs = load_configs(str(Path(__file__).parent / "data" / "sanitize_configs.json"))
     pairs = []

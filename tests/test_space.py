@@ -4,7 +4,8 @@ import pytest
 
 from gemvtune import LLAMA_CPP, GemvConfig, Shape, UsageError, parse_config, sample_configs
 from gemvtune.shapes import DECODE_SUITE
-from gemvtune.space import DOMAINS, all_configs, load_configs
+from gemvtune.families import load_configs
+from gemvtune.space import DOMAINS, all_configs
 
 
 def test_llama_point():

@@ -122,7 +122,9 @@ class CudaRunner(RunnerBase):
         self.pci_bus_id = f"{int(p.get('pciDomainID', 0)):08X}:{int(p.get('pciBusID', 0)):02X}:{int(p.get('pciDeviceID', 0)):02X}.0"
         self.gpu_lock = GpuLock(self.pci_bus_id)   # timing is exclusive per GPU across this host's processes
         self.replays, self.warmup, self.target_us = replays, warmup, target_us
-        if os.environ.get("GEMVTUNE_NO_POOL"):
+        from ...settings import settings
+
+        if settings().no_pool:
             cp.cuda.set_allocator(None)  # every array its own cudaMalloc: compute-sanitizer sees exact bounds (global)
         # One blocking stream of the device: every allocation, fill, random draw, launch and capture of this
         # runner is ordered on it (a non-blocking stream raced the NaN poisoning once). Its methods make it
