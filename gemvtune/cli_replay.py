@@ -154,8 +154,10 @@ def plot_study(storage: str, names: tuple[str, ...], out_dir: str) -> None:
     for name in names:
         if name not in have:
             raise UsageError(f"no study {name!r} in {storage}")
-        studies = {fam: optuna.load_study(study_name=n, storage=st)
-                   for fam, n in (("gemv", name), ("splitk", f"{name}-splitk")) if n in have}
+        from .families import FAMILIES
+
+        studies = {fam: optuna.load_study(study_name=f.study_name(name), storage=st)
+                   for fam, f in FAMILIES.items() if f.study_name(name) in have}
         curves = {fam: convergence_rows(s) for fam, s in studies.items()}
         pd.DataFrame([{"family": f, **r} for f, rows in curves.items() for r in rows]).to_csv(
             out / f"{name}-convergence.csv", index=False, float_format="%.6g")
