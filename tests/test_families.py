@@ -34,3 +34,13 @@ def test_registry_order_and_default():
     assert FAMILY_NAMES[0] == DEFAULT_FAMILY == "gemv"
     assert all(f.seed.family == n and isinstance(f.seed, f.config_cls) for n, f in FAMILIES.items())
     assert len({f.study_suffix for f in FAMILIES.values()}) == len(FAMILIES)   # study names never collide
+
+
+def test_space_does_not_load_the_registry():
+    """families imports the config modules; they never import families back (no import loop)."""
+    import subprocess
+    import sys
+
+    code = "import sys, gemvtune.space, gemvtune.space_splitk; print('gemvtune.families' in sys.modules)"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.stdout.strip() == "False", r.stderr
