@@ -42,29 +42,10 @@ def main() -> None:
             op = lambda i: launch(b.W[i % c], b.x[i % c], b.y[i % c])   # noqa: E731
             warm = summarize(r.time_graph(op, 4 * c))
             runner_flush = summarize(r.time_graph(op, c, flush=True))
-            st = r.stream
-            with st:
-                st.begin_capture()
-                for i in range(c):
-                    op(i)
-                g = st.end_capture()
-                g.launch(st)
-
-            def timed(before) -> list[float]:
-                e0, e1, t = cp.cuda.Event(), cp.cuda.Event(), []
-                with st:
-                    for k in range(r.replays):
-                        before(k)
-                        e0.record(st)
-                        g.launch(st)
-                        e1.record(st)
-                        e1.synchronize()
-                        t.append(cp.cuda.get_elapsed_time(e0, e1) * 1000.0 / c)
-                return t
-
-            read = summarize(timed(lambda k: r.read_stream((r.sm_count * 8,), (256,),
-                                                             (big, np.uint64(big.size // 16), sink))))
-            write = summarize(timed(lambda k: big.fill(np.uint8(k % 251))))
+            read = summarize(r.time_graph(op, c, before=lambda st: r.read_stream(
+                (r.sm_count * 8,), (256,), (big, np.uint64(big.size // 16), sink), stream=st)))
+            write = summarize(r.time_graph(op, c, before=lambda st: cp.cuda.runtime.memsetAsync(
+                big.data.ptr, 1, big.nbytes, st.ptr)))
             full = copies_for(s.weight_bytes, r.l2_bytes, cap=10**9)   # the old rule: one pass > 3x L2
             W = [_rand_half((s.M, s.d), r.rng) for _ in range(full)]
             x = [_rand_half(r.x_shape(s), r.rng) for _ in range(64)]

@@ -9,47 +9,17 @@ import resource
 import subprocess
 import sys
 
-import optuna
 import pytest
 
 from conftest import ROOT, run_cli
-from gemvtune import Shape
+from journals import SHAPE, SWEEPS, journal_study, measured as _measured, replay_study, whole as _whole
 from gemvtune.journal import scan
-from gemvtune.search import make_storage, study_name
-
-SWEEPS = str(ROOT / "results" / "nvidia-h200" / "sweeps")
-SHAPE = "4096x4096"
-BASE = study_name(Shape(4096, 4096), "nvidia-h200")
-
-
-def _study(storage):
-    """The replay search's study (named BASE, or BASE-replay where replayed studies are kept apart)."""
-    names = {s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}
-    (name,) = names & {BASE, BASE + "-replay"}
-    return optuna.load_study(study_name=name, storage=storage)
+from gemvtune.search import make_storage
 
 
 def _search(out, trials, *extra, **kw):
     return run_cli("search", "--shape", SHAPE, "--replay", SWEEPS, "--trials", str(trials), "--results", str(out),
                    *extra, **kw)
-
-
-def _trials(journal):
-    return _study(make_storage(f"journal:{journal}")).get_trials(deepcopy=False)
-
-
-def _measured(journal):
-    """number -> (label, value) of the finished measured trials."""
-    return {t.number: (t.user_attrs["label"], t.value) for t in _trials(journal)
-            if t.user_attrs.get("measured") and t.state.name in ("COMPLETE", "PRUNED")}
-
-
-def _whole(journal):
-    """Every line of the journal is one complete JSON record."""
-    data = journal.read_bytes()
-    assert data.endswith(b"\n")
-    for line in data.splitlines():
-        assert isinstance(json.loads(line), dict)
 
 
 def _lines(text):
@@ -95,10 +65,10 @@ def test_torn_journal_is_repaired_then_the_search_resumes(tmp_path, damage):
     _whole(journal)
     after = _measured(journal)
     assert len(after) == 20 and all(after[k] == v for k, v in before.items())
-    assert not [t.number for t in _trials(journal) if t.state.name == "RUNNING"]
+    assert not [t.number for t in journal_study(journal).get_trials(deepcopy=False) if t.state.name == "RUNNING"]
     assert json.loads((out / "table.json").read_text())["entries"]["4096x4096x1"]["search"]["measured_trials"] == 20
     if damage is _older_gemvtune_appended:        # the record appended after the torn one was salvaged
-        assert _study(make_storage(f"journal:{journal}")).user_attrs["appended"] == 1
+        assert replay_study(make_storage(f"journal:{journal}")).user_attrs["appended"] == 1
 
     r = _search(out, 20)                            # whole now: nothing more to say
     assert r.returncode == 0 and not _lines(r.stderr), r.stderr
@@ -152,7 +122,7 @@ def test_disk_full_mid_search_is_one_line_then_a_rerun_resumes(tmp_path):
     assert r.returncode == 0, r.stderr
     after = _measured(journal)
     assert len(after) == 60 and all(after[k] == v for k, v in mid.items())
-    assert not [t.number for t in _trials(journal) if t.state.name == "RUNNING"]
+    assert not [t.number for t in journal_study(journal).get_trials(deepcopy=False) if t.state.name == "RUNNING"]
 
 
 @pytest.mark.parametrize("kind", ["journal", "sqlite"])
@@ -178,7 +148,7 @@ def test_file_size_limit_mid_search(tmp_path, kind):
     assert db.stat().st_size <= limit
 
     def measured():
-        study = _study(make_storage(url))
+        study = replay_study(make_storage(url))
         return {t.number: (t.user_attrs["label"], t.value) for t in study.get_trials(deepcopy=False)
                 if t.user_attrs.get("measured") and t.state.name in ("COMPLETE", "PRUNED")}
 

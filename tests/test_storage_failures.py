@@ -13,7 +13,6 @@ Root writes through read-only permissions, so the permission cases are simulated
 real chmod cases run only as another user."""
 
 import errno
-import json
 import logging
 import os
 import signal
@@ -21,20 +20,15 @@ import subprocess
 import sys
 import time
 
-import optuna
 import pytest
 
 import gemvtune.journal as jm
 import gemvtune.runners.replay as rp
 import gemvtune.search_run as sc
 from conftest import ROOT, run_cli
-from gemvtune import Shape
+from journals import SHAPE, SWEEPS, journal_study, measured as _measured, whole as _whole
 from gemvtune.cli import main
-from gemvtune.search import make_storage, study_name
 
-SWEEPS = str(ROOT / "results" / "nvidia-h200" / "sweeps")
-SHAPE = "4096x4096"
-BASE = study_name(Shape(4096, 4096), "nvidia-h200")
 ROOT_USER = os.geteuid() == 0
 FINISHED = (1, 2, 3)   # TrialState COMPLETE, PRUNED, FAIL as the journal records them
 
@@ -45,26 +39,6 @@ def _args(out, trials, *extra):
 
 def _lines(text):
     return [ln for ln in text.splitlines() if ln.strip()]
-
-
-def _study(journal):
-    storage = make_storage(f"journal:{journal}")
-    names = {s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}
-    (name,) = names & {BASE, BASE + "-replay"}
-    return optuna.load_study(study_name=name, storage=storage)
-
-
-def _measured(journal):
-    """number -> (label, value) of the finished measured trials."""
-    return {t.number: (t.user_attrs["label"], t.value) for t in _study(journal).get_trials(deepcopy=False)
-            if t.user_attrs.get("measured") and t.state.name in ("COMPLETE", "PRUNED")}
-
-
-def _whole(journal):
-    data = journal.read_bytes()
-    assert data.endswith(b"\n")
-    for line in data.splitlines():
-        assert isinstance(json.loads(line), dict)
 
 
 def _files(folder):
@@ -112,7 +86,7 @@ def _resumes(out, before, trials=40):
     assert "Traceback" not in r.stderr, r.stderr
     after = _measured(journal)
     assert len(after) == trials and all(after[k] == v for k, v in before.items())
-    assert not [t.number for t in _study(journal).get_trials(deepcopy=False) if t.state.name == "RUNNING"]
+    assert not [t.number for t in journal_study(journal).get_trials(deepcopy=False) if t.state.name == "RUNNING"]
     _whole(journal)
     return r
 

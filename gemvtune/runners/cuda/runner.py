@@ -199,9 +199,10 @@ class CudaRunner(RunnerBase):
         return self._functions[key]
 
     # ---- timing primitives ---------------------------------------------------------------------
-    def time_graph(self, launch: Callable[[int], None], n: int, flush: bool = False) -> list[float]:
+    def time_graph(self, launch: Callable[[int], None], n: int, flush: bool = False,
+                   before: Callable[[Any], None] | None = None) -> list[float]:
         """Capture n launches (launch(i) enqueues the i-th) in a graph; µs per launch per replay (each
-        replay after an L2 flush with ``flush``)."""
+        replay after an L2 flush with ``flush``, or after ``before(stream)``: see replay_times)."""
         s = self.stream
         with self.on_stream():
             s.begin_capture()
@@ -212,18 +213,22 @@ class CudaRunner(RunnerBase):
                 g = s.end_capture()
             for _ in range(self.warmup):
                 g.launch(s)
-        return self.replay_times(g, self.replays, n, flush)
+        return self.replay_times(g, self.replays, n, flush, before)
 
-    def replay_times(self, g: Any, replays: int, per: int = 1, flush: bool = False) -> list[float]:
+    def replay_times(self, g: Any, replays: int, per: int = 1, flush: bool = False,
+                     before: Callable[[Any], None] | None = None) -> list[float]:
         """Replay a captured CuPy graph ``replays`` times on the runner's stream, each between two
-        events (and after an L2 flush with ``flush``); µs per replay divided by ``per`` (the launches it holds)."""
+        events (and after an L2 flush with ``flush``, or other untimed work ``before(stream)``); µs per
+        replay divided by ``per`` (the launches it holds)."""
         s = self.stream
+        if flush:
+            before = self.flush_l2
         out = []
         with self.on_stream():
             e0, e1 = cp.cuda.Event(), cp.cuda.Event()
             for _ in range(replays):
-                if flush:
-                    self.flush_l2(s)
+                if before is not None:
+                    before(s)
                 e0.record(s)
                 g.launch(s)
                 e1.record(s)
