@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import collections
 import logging
 import sys
 from pathlib import Path
@@ -56,48 +55,14 @@ def cli(verbose: int, quiet: int) -> None:
 @_shape_opt
 @click.option("--batch", default="1", show_default=True, help="batch sizes n, e.g. 1,2,4")
 def space(shape_text: str, batch: str) -> None:
-    """Summarize the valid configs for a shape and why the others are invalid."""
-    from . import space_splitk as sk
+    """Summarize the valid configs of each family for a shape and why the others are invalid."""
+    from .census import census_lines
+    from .families import FAMILIES
 
     for shape in _shapes(shape_text, batch):
-        total, valid, reasons, per_param = _census(sp.all_configs(), shape, sp.DOMAINS)
-        click.echo(f"shape {shape} (M={shape.M}, d={shape.d}, n={shape.n}): {valid} valid of {total} gemv configs")
-        llama = sp.LLAMA_CPP.invalid_reasons(shape)
-        click.echo(f"  llama.cpp config {sp.LLAMA_CPP.label}: {'valid' if not llama else 'INVALID: ' + llama[0]}")
-        click.echo("  valid configs per parameter value:")
-        for k, cnt in per_param.items():
-            click.echo(f"    {k:8s} " + "  ".join(f"{v}:{cnt.get(v, 0)}" for v in sp.DOMAINS[k]))
-        if reasons:
-            click.echo("  invalid, by first reason:")
-            for kind, n in reasons.most_common():
-                click.echo(f"    {n:7d}  {kind}")
-        sk_total, sk_valid, sk_reasons, _ = _census(sk.all_configs(), shape, sk.DOMAINS)
-        click.echo(f"  split-K GEMM family: {sk_valid} valid of {sk_total} configs")
-        for kind, n in sk_reasons.most_common():
-            click.echo(f"    {n:7d}  {kind}")
-
-
-def _census(configs, shape: Shape, domains) -> tuple[int, int, collections.Counter, dict[str, collections.Counter]]:
-    """(total, valid, invalid count by first reason, valid count per parameter value)."""
-    total, valid, reasons = 0, 0, collections.Counter()
-    per_param: dict[str, collections.Counter] = {k: collections.Counter() for k in domains}
-    for c in configs:
-        total += 1
-        r = c.invalid_reasons(shape)
-        if r:
-            reasons[_reason_kind(r[0])] += 1
-        else:
-            valid += 1
-            for k, v in c.to_dict().items():
-                per_param[k][v] += 1
-    return total, valid, reasons, per_param
-
-
-def _reason_kind(reason: str) -> str:
-    """Group reasons by their wording with the numbers taken out."""
-    import re
-
-    return re.sub(r"\d+", "N", reason)
+        for fam in FAMILIES.values():
+            for line in census_lines(fam, shape):
+                click.echo(line)
 
 
 @cli.command()

@@ -25,6 +25,15 @@ class ConfigBase:
     def is_valid(self, shape: Any) -> bool:
         return not self.invalid_reasons(shape)  # type: ignore[attr-defined]
 
+    def needs_workspace(self, shape: Any) -> bool:
+        """Whether a kernel of one call of ``shape`` reads the workspace (``ws`` or ``counters``): the
+        family's rule, so launches and the exported header allocate one only where it is read."""
+        raise NotImplementedError(f"{type(self).__name__} does not say when it needs a workspace")
+
+    def epilogue_reasons(self, epilogue: Any) -> list[str]:
+        """Why this config cannot fuse ``epilogue`` (output dtype, bias) into its store; none by default."""
+        return []
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)  # type: ignore[call-overload]
 

@@ -1,12 +1,14 @@
 """The kernel families gemvtune searches, by name: their config class, domains, seed point, template
-and the values it renders with, study naming and complexity order. Everything that handles "a config
-of some family" goes through here; a new family is its config module, its template and one entry."""
+and the values it renders with, study naming, complexity order, every config (the census), a table's
+fallbacks and the grid a sweep measures. Everything that handles "a config of some family" goes through
+here; a new family is its config module (its config class says when it needs a workspace and which
+epilogues it can fuse), its template and one entry."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from . import space, space_splitk
 from .errors import UsageError
@@ -24,6 +26,10 @@ class Family:
     complexity: Callable[[Any], tuple]   # smaller is simpler: ties go to the simplest
     render_values: Callable[[Any, Any], dict[str, Any]]   # (config, shape) -> the family's own template values
     study_suffix: str               # appended to a shape's study name ("" for the first family)
+    all_configs: Callable[[], Iterable[Any]]   # every point of the space, valid or not (the census)
+    fallbacks: tuple[tuple[Any, str], ...]     # (config, why) a table runs for a shape it lacks, in order
+    sweep_grid: dict[str, tuple[Any, ...]]     # the part of the domains a sweep measures
+    sweep_note: str                 # what the sweep grid leaves out of the domains (in each sweep's sidecar)
 
     def study_name(self, base: str) -> str:
         return base + self.study_suffix
@@ -50,10 +56,13 @@ def _splitk_values(c: space_splitk.SplitKConfig, shape: Any) -> dict[str, Any]:
 FAMILIES: dict[str, Family] = {
     # CUDA-core GEMV, each W load used for all n columns (llama.cpp's kernel is a point)
     "gemv": Family("gemv", space.GemvConfig, space.DOMAINS, space.LLAMA_CPP, "llama.cpp", "gemv.cu.j2", "gemv",
-                   _gemv_complexity, _gemv_values, ""),
+                   _gemv_complexity, _gemv_values, "", space.all_configs, space.FALLBACKS, space.SWEEP_GRID,
+                   space.SWEEP_NOTE),
     # tensor-core GEMM (mma.sync m16n8k16) with d split across blocks
     "splitk": Family("splitk", space_splitk.SplitKConfig, space_splitk.DOMAINS, space_splitk.SPLITK_SEED,
-                     "splitk seed", "splitk_gemm.cu.j2", "splitk_gemm", _splitk_complexity, _splitk_values, "-splitk"),
+                     "splitk seed", "splitk_gemm.cu.j2", "splitk_gemm", _splitk_complexity, _splitk_values, "-splitk",
+                     space_splitk.all_configs, space_splitk.FALLBACKS, space_splitk.SWEEP_GRID,
+                     space_splitk.SWEEP_NOTE),
 }
 # Order of families in a search; the gemv family first (its seed is the llama.cpp config).
 FAMILY_NAMES = tuple(FAMILIES)

@@ -77,8 +77,19 @@ class SplitKConfig(ConfigBase):
 
     def workspace(self, shape: Shape) -> tuple[int, int]:
         """(float workspace elements, counters) one call needs."""
-        ws = self.split * shape.n * shape.M if (self.split > 1 and self.combine == "pass2") else 1
+        ws = self.split * shape.n * shape.M if self.needs_workspace(shape) else 1
         return ws, 1
+
+    def needs_workspace(self, shape: Shape) -> bool:
+        """Whether a kernel of one call reads ``ws``: split partial sums combined in a second pass
+        (atomics add them straight into y)."""
+        return self.split > 1 and self.combine == "pass2"
+
+    def epilogue_reasons(self, epilogue: Any) -> list[str]:
+        """Why this config cannot fuse ``epilogue`` (gemvtune.epilogue.Epilogue) into its store."""
+        if self.split > 1 and self.combine == "atomic" and epilogue.out != "fp32":
+            return ["combine=atomic adds FP32 partial sums into y; an FP16 output needs combine=pass2"]
+        return []
 
     def smem_bytes(self, shape: Shape) -> int:
         npad = 8 * self.n_tiles(shape.n)
@@ -128,6 +139,11 @@ class SplitKConfig(ConfigBase):
 
 # The point tried first: 32 rows per block, 4 warps, d split 4 ways, atomics, 2 chunks in flight.
 SPLITK_SEED = SplitKConfig()
+# A table's fallbacks for a shape it lacks: none (the GEMV family's run any shape).
+FALLBACKS: tuple[tuple[SplitKConfig, str], ...] = ()
+# A sweep measures the whole space (1,728 points before validity).
+SWEEP_GRID: dict[str, tuple[Any, ...]] = dict(DOMAINS)
+SWEEP_NOTE = "Nothing left out: the whole split-K space."
 
 
 def all_configs() -> Iterator[SplitKConfig]:

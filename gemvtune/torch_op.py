@@ -10,7 +10,7 @@ measured cuBLAS faster. It is a ``torch.library.custom_op`` with a fake implemen
 kernels. ``table`` is the id ``register_table`` gave the table (tables are not tensors).
 
 Eager callers (``GemvLinear`` outside ``torch.compile``) call ``run_linear`` directly: a Python-defined
-custom op costs about 15 µs per call in eager mode on the H200 host (``results/nvidia-h200/issue16``),
+custom op costs about 15 µs per call in eager mode on the H200 host (``results/nvidia-h200/runs/issue16``),
 more than a bare launch, so the eager path skips the dispatcher; both paths run the same function.
 """
 

@@ -5,7 +5,7 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 GEMVTUNE_CACHE_DIR=/tmp/gemvtune-cache NCCL_NVLS_ENABLE=0
-R=results/nvidia-h200/multi-gpu-2026-11-29
+R=results/nvidia-h200/runs/multi-gpu-2026-11-29
 { date -u; nvidia-smi -L; nvidia-smi --query-gpu=index,name,pci.bus_id,driver_version,memory.total --format=csv; nproc; } > "$OUT/env.txt" 2>&1
 timeout 150 python3 -m pytest -m gpu -p no:cacheprovider -rA tests/test_torch.py > "$OUT/pytest-torch.log" 2>&1
 echo "pytest rc=$?" >> "$OUT/pytest-torch.log"; tail -2 "$OUT/pytest-torch.log"

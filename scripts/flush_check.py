@@ -4,7 +4,7 @@ one process: warm (passes over 256 copies, no flush), a streaming-read flush (3x
 kernel), a write flush (memset of 3x L2), the runner's flush (write 3x L2 then discard the lines), and
 full rotation (copies >= 3x L2, one pass: the reference).
 
-    python3 scripts/flush_check.py --out results/nvidia-h200/issue17
+    python3 scripts/flush_check.py --out results/nvidia-h200/runs/issue17
 """
 
 from __future__ import annotations

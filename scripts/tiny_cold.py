@@ -3,7 +3,7 @@ MAX_COPIES weight copies, one pass per sample after an L2 flush (method graph+fl
 launches timed warm (several passes over copies already in L2, no flush), with cuBLAS (torch F.linear,
 cupy.matmul) under the same protocol, and the launch floor from the same run.
 
-    python3 scripts/tiny_cold.py --out results/nvidia-h200/issue17
+    python3 scripts/tiny_cold.py --out results/nvidia-h200/runs/issue17
 """
 
 from __future__ import annotations

@@ -177,7 +177,7 @@ def test_nothing_from_a_user_is_executed():
 
 # ---- Issue 17: command-line conventions and packaging (appended; the same rules as above) ----------
 
-BENCH_CSV = str(ROOT / "results" / "nvidia-h200" / "2026-11-29-decode-suite" / "bench-20261129-121850.csv")
+BENCH_CSV = str(ROOT / "results" / "nvidia-h200" / "runs" / "2026-11-29-decode-suite" / "bench-20261129-121850.csv")
 
 CLI_CASES_17 = [
     ("negative seed", ["compile-check", "--shape", "64x64", "--seed", "-1"], "-1 is not in the range x>=0", 2),
