@@ -44,11 +44,10 @@ class Epilogue:
         return ("" if self.out == "fp32" else ".o16") + (".bias" if self.bias else "")
 
     def invalid_reasons(self, config: Any) -> list[str]:
-        """Why ``config`` cannot fuse this epilogue (empty: it can)."""
-        if (getattr(config, "family", "") == "splitk" and config.split > 1 and config.combine == "atomic"
-                and self.out != "fp32"):
-            return ["combine=atomic adds FP32 partial sums into y; an FP16 output needs combine=pass2"]
-        return []
+        """Why ``config`` cannot fuse this epilogue (empty: it can): its family's rule
+        (``config.epilogue_reasons``; e.g. a split-K GEMM combining with FP32 atomics has no FP16 output)."""
+        rule = getattr(config, "epilogue_reasons", None)
+        return list(rule(self)) if rule is not None else []
 
 
 DEFAULT = Epilogue()

@@ -48,9 +48,8 @@ class LaunchSpec:
 
     @property
     def needs_workspace(self) -> bool:
-        """Whether any kernel reads ws or counters (split-K GEMV; split-K GEMM combining in a second pass)."""
-        c = self.config
-        return (c.family == "gemv" and c.split_k > 1) or (c.family == "splitk" and c.split > 1 and c.combine == "pass2")
+        """Whether any kernel reads ws or counters: the config's family says (``config.needs_workspace``)."""
+        return bool(self.config.needs_workspace(self.shape))
 
 
 def launch_spec(config: Any, shape: Shape, epilogue: Epilogue = DEFAULT) -> LaunchSpec:

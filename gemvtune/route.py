@@ -48,16 +48,16 @@ def _candidates(entry: dict[str, Any], shape: Any, out: str) -> list[tuple[float
     fastest first: the winner (the search's confirmed choice, ties included) when it can, else each
     family's best that can (an FP16 output cannot come from an atomic split-K combine)."""
     from .epilogue import Epilogue
-    from .families import config_from_dict
+    from .families import DEFAULT_FAMILY, FAMILY_NAMES, config_from_dict
 
     epi = Epilogue(out)
     found: dict[Any, float] = {}
-    for rec in [entry.get("winner")] + [entry.get(f) for f in ("gemv", "splitk")]:
+    for rec in [entry.get("winner")] + [entry.get(f) for f in FAMILY_NAMES]:
         us = _us(rec)
         if us is None or not isinstance(rec.get("config"), dict):
             continue
         try:
-            cfg = config_from_dict({"family": rec.get("family", "gemv"), **rec["config"]})
+            cfg = config_from_dict({"family": rec.get("family", DEFAULT_FAMILY), **rec["config"]})
         except Exception:
             continue
         if cfg.is_valid(shape) and not epi.invalid_reasons(cfg):

@@ -135,7 +135,7 @@ def _measured(rec: Any, where: str, need_us: bool = False) -> dict:
 
 def _config(rec: dict, where: str, shape: Any, family: str | None = None, required: bool = True) -> Any:
     """The record's config, as gemvtune.route and export parse it, valid for ``shape``."""
-    from .families import config_from_dict
+    from .families import DEFAULT_FAMILY, config_from_dict
 
     if "config" not in rec:
         if required:
@@ -144,7 +144,7 @@ def _config(rec: dict, where: str, shape: Any, family: str | None = None, requir
     _str(rec, "family", where)
     cfg_d = _dict(rec["config"], f"{where}.config")
     try:
-        cfg = config_from_dict({"family": rec.get("family", "gemv"), **cfg_d})
+        cfg = config_from_dict({"family": rec.get("family", DEFAULT_FAMILY), **cfg_d})
     except (UsageError, TypeError, ValueError) as e:
         raise SchemaError(f"{where}.config", f"is not a config: {printable(e, 300)}") from None
     if family is not None and cfg.family != family:
