@@ -14,8 +14,7 @@ from typing import Any, Iterator
 
 from .errors import UsageError
 from .shapes import Shape
-from .families import FAMILY_NAMES, config_from_dict
-from .space import LLAMA_CPP, GemvConfig
+from .families import DEFAULT_FAMILY, FAMILIES, FAMILY_NAMES, config_from_dict
 
 SCHEMA_VERSION = 1
 
@@ -64,9 +63,9 @@ def _read(path: Path) -> dict[str, Any]:
 
 
 def winner_config(entry: dict[str, Any]) -> Any:
-    """The winning config of a table entry, of whichever family won (tables before split-K: gemv)."""
+    """The winning config of a table entry, of whichever family won (tables before split-K: the default family)."""
     w = entry["winner"]
-    return config_from_dict({"family": w.get("family", "gemv"), **w["config"]})
+    return config_from_dict({"family": w.get("family", DEFAULT_FAMILY), **w["config"]})
 
 
 def _atomic_write_json(path: Path, data: dict[str, Any]) -> None:
@@ -195,8 +194,9 @@ class Table:
     def lookup(self, shape: Shape) -> tuple[Any, str]:
         """(config, how): the tuned winner (of either family) for (M, d, n); else the winner tuned for
         the same (M, d) at the nearest batch n that is valid for this one (ties: the larger n); else
-        the tuned config of the nearest shape (log-distance in M and d) at this n; else the llama.cpp
-        config."""
+        the tuned config of the nearest shape (log-distance in M and d) at this n; else the first of
+        each family's fallbacks (``Family.fallbacks``, families in registry order) that can run it: the
+        llama.cpp config, then generic GEMV configs."""
         k = (shape.M, shape.d, shape.n)
         if k in self._configs:
             return self._configs[k], "tuned"
@@ -213,14 +213,13 @@ class Table:
                 best = (dist, cfg, f"nearest tuned shape {M}x{d}")
         if best:
             return best[1], best[2]
-        if LLAMA_CPP.is_valid(shape):
-            return LLAMA_CPP, "llama.cpp fallback"
-        for cfg in (GemvConfig(vec="half", tpr=32, block=256), GemvConfig(vec="half", tpr=2, block=32)):
-            if cfg.is_valid(shape):
-                return cfg, "generic fallback"
-        raise UsageError(f"no gemv config can run shape {shape}")
+        for fam in FAMILY_NAMES:
+            for cfg, why in FAMILIES[fam].fallbacks:
+                if cfg.is_valid(shape):
+                    return cfg, why
+        raise UsageError(f"no fallback config ({', '.join(FAMILY_NAMES)}) can run shape {shape}")
 
-    def config_for(self, shape: Shape) -> GemvConfig:
+    def config_for(self, shape: Shape) -> Any:
         cfg, how = self.lookup(shape)
         if how != "tuned" and (shape.M, shape.d, shape.n) not in self._warned:
             self._warned.add((shape.M, shape.d, shape.n))
