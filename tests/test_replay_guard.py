@@ -24,7 +24,7 @@ def _measured_folder(tmp_path):
     out = tmp_path / "gpu"
     out.mkdir()
     shutil.copy(GPU / "table.json", out / "table.json")
-    with open(GPU / "optuna-journal.log", encoding="utf-8") as f:
+    with open(ROOT / "tests" / "data" / "h200-journal-head.log", encoding="utf-8") as f:
         (out / "optuna-journal.log").write_text("".join(itertools.islice(f, 400)))
     assert MEASURED_STUDY in storage_studies(f"journal:{out / 'optuna-journal.log'}")
     return out
