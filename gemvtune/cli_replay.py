@@ -10,6 +10,7 @@ import click
 
 from .cli_options import gpu_check as _gpu_check, writable_dir as _writable_dir
 from .errors import UsageError
+from .families import DEFAULT_FAMILY, FAMILIES
 from .shapes import Shape, parse_shape
 
 log = logging.getLogger("gemvtune")
@@ -54,8 +55,10 @@ class _Ticking:
 @click.option("--out", "out_dir", default=None, help="default results/<gpu>/sweeps/")
 @click.option("--replays", default=7, show_default=True, type=click.IntRange(3, 100))
 @click.option("--target-us", default=1000.0, show_default=True, type=float, help="GPU time per graph replay")
-def sweep(shape_texts, suite, out_dir, replays, target_us) -> None:
-    """GPU: measure every valid config of the sweep grid for each shape (for the replay runner)."""
+@click.option("--family", type=click.Choice(list(FAMILIES)), default=DEFAULT_FAMILY, show_default=True,
+              help="the kernel family whose sweep grid is measured")
+def sweep(shape_texts, suite, out_dir, replays, target_us, family) -> None:
+    """GPU: measure every valid config of a family's sweep grid for each shape (for the replay runner)."""
     from .shapes import DECODE_SUITE
 
     shapes = [parse_shape(t) for t in shape_texts] + ([Shape(M, d) for M, d in DECODE_SUITE] if suite else [])
@@ -72,11 +75,11 @@ def sweep(shape_texts, suite, out_dir, replays, target_us) -> None:
     click.echo(f"read ceiling {ceil['read_gbps']:.0f} GB/s; writing to {out}")
     shapes = list(dict.fromkeys(shapes))
     for i, s in enumerate(shapes, 1):
-        n = sum(c.is_valid(s) for c in grid_configs())
+        n = sum(c.is_valid(s) for c in grid_configs(family=family))
         log.info("sweep %s (shape %d of %d): compiling %d valid configs of the grid", s, i, len(shapes), n)
         ticking = _Ticking(r, s, n)
         try:
-            run_sweep(ticking, s, out, echo=ticking.echo, ceiling=ceil)
+            run_sweep(ticking, s, out, echo=ticking.echo, ceiling=ceil, family=family)
         finally:
             ticking.close()
         r.release()
@@ -137,7 +140,9 @@ def study_report(out_dir: str) -> None:
 @click.command("plot-study")
 @click.option("--storage", required=True, help="the storage a search wrote, e.g. journal:results/nvidia-h200/optuna-journal.log")
 @click.option("--study", "names", multiple=True, required=True,
-              help="a search's study name (its -splitk study is added when present); repeatable")
+              help="a search's study name (its other families' studies, "
+                   + ", ".join(f.study_name("NAME") for f in FAMILIES.values() if f.study_suffix)
+                   + ", are added when present); repeatable")
 @click.option("--out", "out_dir", required=True, help="folder for the PNGs and CSVs")
 def plot_study(storage: str, names: tuple[str, ...], out_dir: str) -> None:
     """Pictures of searches: convergence (every measured trial, best so far, the seed config) and the
@@ -154,8 +159,6 @@ def plot_study(storage: str, names: tuple[str, ...], out_dir: str) -> None:
     for name in names:
         if name not in have:
             raise UsageError(f"no study {name!r} in {storage}")
-        from .families import FAMILIES
-
         studies = {fam: optuna.load_study(study_name=f.study_name(name), storage=st)
                    for fam, f in FAMILIES.items() if f.study_name(name) in have}
         curves = {fam: convergence_rows(s) for fam, s in studies.items()}

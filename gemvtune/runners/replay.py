@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
+from ..families import DEFAULT_FAMILY
 from ..shapes import Shape
-from ..space import GemvConfig
 from ..tableschema import printable
 from .base import Measurement, RunnerBase, Status
 
@@ -51,8 +51,9 @@ _LABEL = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
 
 def _check_meta(meta: Any, where: str) -> dict[str, Any]:
     """A sweep's sidecar: the device (a real GPU name: it is copied into tables, headers and terminals),
-    the read ceiling, and the grid (each parameter's values from the GEMV family's domains)."""
-    from ..space import DOMAINS
+    the read ceiling, the family (absent: the default family, as in the sweeps recorded before split-K)
+    and the grid (each parameter's values from that family's domains)."""
+    from ..families import FAMILIES
     from ..tableschema import SchemaError, check_ceiling, check_gpu, gpu_name_problem
 
     try:
@@ -63,12 +64,16 @@ def _check_meta(meta: Any, where: str) -> dict[str, Any]:
         if why:
             raise SchemaError("device.name", why)
         check_ceiling(meta.get("ceiling"), "ceiling", need_read=True)
+        fam = meta.get("family", DEFAULT_FAMILY)
+        if not isinstance(fam, str) or fam not in FAMILIES:
+            raise SchemaError("family", f"must be one of {', '.join(FAMILIES)}, got {fam!r:.40}")
+        DOMAINS = FAMILIES[fam].domains
         grid = meta.get("grid") or {}
         if not isinstance(grid, dict):
             raise SchemaError("grid", "is not a JSON object")
         for k, vals in grid.items():
             if k not in DOMAINS:
-                raise SchemaError("grid", f"names {k!r:.40}, not a gemv parameter")
+                raise SchemaError("grid", f"names {k!r:.40}, not a {fam} parameter")
             if not isinstance(vals, list) or not vals or any(isinstance(v, bool) or v not in DOMAINS[k] for v in vals):
                 raise SchemaError(f"grid.{k}", f"must be a list of values from {list(DOMAINS[k])}, got {vals!r:.60}")
     except SchemaError as e:
@@ -105,8 +110,8 @@ def _check_rows(df: Any, where: str) -> None:
 
 
 class Sweep:
-    """One recorded sweep: rows by config label, and its sidecar (device, ceiling, grid), both checked
-    when read (their strings reach tables, headers and terminals)."""
+    """One recorded sweep of one family: rows by config label, and its sidecar (device, ceiling, family,
+    grid), both checked when read (their strings reach tables, headers and terminals)."""
 
     def __init__(self, path: Path):
         import pandas as pd
@@ -130,6 +135,7 @@ class Sweep:
             raise UsageError(f"sweep {path}: its sidecar is of shape {self.meta['shape']!r:.40}, its rows of {self.shape}")
         self.rows: dict[str, dict[str, Any]] = {r["name"]: r for r in df.to_dict("records")}
         self.grid: dict[str, list[Any]] = {k: list(v) for k, v in self.meta.get("grid", {}).items()}
+        self.family: str = self.meta.get("family", DEFAULT_FAMILY)   # the family its configs are of
 
     def optimum(self) -> tuple[str, float]:
         ok = [(r["us_median"], k) for k, r in self.rows.items() if r["status"] == Status.OK]
@@ -150,6 +156,9 @@ class ReplayRunner(RunnerBase):
         self.sweeps: dict[Shape, Sweep] = {}
         for f in sweep_files(path):
             s = Sweep(f)
+            if s.shape in self.sweeps:
+                raise UsageError(f"the sweeps {self.sweeps[s.shape].path.name} and {f.name} in {path} are both of "
+                                 f"{s.shape}: replay one sweep per shape")
             self.sweeps[s.shape] = s
         first = next(iter(self.sweeps.values()))
         names = {s.meta["device"]["name"] for s in self.sweeps.values()}
@@ -169,12 +178,14 @@ class ReplayRunner(RunnerBase):
             raise UsageError(f"no recorded sweep for {shape} (have: {have})")
         return self.sweeps[shape]
 
-    def recorded(self, shape: Shape, family: str = "gemv") -> frozenset[str]:
-        """The labels a search can measure here: the valid configs the shape's sweep recorded (sweeps
-        record the gemv family only). When all are measured, the search stops (see search.candidates)."""
-        if family != "gemv":
+    def recorded(self, shape: Shape, family: str = DEFAULT_FAMILY) -> frozenset[str]:
+        """The labels a search of ``family`` can measure here: the valid configs the shape's sweep
+        recorded, none when the sweep holds another family. When all are measured, the search stops
+        (see spacebound.candidates)."""
+        sweep = self.sweep(shape)
+        if family != sweep.family:
             return frozenset()
-        return frozenset(k for k, r in self.sweep(shape).rows.items() if r["status"] != Status.INVALID)
+        return frozenset(k for k, r in sweep.rows.items() if r["status"] != Status.INVALID)
 
     def device_info(self) -> dict[str, Any]:
         return dict(self._device)
@@ -186,10 +197,12 @@ class ReplayRunner(RunnerBase):
         pass
 
     def baselines(self, shape: Shape) -> list[Measurement]:
-        return []  # sweeps record GEMV variants only; cuBLAS is not replayed
+        return []  # sweeps record gemvtune variants only; cuBLAS is not replayed
 
-    def measure(self, config: GemvConfig, shape: Shape, kind: str = "variant", verify: bool = True,
+    def measure(self, config: Any, shape: Shape, kind: str = "variant", verify: bool = True,
                 timed: bool = True, **_: Any) -> Measurement:
+        """What the shape's sweep recorded for ``config`` (a config of any family: one of another family
+        than the sweep's was not measured in it)."""
         self.calls += 1
         m = Measurement(config.label, kind, shape.M, shape.d, shape.n, Status.OK, params=config.to_dict(),
                         method="replay")
@@ -197,7 +210,8 @@ class ReplayRunner(RunnerBase):
         if why:
             m.status, m.error = Status.INVALID, "; ".join(why)
             return m
-        row = self.sweep(shape).rows.get(config.label)
+        sweep = self.sweep(shape)
+        row = sweep.rows.get(config.label) if config.family == sweep.family else None
         if self.delay_s > 0:
             time.sleep(self.delay_s)
         if row is None:
