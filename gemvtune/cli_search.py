@@ -26,9 +26,9 @@ def _make_runner(shapes: list[Shape], replay_path: str | None, watchdog_s: float
         runner = ReplayRunner(replay_path)
         for s in shapes:
             runner.sweep(s)  # a shape with no recorded sweep fails before anything is written
-        grids = {json.dumps(runner.sweep(s).grid, sort_keys=True) for s in shapes}
+        grids = {json.dumps([runner.sweep(s).family, runner.sweep(s).grid], sort_keys=True) for s in shapes}
         grid = runner.sweep(shapes[0]).grid if len(grids) == 1 else None
-        domains = {DEFAULT_FAMILY: grid} if grid else None   # sweeps record the default (gemv) family
+        domains = {runner.sweep(shapes[0]).family: grid} if grid else None   # the family the sweeps recorded
         return runner, domains, str(Path("results") / gpu_slug(runner.device_info().get("name", "gpu")) / "replay")
     _gpu_check()
     from .runners.cuda import CudaRunner
