@@ -133,12 +133,7 @@ def numpy_verifier(monkeypatch):
     monkeypatch.setattr(_cupy, "cp", np)
     monkeypatch.setattr(verify, "cp", np)
 
-    class V(verify.VerifyMixin):
-        stream, rng, _vmat = _Stream(), np.random.default_rng(3), None
-        x_shape = staticmethod(lambda s: (s.d,) if s.n == 1 else (s.n, s.d))
-        y_shape = staticmethod(lambda s: (s.M,) if s.n == 1 else (s.n, s.M))
-
-    return V()
+    return verify.Verifier(_Stream(), np.random.default_rng(3))   # the runner's part, given its stream and generator
 
 
 def _kernel(e: Epilogue, drop_bias: bool = False):
@@ -158,17 +153,17 @@ def test_verify_reference_with_each_epilogue(numpy_verifier, s):
         def run(*args, e=e):
             calls.append((e, len(args), args[2].dtype, args[3] is not None if len(args) > 3 else None))
             return _kernel(e)(*args)
-        ok, rel, row, why = numpy_verifier._verify(run, s, error_bound("fp32", s.d, e.out), e)
+        ok, rel, row, why = numpy_verifier.verify(run, s, error_bound("fp32", s.d, e.out), e)
         assert ok, (e, rel, row, why)
         if e.out == "fp16":   # the FP16 store's error, not the FP32 bound's
             assert error_bound("fp32", s.d) < rel < error_bound("fp32", s.d, "fp16")
         if e.bias:            # forgetting the bias fails
-            assert not numpy_verifier._verify(_kernel(e, drop_bias=True), s, error_bound("fp32", s.d, e.out), e)[0]
+            assert not numpy_verifier.verify(_kernel(e, drop_bias=True), s, error_bound("fp32", s.d, e.out), e)[0]
     assert calls == [(DEFAULT, 3, np.float32, None), (Epilogue("fp32", True), 4, np.float32, True),
                      (Epilogue("fp16", False), 4, np.float16, False), (Epilogue("fp16", True), 4, np.float16, True)]
 
 
 def test_verify_fails_an_unwritten_fp16_output(numpy_verifier):
     s = Shape(16, 64, 1)
-    ok, _, _, why = numpy_verifier._verify(lambda W, x, y, bias: None, s, 1.0, Epilogue("fp16", True))
+    ok, _, _, why = numpy_verifier.verify(lambda W, x, y, bias: None, s, 1.0, Epilogue("fp16", True))
     assert not ok and "NaN" in why

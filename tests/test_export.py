@@ -218,7 +218,7 @@ def _run_and_check(lib, shape: Shape, acc: str, offset: int = 0, calls: int = 2)
     check each against the float64 reference like the runner's verification."""
     import cupy as cp
 
-    from gemvtune.runners.cuda.verify import VerifyMixin
+    from gemvtune.runners.cuda.verify import Verifier
     from gemvtune.timing import error_bound
 
     rng = cp.random.default_rng(7)
@@ -238,7 +238,7 @@ def _run_and_check(lib, shape: Shape, acc: str, offset: int = 0, calls: int = 2)
         assert rc == 0, f"gemvtune_gemv returned cudaError {rc}"
         x64 = X.astype(cp.float64)
         ref, scale = x64 @ W64.T, cp.sqrt((x64 * x64) @ (W64 * W64).T)
-        ok, relerr, rowerr, reason = VerifyMixin.check(Y, ref, scale, error_bound(acc, shape.d))
+        ok, relerr, rowerr, reason = Verifier.check(Y, ref, scale, error_bound(acc, shape.d))
         assert ok, f"{shape}: {reason} (relerr {relerr:.3g}, rowerr {rowerr:.3g})"
 
 

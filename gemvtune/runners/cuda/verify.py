@@ -113,17 +113,3 @@ class Verifier:
             self._vmat = (shape, W, W64, W64 * W64)
         return self._vmat[1:]
 
-
-class VerifyMixin(Verifier):
-    """The verifier as the mixin it once was (the class supplies ``stream``, ``rng`` and ``_vmat``;
-    ``_verify`` is ``Verifier.verify``), for tests/test_epilogue.py, which checks the reference with NumPy
-    standing in for CuPy. CudaRunner does not use it: it owns a Verifier."""
-
-    device: int | None = None
-
-    def __init__(self) -> None:   # the subclass supplies stream, rng and _vmat
-        pass
-
-    def _verify(self, run: Callable[..., Any], shape: Shape, bound: float,
-                epilogue: Epilogue = DEFAULT) -> tuple[bool, float, float, str]:
-        return self.verify(run, shape, bound, epilogue)
