@@ -18,8 +18,7 @@ from .errors import UsageError
 log = logging.getLogger("gemvtune")
 
 SEED = click.IntRange(min=0)   # a sampler or sample seed: numpy and Optuna want it >= 0
-TRIALS = click.IntRange(1, 10_000)   # search.MAX_TRIALS (kept equal by a test; this module stays light)
-SAMPLER = click.Choice(("tpe", "random", "gp", "exhaustive"))   # samplers.SAMPLERS (likewise)
+# (the search's own options, --trials and --sampler among them, are declared in gemvtune.search_options)
 
 
 class ModelPreset(click.Choice):

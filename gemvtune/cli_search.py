@@ -10,11 +10,10 @@ from typing import Any
 import click
 
 from .cli_options import gpu_check as _gpu_check, writable_dir as _writable_dir
-from .cli_options import SAMPLER, SEED, TRIALS, ModelPreset
 from .families import DEFAULT_FAMILY
 from .errors import UsageError
 from .shapes import Shape, parse_shape
-from .storage import HEARTBEAT_S
+from .search_options import click_options, from_cli, from_study, worker_argv
 
 
 def _make_runner(shapes: list[Shape], replay_path: str | None, watchdog_s: float | None) -> tuple[Any, Any, str | None]:
@@ -50,48 +49,7 @@ def _parse_devices(text: str | None) -> list[str]:
 
 
 @click.command()
-@click.option("--shape", "shape_texts", multiple=True, help="M x d (repeatable)")
-@click.option("--model", default=None, type=ModelPreset(), help="tune every linear-layer shape of a model preset")
-@click.option("--hf-config", "hf_configs", multiple=True, metavar="PATH",
-              help="tune every linear-layer shape of a model given by its Hugging Face config.json "
-                   "(the file or its folder; local only; repeatable)")
-@click.option("--fused", is_flag=True, default=False,
-              help="with --model/--hf-config: the fused shapes engines run (qkv, gate_up) instead of "
-                   "transformers' unfused ones (q, k, v, gate, up)")
-@click.option("--sampler", default="tpe", show_default=True, type=SAMPLER)
-@click.option("--trials", default=None, type=TRIALS,
-              help="measured trials per shape, the study's total over all workers; a search also stops when "
-                   "its space is measured, or when 200 proposals in a row measure nothing new "
-                   "(default: 100, from the search-quality study, see README)")
-@click.option("--timeout", default=None, type=click.FloatRange(min=0, min_open=True),
-              help="seconds of search per shape in this run")
-@click.option("--seed", default=0, show_default=True, type=SEED)
-@click.option("--storage", default=None,
-              help="Optuna storage: journal:PATH (default, under --results), postgresql://…, sqlite:///…, "
-                   "mysql+pymysql://…, redis://…, grpc://HOST:PORT, memory:")
-@click.option("--results", "results_dir", default=None, help="results folder (default results/<gpu>/)")
-@click.option("--table", "table_path", default=None, help="table to update (default <results>/table.json)")
-@click.option("--top-k", default=3, show_default=True, type=click.IntRange(1, 64), help="candidates re-measured before a winner")
-@click.option("--rounds", default=5, show_default=True, type=click.IntRange(1, 100), help="interleaved re-measurement rounds")
-@click.option("--batch", "batch_text", default="1", show_default=True,
-              help="batch sizes n (columns of x) to tune each shape at, e.g. 1,2,4,8,16")
-@click.option("--family", "family_text", default=None,
-              help="kernel families to search: gemv,splitk (default: both; gemv only on --replay)")
-@click.option("--replay", "replay_path", default=None,
-              help="search recorded sweeps (a sweep-*.csv.gz or a folder of them) instead of a GPU")
-@click.option("--allow-replay-into-measured", "allow_replay", is_flag=True, default=False,
-              help="with --replay: write into a table or storage that holds measured (GPU) results")
-@click.option("--watchdog", "watchdog_s", default=None, type=click.FloatRange(min=1.0),
-              help="run the GPU runner in a child process; a call that gives no answer in this many seconds "
-                   "(a hanging kernel) is recorded as timeout and the child replaced")
-@click.option("--devices", "devices_text", default=None,
-              help="one worker process per GPU of this host, pinned to it (CUDA_VISIBLE_DEVICES), sharing the studies")
-@click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 256),
-              help="worker processes on this host sharing the studies (without --devices: all on the same GPU)")
-@click.option("--heartbeat", "heartbeat_s", default=HEARTBEAT_S, show_default=True, type=click.FloatRange(min=0.1),
-              help="seconds between a running trial's heartbeats; a trial silent for 3 of them is failed and retried")
-@click.option("--worker-index", "worker_index", default=0, hidden=True, type=click.IntRange(min=0),
-              help="(given by --workers/--devices to each worker: offsets its sampler seed)")
+@click_options("search")
 def search(shape_texts, model, hf_configs, fused, sampler, trials, timeout, seed, storage, results_dir, table_path,
            top_k, rounds, batch_text, family_text, replay_path, allow_replay, watchdog_s, devices_text, workers,
            heartbeat_s, worker_index) -> None:
@@ -100,8 +58,6 @@ def search(shape_texts, model, hf_configs, fused, sampler, trials, timeout, seed
     from .workers import die_with_parent
 
     die_with_parent()   # a worker started by --workers/--devices ends with its parent
-    from .families import parse_families
-    from .search import SearchOptions
     from .shapes import model_shapes, parse_batches
 
     batches = parse_batches(batch_text)
@@ -116,11 +72,8 @@ def search(shape_texts, model, hf_configs, fused, sampler, trials, timeout, seed
     if fused and not (model or hf_configs):
         raise UsageError("--fused picks the fused shapes of --model/--hf-config: give one of them")
     shapes = list(dict.fromkeys(Shape(s.M, s.d, n) for s in dict.fromkeys(base) for n in batches))
-    families = parse_families(family_text) if family_text else (("gemv",) if replay_path else None)
-    if trials is None:
-        trials = SearchOptions.trials
-    opts = SearchOptions(sampler=sampler, trials=int(trials), timeout=timeout, seed=seed, storage=storage,
-                         top_k=top_k, rounds=rounds, **({"families": families} if families else {}))
+    families = ("gemv",) if replay_path and not family_text else None   # (else --family's, or every family)
+    opts = from_cli(click.get_current_context().params, **({"families": families} if families else {}))
     devices = _parse_devices(devices_text)
     if devices and workers > 1:
         raise UsageError("give --devices (one worker per GPU) or --workers N, not both")
@@ -138,21 +91,7 @@ def search(shape_texts, model, hf_configs, fused, sampler, trials, timeout, seed
         preflight(Path(table_path) if table_path else (out / "table.json" if out else None),
                   storage or (f"journal:{out / 'optuna-journal.log'}" if out else None), None)
 
-        args = ["search", "--sampler", sampler, "--trials", str(trials), "--seed", str(seed),
-                "--top-k", str(top_k), "--rounds", str(rounds), "--batch", batch_text, "--heartbeat", str(heartbeat_s)]
-        for t in shape_texts:
-            args += ["--shape", t]
-        for path in hf_configs:
-            args += ["--hf-config", str(Path(path).expanduser().resolve())]
-        if fused:
-            args.append("--fused")
-        if allow_replay:
-            args.append("--allow-replay-into-measured")
-        for flag, val in (("--model", model), ("--timeout", timeout), ("--storage", storage),
-                          ("--results", results_dir), ("--table", table_path), ("--family", family_text),
-                          ("--replay", replay_path), ("--watchdog", watchdog_s)):
-            if val is not None:
-                args += [flag, str(val)]
+        args = ["search", *worker_argv(click.get_current_context().params)]
         run_workers(args, devices=devices, workers=len(devices) or workers)
         return
     runner, domains, default_results = _make_runner(shapes, replay_path, watchdog_s)
@@ -165,24 +104,13 @@ def search(shape_texts, model, hf_configs, fused, sampler, trials, timeout, seed
 
 
 @click.command()
-@click.option("--storage", required=True, help="the storage URL the study lives in (see search --storage)")
-@click.option("--study", "study_names", multiple=True, required=True,
-              help="study name to join, as search printed it, e.g. gemvtune-nvidia-h200-14336x4096x1 (repeatable)")
-@click.option("--results", "results_dir", default=None, help="results folder (default results/<gpu>/)")
-@click.option("--table", "table_path", default=None, help="table to update if this worker confirms")
-@click.option("--replay", "replay_path", default=None, help="measure from recorded sweeps instead of a GPU")
-@click.option("--allow-replay-into-measured", "allow_replay", is_flag=True, default=False,
-              help="with --replay: write into a table or storage that holds measured (GPU) results")
-@click.option("--watchdog", "watchdog_s", default=None, type=click.FloatRange(min=1.0))
-@click.option("--heartbeat", "heartbeat_s", default=HEARTBEAT_S, show_default=True, type=click.FloatRange(min=0.1))
-@click.option("--timeout", default=None, type=float, help="seconds of search per study in this run")
+@click_options("worker")
 def worker(storage, study_names, results_dir, table_path, replay_path, allow_replay, watchdog_s, heartbeat_s,
            timeout) -> None:
     """Join existing studies from any host: run their trials until the study's total budget is spent;
     the settings (shape, families, budget, sampler) come from the study itself."""
     import optuna
 
-    from .search import SearchOptions
     from .storage import open_store
 
     store = open_store(storage, heartbeat_s)
@@ -204,10 +132,7 @@ def worker(storage, study_names, results_dir, table_path, replay_path, allow_rep
         refuse_measured_study_names(study_names, allow_replay)
     if len(settings) != 1:
         raise UsageError("these studies were started with different search settings: join them one at a time")
-    so = json.loads(settings.pop())
-    opts = SearchOptions(sampler=so["sampler"], trials=int(so["trials"]), seed=int(so["seed"]), storage=storage,
-                         top_k=int(so["top_k"]), rounds=int(so["rounds"]), n_startup=int(so["n_startup"]),
-                         families=tuple(so["families"]), timeout=timeout)
+    opts = from_study(json.loads(settings.pop()), storage=storage, timeout=timeout)
     runner, domains, default_results = _make_runner(shapes, replay_path, watchdog_s)
     opts.domains = domains
     mine = runner.device_info().get("name", "")

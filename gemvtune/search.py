@@ -20,6 +20,7 @@ from .coord import Coordinator
 from .errors import UsageError
 from .runners.base import Measurement, Status
 from .samplers import SAMPLERS, make_sampler  # noqa: F401  (re-exported)
+from .search_options import MAX_TRIALS, SearchOptions, study_record  # noqa: F401  (MAX_TRIALS: re-exported)
 from .storage import HEARTBEAT_S, Store, make_storage  # noqa: F401  (make_storage: re-exported)
 from .shapes import Shape
 from .families import DEFAULT_FAMILY, FAMILIES, FAMILY_NAMES, config_to_dict, family_of, get_family
@@ -27,8 +28,6 @@ from .spacebound import STALL_PROPOSALS, candidates, enqueue_rest
 from .space import LLAMA_CPP
 
 log = logging.getLogger("gemvtune")
-
-MAX_TRIALS = 10_000      # --trials' upper bound (cli_options.TRIALS): more than any useful budget, and a run that ends
 
 
 @contextlib.contextmanager
@@ -43,40 +42,6 @@ def quiet_optuna():
         yield
     finally:
         logger.setLevel(before)
-
-
-@dataclass
-class SearchOptions:
-    sampler: str = "tpe"
-    trials: int = 100              # measured trials (GPU time) in the study, in total
-    timeout: float | None = None   # seconds for this invocation's search phase
-    seed: int = 0
-    storage: str | None = None
-    top_k: int = 3
-    rounds: int = 5
-    n_startup: int = 10
-    progress: bool = True
-    domains: dict[str, dict[str, Any]] | None = None  # family -> the space searched (default: the family's
-                                                      # whole space; the gemv sweep's grid on replay)
-    families: tuple[str, ...] = FAMILY_NAMES  # one study per family per shape, trials budget each
-    jobs: int | None = None        # trials in flight: compiles overlap, GPU measurement is serialized
-                                   # (default: the runner's compile_jobs; 1 on replay, reproducible)
-
-    def __post_init__(self) -> None:
-        if self.sampler not in SAMPLERS:
-            raise UsageError(f"unknown sampler {self.sampler!r}; choose one of {', '.join(SAMPLERS)}")
-        if isinstance(self.trials, bool) or not isinstance(self.trials, int) or not 1 <= self.trials <= MAX_TRIALS:
-            raise UsageError(f"--trials must be an integer from 1 to {MAX_TRIALS}, got {self.trials!r}")
-        if self.timeout is not None and not self.timeout > 0:
-            raise UsageError(f"--timeout must be positive seconds, got {self.timeout!r}")
-        if self.top_k < 1 or self.rounds < 1:
-            raise UsageError("top_k and rounds must be >= 1")
-        if self.jobs is not None and (isinstance(self.jobs, bool) or not isinstance(self.jobs, int) or self.jobs < 1):
-            raise UsageError(f"--jobs must be a positive integer, got {self.jobs!r}")
-        if not self.families:
-            raise UsageError("no kernel family to search")
-        for f in self.families:
-            get_family(f)
 
 
 @dataclass
@@ -97,7 +62,7 @@ def study_name(shape: Shape, gpu_slug: str, family: str = DEFAULT_FAMILY) -> str
     return get_family(family).study_name(f"gemvtune-{gpu_slug}-{shape.M}x{shape.d}x{shape.n}")
 
 
-def family_domains(opts: "SearchOptions", family: str) -> dict[str, Any]:
+def family_domains(opts: SearchOptions, family: str) -> dict[str, Any]:
     """The space a search of ``family`` covers: opts.domains' for it, else the family's whole space."""
     return (opts.domains or {}).get(family) or FAMILIES[family].domains
 
@@ -153,9 +118,7 @@ def run_search(runner: Any, shape: Shape, opts: SearchOptions, storage: Any, nam
         study.set_user_attr("shape", [shape.M, shape.d, shape.n])
         study.set_user_attr("family", fam)
         if not studies:   # the first study describes the search, for workers that join by name
-            study.set_user_attr("search_options", {
-                "trials": opts.trials, "sampler": opts.sampler, "seed": opts.seed, "families": list(opts.families),
-                "top_k": opts.top_k, "rounds": opts.rounds, "n_startup": opts.n_startup})
+            study.set_user_attr("search_options", study_record(opts))
             info = runner.device_info()
             study.set_user_attr("gpu", info.get("name", ""))
         measured += optimize(study, runner, shape, opts, known, len(known), family=fam, coord=coord, echo=echo)

@@ -10,12 +10,12 @@ import pytest
 
 from conftest import ROOT, run_cli
 from fakes import FakeRunner
-from gemvtune.cli_options import SAMPLER, TRIALS
 from gemvtune.families import FAMILIES
 from gemvtune.runners.base import Measurement
 from gemvtune.runners.replay import NOT_IN_SWEEP, ReplayRunner
 from gemvtune.samplers import SAMPLERS
 from gemvtune.search import MAX_TRIALS, SearchOptions, enqueue_seed, optimize, quiet_optuna
+from gemvtune.search_options import BY_FLAG
 from gemvtune.spacebound import STALL_PROPOSALS, candidates
 from gemvtune.shapes import Shape
 
@@ -28,8 +28,9 @@ def _study(name="s"):
 
 
 def test_cli_bounds_match_the_library():
-    assert TRIALS.max == MAX_TRIALS and TRIALS.min == 1
-    assert tuple(SAMPLER.choices) == SAMPLERS
+    trials, sampler = BY_FLAG["--trials"].type, BY_FLAG["--sampler"].type
+    assert trials.max == MAX_TRIALS and trials.min == 1
+    assert tuple(sampler.choices) == SAMPLERS
 
 
 def test_candidates_enumerate_small_spaces_only():
