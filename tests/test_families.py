@@ -44,3 +44,139 @@ def test_space_does_not_load_the_registry():
     code = "import sys, gemvtune.space, gemvtune.space_splitk; print('gemvtune.families' in sys.modules)"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.stdout.strip() == "False", r.stderr
+
+
+# ---- what each family brings: census, fallbacks, workspace rule, sweep grid, epilogue rule ----------
+def test_census_counts_every_config_of_each_family():
+    from gemvtune.census import census
+
+    s = Shape(4096, 4096, 2)
+    sk = FAMILIES["splitk"]
+    total, valid, reasons, per_param = census(sk.all_configs(), s, sk.domains)
+    sizes = [len(v) for v in sk.domains.values()]
+    assert total == __import__("math").prod(sizes) and total == valid + sum(reasons.values())
+    assert valid == sum(c.is_valid(s) for c in sk.all_configs()) and set(per_param) == set(sk.domains)
+    assert all(sum(cnt.values()) == valid for cnt in per_param.values())
+    for fam in FAMILIES.values():   # the first config of each space is a config of that family
+        assert isinstance(next(iter(fam.all_configs())), fam.config_cls)
+
+
+def test_space_command_prints_one_census_per_registered_family(monkeypatch):
+    """`gemvtune space` loops over the registry: a family's census, its seed line and reasons."""
+    from click.testing import CliRunner
+
+    from gemvtune.cli import cli
+
+    for name, fam in FAMILIES.items():   # two configs per family: its seed and one invalid one
+        bad = fam.config_cls(**{**fam.seed.to_dict(), next(iter(fam.domains)): 10**6})
+        monkeypatch.setitem(families.FAMILIES, name, dataclasses.replace(fam, all_configs=lambda f=fam, b=bad: [f.seed, b]))
+    r = CliRunner().invoke(cli, ["space", "--shape", "4096x4096"])
+    assert r.exit_code == 0, r.output
+    for fam in FAMILIES.values():
+        assert f": 1 valid of 2 {fam.name} configs" in r.output
+        assert f"  {fam.seed_name} config {fam.seed.label}: valid" in r.output
+    assert r.output.startswith("shape 4096x4096 (M=4096, d=4096, n=1): 1 valid of 2 gemv configs\n"
+                               "  llama.cpp config b256.half2.fp32.t256.u1.k1.default.ldg: valid\n")
+    assert r.output.count("invalid, by first reason:") == len(FAMILIES)
+
+
+def test_fallbacks_are_the_families_in_registry_order(monkeypatch):
+    from gemvtune.space import LLAMA_CPP, GemvConfig
+    from gemvtune.space_splitk import SPLITK_SEED
+    from gemvtune.table import Table
+
+    gemv = FAMILIES["gemv"]
+    assert gemv.fallbacks == ((LLAMA_CPP, "llama.cpp fallback"),
+                              (GemvConfig(vec="half", tpr=32, block=256), "generic fallback"),
+                              (GemvConfig(vec="half", tpr=2, block=32), "generic fallback"))
+    assert FAMILIES["splitk"].fallbacks == ()
+    assert all(isinstance(c, f.config_cls) and why for f in FAMILIES.values() for c, why in f.fallbacks)
+    t = Table({"schema": 1, "gpu": {}, "entries": {}})
+    for s in (Shape(7, 3), Shape(1, 1), Shape(5, 3, 16)):   # the last gemv fallback runs any d and n
+        assert t.lookup(s)[1] == "generic fallback"
+    assert t.lookup(Shape(4096, 4096)) == (LLAMA_CPP, "llama.cpp fallback")
+    monkeypatch.setitem(families.FAMILIES, "gemv", dataclasses.replace(gemv, fallbacks=()))
+    monkeypatch.setitem(families.FAMILIES, "splitk", dataclasses.replace(FAMILIES["splitk"],
+                                                                         fallbacks=((SPLITK_SEED, "splitk fallback"),)))
+    assert t.lookup(Shape(4096, 4096)) == (SPLITK_SEED, "splitk fallback")
+    with pytest.raises(families.UsageError, match="no fallback config"):
+        t.lookup(Shape(7, 3))
+
+
+def test_needs_workspace_is_the_family_rule():
+    from gemvtune.launchspec import launch_spec
+    from gemvtune.space import GemvConfig
+    from gemvtune.space_splitk import SplitKConfig
+
+    s = Shape(4096, 4096, 2)
+    assert GemvConfig(split_k=2).needs_workspace(s) and not GemvConfig().needs_workspace(s)
+    assert SplitKConfig(split=4, combine="pass2").needs_workspace(s)
+    assert not SplitKConfig(split=4, combine="atomic").needs_workspace(s)
+    assert not SplitKConfig(split=1).needs_workspace(s)
+    configs = [c for f in FAMILIES.values() for c in f.all_configs() if c.family == "splitk" or c.unroll == 1]
+    checked = 0
+    for c in configs[::97]:
+        if c.is_valid(s):
+            assert launch_spec(c, s).needs_workspace == c.needs_workspace(s)
+            checked += 1
+    assert checked > 100
+
+
+def test_sweep_grid_of_each_family():
+    from gemvtune.sweep import SWEEP_GRID, grid_configs, sweep_path
+
+    for name, fam in FAMILIES.items():
+        assert list(fam.sweep_grid) == list(fam.domains) and fam.sweep_note
+        assert all(set(v) <= set(fam.domains[k]) for k, v in fam.sweep_grid.items())
+        configs = grid_configs(family=name)
+        assert configs and all(isinstance(c, fam.config_cls) and not c.domain_errors() for c in configs)
+        assert sweep_path("d", Shape(64, 128), name).name == f"sweep-64x128x1{fam.study_suffix}.csv.gz"
+    assert FAMILIES[DEFAULT_FAMILY].sweep_grid is SWEEP_GRID and len(grid_configs()) == 5184   # unchanged
+    assert len(grid_configs(family="splitk")) == 1728   # the whole split-K space
+
+
+def test_epilogue_rule_is_the_config_s():
+    from gemvtune.epilogue import Epilogue
+    from gemvtune.space import GemvConfig
+    from gemvtune.space_splitk import SplitKConfig
+
+    fp16 = Epilogue("fp16")
+    assert fp16.invalid_reasons(SplitKConfig(split=4, combine="atomic"))
+    assert not fp16.invalid_reasons(SplitKConfig(split=4, combine="pass2"))
+    assert not fp16.invalid_reasons(SplitKConfig(split=1)) and not fp16.invalid_reasons(GemvConfig(split_k=4))
+    assert not Epilogue().invalid_reasons(SplitKConfig(split=4, combine="atomic"))
+
+
+# Modules that may still name a family in a string literal, and why. A new family must not need edits
+# outside its config module, its template and its registry entry, so this list only shrinks.
+_MAY_NAME = {
+    ("compile.py", "gemv"): "the default kernel name of compile_source (the gemv template's kernel)",
+    ("hfprofile.py", "gemv"): "a kernel name profiled in traces",
+    ("ktexport.py", "gemv"): "Kernel Tuner's kernel name for the gemv sweeps",
+    ("crossover.py", "gemv"): "the GEMV -> GEMM crossover report compares these two families by name",
+    ("crossover.py", "splitk"): "the GEMV -> GEMM crossover report compares these two families by name",
+    ("cli_search.py", "gemv"): "a replayed search's default family (issue 18: the sweeps' family)",
+    ("runners/base.py", "gemv"): "recorded()'s default family (issue 18: families.DEFAULT_FAMILY)",
+}
+
+
+def test_family_names_live_in_the_registry_and_the_config_modules():
+    import ast
+    import sys
+    from pathlib import Path
+
+    import gemvtune
+
+    root = Path(gemvtune.__file__).parent
+    names = set(FAMILIES) | {f.study_suffix for f in FAMILIES.values() if f.study_suffix}
+    own = {"families.py"} | {Path(sys.modules[f.config_cls.__module__].__file__).relative_to(root).as_posix()
+                             for f in FAMILIES.values()}   # the registry and each family's config module
+    found = []
+    for p in sorted(root.rglob("*.py")):
+        rel = p.relative_to(root).as_posix()
+        if rel in own:
+            continue
+        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and node.value in names and (rel, node.value) not in _MAY_NAME:
+                found.append(f"{rel}:{node.lineno} {node.value!r}")
+    assert not found, "family names outside the registry (use gemvtune.families): " + ", ".join(found)

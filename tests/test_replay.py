@@ -103,3 +103,38 @@ def test_kt_export(tmp_path):
     assert len(d["cache"]) == len(s.rows)
     key = ",".join(str(LLAMA_CPP.to_dict()[k]) for k in s.grid)
     assert d["cache"][key]["time"] == pytest.approx(s.rows[LLAMA_CPP.label]["us_median"] / 1000)
+
+
+def test_a_sweep_holds_one_family(tmp_path, monkeypatch):
+    """A sweep records its family (its grid: Family.sweep_grid); replay answers that family only. The
+    committed sweeps name none: they hold the default family."""
+    import gemvtune.sweep as sweep_mod
+    from fakes import FakeRunner, fake_us
+    from gemvtune.families import DEFAULT_FAMILY, FAMILIES
+    from gemvtune.space_splitk import SPLITK_SEED
+
+    assert all("family" not in Sweep(f).meta and Sweep(f).family == DEFAULT_FAMILY for f in FILES)
+    monkeypatch.setattr(sweep_mod, "compile_variants", lambda items, arch: [])
+    fake = FakeRunner()
+    fake.arch, fake.replays, fake.warmup, fake.target_us = "sm_90", 3, 1, 100.0
+    s = Shape(256, 1024, 2)
+    path = sweep_mod.run_sweep(fake, s, tmp_path, echo=lambda _: None, ceiling=fake.ceiling(), family="splitk")
+    assert path.name == "sweep-256x1024x2-splitk.csv.gz"
+    meta = json.loads(path.with_name("sweep-256x1024x2-splitk.json").read_text())
+    assert meta["family"] == "splitk" and meta["grid"] == {k: list(v) for k, v in FAMILIES["splitk"].sweep_grid.items()}
+    r = ReplayRunner(tmp_path)
+    assert r.sweep(s).family == "splitk" and r.recorded(s, "gemv") == frozenset()
+    assert len(r.recorded(s, "splitk")) == meta["valid_in_grid"] == len(fake.calls)
+    m = r.measure(SPLITK_SEED, s)
+    assert m.ok and m.us_median == fake_us(SPLITK_SEED)
+    assert r.measure(LLAMA_CPP, s).status == NOT_IN_SWEEP      # a gemv config: not in a splitk sweep
+    # two sweeps of one shape are refused; so are a family that is not registered and another family's grid
+    (tmp_path / "sweep-256x1024x2.csv.gz").write_bytes(path.read_bytes())
+    (tmp_path / "sweep-256x1024x2.json").write_text(json.dumps(meta))
+    with pytest.raises(UsageError, match="both of"):
+        ReplayRunner(tmp_path)
+    for bad, needle in (({**meta, "family": "tensor"}, "family must be one of"),
+                        ({**meta, "family": "gemv"}, "not a gemv parameter")):
+        (tmp_path / "sweep-256x1024x2.json").write_text(json.dumps(bad))
+        with pytest.raises(UsageError, match=needle):
+            Sweep(tmp_path / "sweep-256x1024x2.csv.gz")
