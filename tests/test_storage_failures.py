@@ -26,6 +26,7 @@ import gemvtune.journal as jm
 import gemvtune.runners.replay as rp
 import gemvtune.search_run as sc
 from conftest import ROOT, run_cli
+from slowreplay import slow_replay_env
 from journals import SHAPE, SWEEPS, journal_study, measured as _measured, whole as _whole
 from gemvtune.cli import main
 
@@ -527,7 +528,7 @@ def test_sigint_mid_search_is_one_line_then_a_rerun_resumes(searched):
     journal = searched / "optuna-journal.log"
     base = journal.read_text().count('"measured":true')
     before = _measured(journal)
-    env = dict(os.environ, GEMVTUNE_REPLAY_DELAY="0.2")
+    env = slow_replay_env(0.2)
     p = subprocess.Popen([sys.executable, "-m", "gemvtune", *_args(searched, 40)], cwd=ROOT, env=env,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120

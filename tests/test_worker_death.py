@@ -13,6 +13,7 @@ import optuna
 import pytest
 
 from conftest import ROOT, run_cli
+from slowreplay import slow_replay_env
 from gemvtune import Shape
 from gemvtune.coord import Coordinator, Worker
 from gemvtune.search import study_name
@@ -36,7 +37,7 @@ def _args(out, *extra):
 
 
 def _start_workers(out):
-    env = dict(os.environ, GEMVTUNE_REPLAY_DELAY="0.1")
+    env = slow_replay_env(0.1)
     p = subprocess.Popen([sys.executable, "-m", "gemvtune", *_args(out, "--workers", "2")], cwd=ROOT, env=env,
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     journal = out / "optuna-journal.log"

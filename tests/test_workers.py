@@ -1,6 +1,6 @@
 """Several worker processes sharing one study (issue 9), on the replay runner so they run on CI: through
 the embedded journal file and through a real PostgreSQL server (GEMVTUNE_TEST_PG_URL, which .ci/run
-starts on loopback). Each measurement takes 30 ms (GEMVTUNE_REPLAY_DELAY) so the workers overlap.
+starts on loopback). Each measurement takes 30 ms (tests/hooks: slow_replay_env) so the workers overlap.
 
 Checked: no config measured twice, the total budget exact, the measured trials spread over workers, a
 worker SIGKILLed mid-trial leaves no trial RUNNING (failed, retried, measured by another), one
@@ -21,6 +21,7 @@ import pandas as pd
 import pytest
 
 from conftest import ROOT, run_cli
+from slowreplay import slow_replay_env
 from gemvtune import LLAMA_CPP, GemvConfig, Shape
 from gemvtune.storage import make_storage, open_store, storage_lock
 from gemvtune.runners.replay import STUDY_SUFFIX
@@ -61,7 +62,7 @@ def _search(sweep_dir, out, budget, *extra, env=None, wait=True):
     args = [sys.executable, "-m", "gemvtune", "search", "--shape", "14336x4096", "--replay", str(sweep_dir),
             "--sampler", "exhaustive", "--trials", str(budget), "--results", str(out), "--top-k", "2",
             "--rounds", "1", "--heartbeat", "0.5", *extra]
-    e = dict(os.environ, GEMVTUNE_REPLAY_DELAY="0.03", **(env or {}))
+    e = slow_replay_env(0.03, env)
     p = subprocess.Popen(args, cwd=ROOT, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if not wait:
         return p

@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import sqlite3
-import time
 import zlib
 from pathlib import Path
 from typing import Any
@@ -168,9 +166,6 @@ class ReplayRunner(RunnerBase):
         self._device = {**first.meta.get("device", {}), "replayed_from": [str(s.path) for s in self.sweeps.values()]}
         self._ceiling = first.meta.get("ceiling") or {}
         self.calls = 0
-        # Seconds each measurement takes, to stand in for GPU time (tests of several workers use it so the
-        # workers really overlap); 0 by default.
-        self.delay_s = float(os.environ.get("GEMVTUNE_REPLAY_DELAY", "0") or 0)
 
     def sweep(self, shape: Shape) -> Sweep:
         if shape not in self.sweeps:
@@ -212,8 +207,6 @@ class ReplayRunner(RunnerBase):
             return m
         sweep = self.sweep(shape)
         row = sweep.rows.get(config.label) if config.family == sweep.family else None
-        if self.delay_s > 0:
-            time.sleep(self.delay_s)
         if row is None:
             m.status, m.error = NOT_IN_SWEEP, f"{config.label} was not measured in the sweep of {shape}"
             return m
