@@ -13,7 +13,8 @@ Every storage Optuna has is accepted:
 
 The lock (:func:`storage_lock`) serializes the few reads and writes that must not interleave between
 workers: claiming one of the study's measured-trial slots (the budget is global) and claiming the
-confirmation stage. It is a file lock beside a journal or SQLite file, a PostgreSQL advisory lock,
+confirmation stage. It is a file lock beside a journal or SQLite file (``<file>.gemvtune.lock``, a
+``filelock.FileLock``: flock, released when its process dies), a PostgreSQL advisory lock,
 a MySQL named lock, or a thread lock for ``memory:``. Redis and gRPC offer none: there the budget can
 be overshot by at most (workers - 1) trials, and the README says so.
 """
@@ -35,6 +36,7 @@ from .errors import UsageError
 HEARTBEAT_S = 20.0      # a running trial's heartbeat interval; stale after GRACE_FACTOR intervals
 GRACE_FACTOR = 3.0
 _MEMORY_LOCKS: dict[int, threading.Lock] = {}
+LOCK_POLL_S = 0.01       # a worker waiting for a journal's or SQLite file's lock tries it this often
 
 
 @dataclass
@@ -213,15 +215,11 @@ def storage_lock(store: Store, name: str) -> Iterator[None]:
     if store.kind == "memory":
         with _MEMORY_LOCKS.setdefault(id(store.storage), threading.Lock()):
             yield
-    elif store.lock_path is not None:
-        import fcntl
+    elif store.lock_path is not None:   # exclusive across processes and threads; the file stays after
+        from filelock import FileLock
 
-        with open(store.lock_path, "a+") as f:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+        with FileLock(store.lock_path, poll_interval=LOCK_POLL_S):
+            yield
     elif store.kind == "rdb" and store.dialect in ("postgresql", "mysql"):
         from sqlalchemy import text
 

@@ -177,3 +177,47 @@ def test_disk_full_writing_the_table_is_one_line(tmp_path, monkeypatch, capsys):
     lines = _lines(capsys.readouterr().err)
     assert e.value.code == 1 and len(lines) == 1 and "table.json" in lines[0] and "no space left" in lines[0]
     assert len(_measured(out / "optuna-journal.log")) == 8
+
+
+def test_storage_lock_is_a_filelock_beside_the_journal(tmp_path):
+    """The workers' lock (gemvtune.storage.storage_lock) is a flock on ``<journal>.gemvtune.lock`` (a
+    filelock.FileLock): held, another descriptor cannot take it; the threads of one process wait for each
+    other; released, the file stays (waiters share its inode)."""
+    import fcntl
+    import threading
+    import time
+
+    from gemvtune.storage import open_store, storage_lock
+
+    store = open_store(f"journal:{tmp_path / 'j.log'}")
+    lock = tmp_path / "j.log.gemvtune.lock"
+    assert store.lock_path == str(lock)
+
+    def free() -> bool:
+        with open(lock) as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False
+            fcntl.flock(f, fcntl.LOCK_UN)
+            return True
+
+    inside: list[int] = []
+
+    def hold(i: int) -> None:
+        with storage_lock(store, "x"):
+            inside.append(i)
+            time.sleep(0.05)
+            inside.append(i)
+
+    with storage_lock(store, "x"):
+        assert not free()
+        threads = [threading.Thread(target=hold, args=(i,)) for i in range(3)]
+        for t in threads:
+            t.start()
+        time.sleep(0.1)
+        assert inside == []                      # they wait for this holder
+    for t in threads:
+        t.join(30)
+    assert len(inside) == 6 and all(inside[k] == inside[k + 1] for k in range(0, 6, 2))   # one at a time
+    assert lock.exists() and free()
