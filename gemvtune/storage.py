@@ -218,8 +218,12 @@ def storage_lock(store: Store, name: str) -> Iterator[None]:
     elif store.lock_path is not None:   # exclusive across processes and threads; the file stays after
         from filelock import FileLock
 
-        with FileLock(store.lock_path, poll_interval=LOCK_POLL_S):
+        lock = FileLock(store.lock_path)
+        lock.acquire(poll_interval=LOCK_POLL_S)   # (as runners.cuda.gpulock: acquire takes poll_interval in every filelock 3.x)
+        try:
             yield
+        finally:
+            lock.release()
     elif store.kind == "rdb" and store.dialect in ("postgresql", "mysql"):
         from sqlalchemy import text
 
