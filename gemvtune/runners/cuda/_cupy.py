@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+from typing import Any, Iterator
+
 try:
     import cupy as cp
 except Exception as _e:  # pragma: no cover - depends on the host
@@ -89,3 +92,18 @@ def _two_cupys() -> str:
 def _rand_half(shape, rng) -> "cp.ndarray":
     """Uniform in [-1, 1), never zeros as a whole."""
     return (rng.random(shape, dtype=cp.float32) * 2 - 1).astype(cp.float16)
+
+
+@contextlib.contextmanager
+def scope(device: int | None, stream: Any, no_pool: bool = False) -> Iterator[None]:
+    """``device`` (None: the caller's) and ``stream`` current in this thread for the block, and with
+    ``no_pool`` CuPy's memory pool bypassed (``cupy.cuda.using_allocator(None)``: every array its own
+    cudaMalloc, so compute-sanitizer sees exact bounds); thread-local, the caller's back after. CuPy's
+    global allocator is never changed."""
+    with contextlib.ExitStack() as held:
+        if device is not None:
+            held.enter_context(cp.cuda.Device(device))
+        held.enter_context(stream)
+        if no_pool:
+            held.enter_context(cp.cuda.using_allocator(None))
+        yield

@@ -4,14 +4,13 @@ its device, stream and random generator."""
 
 from __future__ import annotations
 
-import contextlib
 import math
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, ContextManager
 
 from ...epilogue import DEFAULT, Epilogue
 from ...shapes import Shape
 from ...timing import ROW_FACTOR
-from ._cupy import _rand_half, cp
+from ._cupy import _rand_half, cp, scope
 
 
 def x_shape(shape: Shape) -> tuple[int, ...]:
@@ -26,17 +25,16 @@ def y_shape(shape: Shape) -> tuple[int, ...]:
 class Verifier:
     """Checks answers on ``stream`` (a CuPy stream: every allocation, random draw and launch of a check
     is ordered on it) of ``device`` (made current for each check, the caller's restored after; None:
-    the caller's), drawing inputs from ``rng``. Keeps one random W per shape with its float64 copies."""
+    the caller's), drawing inputs from ``rng``; with ``no_pool`` its arrays bypass CuPy's memory pool
+    (for that block only). Keeps one random W per shape with its float64 copies."""
 
-    def __init__(self, stream: Any, rng: Any, device: int | None = None):
-        self.stream, self.rng, self.device = stream, rng, device
+    def __init__(self, stream: Any, rng: Any, device: int | None = None, no_pool: bool = False):
+        self.stream, self.rng, self.device, self.no_pool = stream, rng, device, no_pool
         self._vmat: tuple | None = None
 
-    @contextlib.contextmanager
-    def _scope(self) -> Iterator[None]:
+    def _scope(self) -> ContextManager[None]:
         """The device (when given) and the stream current for the block; the caller's back after."""
-        with cp.cuda.Device(self.device) if self.device is not None else contextlib.nullcontext(), self.stream:
-            yield
+        return scope(self.device, self.stream, self.no_pool)
 
     def release(self) -> None:
         """Drop the kept W and its float64 copies."""

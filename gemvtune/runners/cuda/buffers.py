@@ -1,0 +1,47 @@
+"""The CUDA runner's timing buffers: one shape's rotating weight copies, inputs and NaN-poisoned outputs,
+as many copies as keep the working set >= 3x L2 (gemvtune.timing.copies_for), or MAX_COPIES of them and
+an L2 flush before each sample (``flush``) for a weight too small for that."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ...shapes import Shape
+from ...timing import copies_for, flushes_l2
+from ._cupy import _rand_half, cp
+from .verify import x_shape, y_shape
+
+
+@dataclass
+class ShapeBuffers:
+    """One shape's rotating weight copies, inputs and NaN-poisoned outputs (``CudaRunner.buffers``)."""
+
+    shape: Shape
+    W: list
+    x: list
+    y: list
+    copies: int
+    flush: bool = False   # copies < 3x L2: each sample is one pass after an L2 flush
+    x_block: Any = None   # with flush: the x copies, contiguous (read back into L2 after each flush)
+
+
+def make_buffers(shape: Shape, rng: Any, l2_bytes: int) -> ShapeBuffers:
+    """The shape's buffers, drawn from ``rng`` and allocated on the current stream (the caller makes the
+    runner's current)."""
+    c = copies_for(shape.weight_bytes, l2_bytes)
+    flush = flushes_l2(shape.weight_bytes, c, l2_bytes)
+    xs = x_shape(shape)
+    size = shape.d * shape.n
+    stride = -(-size // 128) * 128   # each copy 256-byte aligned, like its own allocation
+    x_block = _rand_half((c, stride), rng) if flush else None
+    return ShapeBuffers(
+        shape,
+        [_rand_half((shape.M, shape.d), rng) for _ in range(c)],
+        ([x_block[i, :size].reshape(xs) for i in range(c)] if flush
+         else [_rand_half(xs, rng) for _ in range(c)]),
+        [cp.full(y_shape(shape), cp.nan, dtype=cp.float32) for _ in range(c)],
+        c,
+        flush,
+        x_block,
+    )
