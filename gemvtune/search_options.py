@@ -15,13 +15,13 @@ import click
 
 from .cli_options import SEED, ModelPreset
 from .errors import UsageError
-from .families import FAMILY_NAMES, get_family
+from .families import FAMILY_NAMES, get_family, parse_families
 from .samplers import SAMPLERS
 from .spacebound import STALL_PROPOSALS
 from .storage import HEARTBEAT_S
 
 MAX_TRIALS = 10_000   # --trials' upper bound: more than any useful budget, and a run that ends
-TRIALS = 100          # --trials' default (the search-quality study, see README)
+DEFAULT_TRIALS = 100  # --trials' default (the search-quality study, see README)
 
 
 @dataclass(frozen=True)
@@ -56,8 +56,6 @@ class Opt:
 
 
 def _families(text: str) -> tuple[str, ...] | None:
-    from .families import parse_families
-
     return parse_families(text) if text else None
 
 
@@ -75,10 +73,10 @@ OPTIONS: tuple[Opt, ...] = (   # in ``gemvtune search --help`` order
         help="with --model/--hf-config: the fused shapes engines run (qkv, gate_up) instead of "
              "transformers' unfused ones (q, k, v, gate, up)"),
     Opt("--sampler", "sampler", click.Choice(SAMPLERS), "tpe", show_default=True, field="sampler", study=True),
-    Opt("--trials", "trials", click.IntRange(1, MAX_TRIALS), TRIALS, field="trials", study=True,
+    Opt("--trials", "trials", click.IntRange(1, MAX_TRIALS), DEFAULT_TRIALS, field="trials", study=True,
         help="measured trials per shape, the study's total over all workers; a search also stops when "
              f"its space is measured, or when {STALL_PROPOSALS} proposals in a row measure nothing new "
-             f"(default: {TRIALS}, from the search-quality study, see README)"),
+             f"(default: {DEFAULT_TRIALS}, from the search-quality study, see README)"),
     Opt("--timeout", "timeout", click.FloatRange(min=0, min_open=True), field="timeout", what="positive seconds",
         help="seconds of search per shape in this run"),
     Opt("--seed", "seed", SEED, 0, show_default=True, field="seed", study=True),
