@@ -21,8 +21,27 @@ def _cuda_device_reason() -> str | None:
 
 _GPU_REASON: list = []
 
+SLOW_REASON = "marked slow: runs with --runslow, -m slow or CI=true (CI runs every test)"
+
+
+def pytest_addoption(parser):
+    parser.addoption("--runslow", action="store_true", default=False,
+                     help="also run the tests marked slow (skipped by default, except where CI=true)")
+
+
+def run_slow(runslow: bool, markexpr: str = "", environ=None) -> bool:
+    """Whether the tests marked slow run: asked for (--runslow, or a -m expression that names slow), or
+    on CI (CI=true, which CI services set; .ci/run runs there), so CI still runs every test."""
+    ci = (os.environ if environ is None else environ).get("CI", "").strip().lower()
+    return bool(runslow) or "slow" in (markexpr or "") or ci in ("true", "1", "yes")
+
 
 def pytest_collection_modifyitems(config, items):
+    if config is not None and not run_slow(config.getoption("--runslow"), config.getoption("markexpr", "")):
+        skip_slow = pytest.mark.skip(reason=SLOW_REASON)
+        for it in items:
+            if "slow" in it.keywords:
+                it.add_marker(skip_slow)
     if not any("gpu" in it.keywords for it in items):
         return
     if not _GPU_REASON:
