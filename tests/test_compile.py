@@ -19,10 +19,11 @@ def representative_subset() -> list[tuple[GemvConfig, Shape]]:
     rng = random.Random(7)
     out = [(LLAMA_CPP, Shape(4096, 4096))]
     shapes = [Shape(7, 4104), Shape(129, 72), Shape(4096, 14336)]
+    valid = {s: valid_configs(s) for s in shapes}   # once per shape (each is seconds; 48 pools below)
     for i, (vec, acc, hint, xl) in enumerate(itertools.product(DOMAINS["vec"], DOMAINS["acc"], DOMAINS["hint"],
                                                                DOMAINS["x_load"])):
         s = shapes[i % len(shapes)]
-        pool = [c for c in valid_configs(s) if (c.vec, c.acc, c.hint, c.x_load) == (vec, acc, hint, xl)]
+        pool = [c for c in valid[s] if (c.vec, c.acc, c.hint, c.x_load) == (vec, acc, hint, xl)]
         out.append((rng.choice(pool), s))
     s = Shape(1024, 16384)
     v = valid_configs(s)
@@ -43,6 +44,7 @@ def test_subset_covers_the_space():
     assert LLAMA_CPP in cfgs
 
 
+@pytest.mark.slow  # NVRTC compiles the whole GEMV subset
 def test_subset_compiles_for_sm90():
     results = compile_many([(c.label.replace(".", "_"), render(c, s)) for c, s in SUBSET], arch="sm_90")
     failures = [(c.label, str(r)) for (c, _), r in zip(SUBSET, results) if isinstance(r, CompileError)]
@@ -112,6 +114,7 @@ def batch_and_splitk_subset() -> list[tuple]:
     return list(dict.fromkeys(out))
 
 
+@pytest.mark.slow  # NVRTC compiles the split-K and batch subset (~90 s)
 def test_splitk_and_batch_subset_compiles_for_sm90():
     from gemvtune import space_splitk as sk
     from gemvtune.compile import compile_variants
@@ -139,6 +142,7 @@ def test_static_shared_memory_overflow_is_a_clear_compile_error():
     assert "NVRTC_ERROR_COMPILATION" in str(e.value) and "bytes smem" in str(e.value) and "\n" not in str(e.value)
 
 
+@pytest.mark.slow  # NVRTC compiles every sanitizer config
 def test_sanitizer_config_set_covers_both_families_and_compiles():
     """tests/data/sanitize_configs.json is what compute-sanitizer runs on the H200 (scripts/device_check.sh):
     at every edge shape it must hold every vector width, pdl on, and split-K GEMMs, and all compile."""

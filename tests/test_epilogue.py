@@ -45,6 +45,7 @@ def _items() -> list[tuple]:
     return [(c, s, e) for s in SHAPES for c in _configs(s) for e in EPILOGUES if not e.invalid_reasons(c)]
 
 
+@pytest.mark.slow  # NVRTC compiles every epilogue of both families
 def test_every_epilogue_compiles_for_both_families_without_spills():
     items = _items()
     assert {(c.family, e) for c, _, e in items} == {(f, e) for f in ("gemv", "splitk") for e in EPILOGUES}

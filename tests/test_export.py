@@ -110,6 +110,7 @@ def test_workspace_layout():
 
 
 @pytest.mark.parametrize("which", ["committed", "synthetic"])
+@pytest.mark.slow  # nvcc builds the exported header into a library
 def test_export_compiles_with_nvcc(tmp_path, which):
     """The header compiles for sm_90 without warnings, and two .cu files that both include it link into
     one library (nothing in it clashes: kernels, helpers and macros are per shape or internal)."""

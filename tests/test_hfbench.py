@@ -342,6 +342,7 @@ def test_cli_missing_config_and_hf_options_alone(tmp_path):
     _one_line_exit_2(run_cli("bench", "--prompt-tokens", "5"), "--prompt-tokens needs --hf-config")
 
 
+@pytest.mark.slow  # builds a transformers model in a CLI subprocess
 def test_cli_unknown_model_type_and_missing_table(tmp_path):
     pytest.importorskip("transformers")
     cfg = _write(tmp_path, dict(TINY, model_type="no-such-model"))
@@ -357,6 +358,7 @@ def test_help_lists_hf_options():
 
 # ---- the whole pipeline ------------------------------------------------------------------------------
 
+@pytest.mark.slow  # builds and runs a transformers model on the CPU
 def test_whole_bench_on_cpu(tmp_path):
     """Every step but the profile on a tiny random Llama on the CPU (GemvLinear falls back to F.linear
     there, and generate does not compile off CUDA): the orchestration, not the speed."""

@@ -9,11 +9,14 @@ import sys
 import time
 
 import optuna
+import pytest
 
 from conftest import ROOT, run_cli
 from gemvtune import Shape
 from gemvtune.runners.replay import STUDY_SUFFIX
 from gemvtune.search import make_storage, study_name
+
+pytestmark = pytest.mark.slow  # searches in subprocesses: SIGKILL then resume, two at once
 
 SWEEPS = str(ROOT / "results" / "nvidia-h200" / "sweeps")
 

@@ -46,6 +46,7 @@ def _older_gemvtune_appended(journal):
 
 @pytest.mark.parametrize("damage", [_tear_tail, _bad_last_line, _older_gemvtune_appended],
                          ids=["torn tail", "unreadable last line", "appended after a torn record"])
+@pytest.mark.slow  # a search in a subprocess, then its rerun
 def test_torn_journal_is_repaired_then_the_search_resumes(tmp_path, damage):
     out = tmp_path / "res"
     r = _search(out, 10)
@@ -103,6 +104,7 @@ main(sys.argv[1:])
 """
 
 
+@pytest.mark.slow  # a search in a subprocess, then its rerun
 def test_disk_full_mid_search_is_one_line_then_a_rerun_resumes(tmp_path):
     """ENOSPC in the middle of a journal append: one line, exit 1, the journal cut back to its last
     complete record, every completed trial readable, a rerun resumes."""
@@ -126,6 +128,7 @@ def test_disk_full_mid_search_is_one_line_then_a_rerun_resumes(tmp_path):
 
 
 @pytest.mark.parametrize("kind", ["journal", "sqlite"])
+@pytest.mark.slow  # searches in a subprocess until the file-size limit (~80 s with SQLite)
 def test_file_size_limit_mid_search(tmp_path, kind):
     """A real short write: the search runs under RLIMIT_FSIZE (its storage hits it after a few trials).
     The journal, and SQLite (its 'disk I/O error'): one line, exit 1, a rerun resumes."""

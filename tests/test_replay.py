@@ -58,6 +58,7 @@ def test_bad_sweeps(tmp_path):
         ReplayRunner(bad)
 
 
+@pytest.mark.slow  # a CLI replay search
 def test_replayed_search_run(tmp_path):
     r = run_cli("search", "--shape", "14336x4096", "--replay", str(SWEEPS), "--results", str(tmp_path),
                 "--trials", "60")
@@ -77,6 +78,7 @@ DEFAULT_TRIALS = SearchOptions().trials
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+@pytest.mark.slow  # many seeded replay searches per sweep
 def test_default_tpe_budget_reaches_2pct_for_every_seed(path):
     """The default sampler and budget (chosen by the committed study) on every committed sweep."""
     import optuna

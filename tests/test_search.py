@@ -20,6 +20,7 @@ def _search(tmp_path, trials=60, sampler="tpe", runner=None, seed=0, families=("
     return runner, run_search(runner, SHAPE, opts, storage, "s", echo=lambda s: None)
 
 
+@pytest.mark.slow  # a whole search with NVRTC compiles
 def test_search_finds_known_optimum_and_never_measures_invalid(tmp_path):
     runner, res = _search(tmp_path, trials=150)
     assert runner.calls[0] == LLAMA_CPP                       # the llama.cpp config is tried first
@@ -41,6 +42,7 @@ def test_search_finds_known_optimum_and_never_measures_invalid(tmp_path):
     assert res.entry["search"]["sampler"] == "tpe" and res.entry["search"]["seed"] == 0
 
 
+@pytest.mark.slow  # a whole search with NVRTC compiles
 def test_failures_recorded_and_invalid_pruned(tmp_path):
     _, res = _search(tmp_path, trials=60, sampler="random")
     by = collections.Counter(r.get("status") for r in res.trials)
@@ -53,6 +55,7 @@ def test_failures_recorded_and_invalid_pruned(tmp_path):
     assert not (res.entry["winner"]["config"]["x_load"] == "smem" and res.entry["winner"]["config"]["acc"] == "fp16")
 
 
+@pytest.mark.slow  # two searches with NVRTC compiles
 def test_resume_repeats_nothing(tmp_path):
     r1, a = _search(tmp_path, trials=30)
     r2, b = _search(tmp_path, trials=30)
@@ -120,6 +123,7 @@ def test_gp_sampler(tmp_path):
     assert res.entry["winner"]["us"] == min(t["value"] for t in res.trials if t["state"] == "COMPLETE")
 
 
+@pytest.mark.slow  # searches of both families with NVRTC compiles
 def test_both_families_searched_and_kept(tmp_path):
     from gemvtune.space_splitk import SPLITK_SEED
 

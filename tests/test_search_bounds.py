@@ -105,6 +105,7 @@ def test_optuna_logging_is_left_as_found():
     assert logger.level == logging.INFO          # and restores it
 
 
+@pytest.mark.slow  # a CLI search that spends a whole sweep
 def test_cli_replay_search_with_a_huge_budget_ends(tmp_path):
     """A sweep holding fewer configs than the budget (here 120 of one shape's): the search measures
     each once and says it stopped, instead of proposing on without end."""

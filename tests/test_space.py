@@ -96,6 +96,7 @@ def test_load_configs(tmp_path):
         load_configs(str(tmp_path / "missing.json"))
 
 
+@pytest.mark.slow  # samples and checks thousands of configs
 def test_sample_is_seeded_and_valid():
     s = Shape(14336, 4096)
     a, b = sample_configs(s, 50, seed=3), sample_configs(s, 50, seed=3)

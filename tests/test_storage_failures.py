@@ -126,6 +126,7 @@ def _deny_rofs(monkeypatch, target):
 @pytest.mark.parametrize("which", ["optuna-journal.log", "optuna-journal.log.gemvtune.lock"],
                          ids=["journal", "its lock file"])
 @pytest.mark.parametrize("deny", [_deny_access, _deny_open, _deny_rofs], ids=["access", "open", "read-only fs"])
+@pytest.mark.slow  # each case starts from a real search (the searched fixture)
 def test_unwritable_journal_is_refused_before_measuring(searched, monkeypatch, capsys, measures, which, deny):
     target = searched / which
     assert target.exists()
@@ -144,6 +145,7 @@ def test_unwritable_journal_is_refused_before_measuring(searched, monkeypatch, c
     _resumes(searched, _measured(searched / "optuna-journal.log"), trials=20)
 
 
+@pytest.mark.slow  # starts from a real search (the searched fixture)
 def test_unwritable_journal_with_workers_is_refused_by_the_parent(searched, monkeypatch, capsys):
     target = searched / "optuna-journal.log"
     before = _files(searched)
@@ -158,6 +160,7 @@ def test_unwritable_journal_with_workers_is_refused_by_the_parent(searched, monk
 
 @pytest.mark.skipif(ROOT_USER, reason="root writes through read-only permissions")
 @pytest.mark.parametrize("what", ["journal", "lock file", "folder"])
+@pytest.mark.slow  # starts from a real search (the searched fixture)
 def test_read_only_journal_real_permissions(searched, what):
     target = {"journal": searched / "optuna-journal.log", "lock file": searched / "optuna-journal.log.gemvtune.lock",
               "folder": searched}[what]
@@ -228,6 +231,7 @@ WHEN = {
 
 @pytest.mark.parametrize("err", list(ERRORS), ids=list(ERRORS))
 @pytest.mark.parametrize("when", list(WHEN), ids=list(WHEN))
+@pytest.mark.slow  # each case starts from a real search (the searched fixture)
 def test_writes_failing_mid_search_end_with_one_line(searched, monkeypatch, capsys, err, when):
     """In this process (the failure as Optuna meets it); the rerun is the next test's (a trial left
     RUNNING by this process, still alive, is rightly not taken for a dead worker's)."""
@@ -273,6 +277,7 @@ main(sys.argv[5:])
 
 
 @pytest.mark.parametrize("when,err", [("finishing a trial", "EACCES"), ("inside a trial", "no errno")])
+@pytest.mark.slow  # a real search, a failing one, then its rerun
 def test_writes_failing_mid_search_then_a_rerun_resumes(searched, when, err):
     journal = searched / "optuna-journal.log"
     before = _measured(journal)
@@ -338,6 +343,7 @@ main(sys.argv[2:])
     pytest.param(READ_ONLY_FOLDER, marks=pytest.mark.skipif(ROOT_USER, reason="root writes through read-only permissions")),
 ], ids=["simulated", "chmod"])
 @pytest.mark.parametrize("n", [3, 40, 101])
+@pytest.mark.slow  # each case starts from a real search (the searched fixture)
 def test_folder_turned_read_only_mid_append_is_one_line(searched, script, n):
     journal = searched / "optuna-journal.log"
     before = _measured(journal)
@@ -453,6 +459,7 @@ def _assert_interrupted(e, capfd, records):
     assert not [r.getMessage() for r in records if "failed" in r.getMessage()]   # Optuna's report: dropped
 
 
+@pytest.mark.slow  # starts from a real search (the searched fixture)
 def test_ctrl_c_in_a_measurement_is_one_line(searched, monkeypatch, capfd, optuna_records):
     journal = searched / "optuna-journal.log"
     before = _measured(journal)
@@ -508,6 +515,7 @@ finally:
 
 
 @pytest.mark.parametrize("how", ["twice", "mid-append"])
+@pytest.mark.slow  # searches in a subprocess interrupted
 def test_ctrl_c_in_optunas_bookkeeping_is_one_line(searched, how):
     journal = searched / "optuna-journal.log"
     before = _measured(journal)
@@ -522,6 +530,7 @@ def test_ctrl_c_in_optunas_bookkeeping_is_one_line(searched, how):
     assert "damaged" not in r.stderr, r.stderr
 
 
+@pytest.mark.slow  # a search in a subprocess, SIGINT, then its rerun
 def test_sigint_mid_search_is_one_line_then_a_rerun_resumes(searched):
     """A real Ctrl-C (SIGINT) once the search has measured a trial of its own: wherever it lands, one
     line and exit 130."""

@@ -76,6 +76,7 @@ def _check_rerun(out):
     return trials
 
 
+@pytest.mark.slow  # worker processes killed mid-search, then the rerun
 def test_workers_die_with_a_sigkilled_parent_and_their_trials_are_retried(tmp_path):
     out = tmp_path / "res"
     p, kids = _start_workers(out)
@@ -89,6 +90,7 @@ def test_workers_die_with_a_sigkilled_parent_and_their_trials_are_retried(tmp_pa
     assert {t.number for t in failed} <= retried
 
 
+@pytest.mark.slow  # worker processes stopped mid-search
 def test_sigterm_to_the_parent_stops_its_workers(tmp_path):
     out = tmp_path / "res"
     p, kids = _start_workers(out)

@@ -144,10 +144,12 @@ def _kill_one(subsweep, tmp_path, storage_args, storage):
     assert "14336x4096x1" in json.loads((out / "table.json").read_text())["entries"]
 
 
+@pytest.mark.slow  # worker processes searching one study
 def test_workers_share_a_journal_study(subsweep, tmp_path):
     _run_shared(subsweep, tmp_path, [], lambda: make_storage(f"journal:{tmp_path / 'multi' / 'optuna-journal.log'}"))
 
 
+@pytest.mark.slow  # worker processes, one killed mid-search
 def test_killed_worker_journal(subsweep, tmp_path):
     _kill_one(subsweep, tmp_path, [], lambda: make_storage(f"journal:{tmp_path / 'kill' / 'optuna-journal.log'}"))
 
