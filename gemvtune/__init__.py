@@ -6,9 +6,10 @@ report function needs it. ``load_table`` (and ``Table``) load on first use; ``Ge
 """
 
 from .errors import GemvtuneError, NoDeviceError, UsageError
-from .shapes import DECODE_SUITE, MODELS, Shape, model_shapes, parse_batches, parse_shape
-from .space import DOMAINS, LLAMA_CPP, GemvConfig, parse_config, sample_configs, valid_configs
-from .space_splitk import SPLITK_SEED, SplitKConfig
+from .kernels.hfconfig import MODELS, model_shapes
+from .kernels.shapes import DECODE_SUITE, Shape, parse_batches, parse_shape
+from .kernels.gemv import DOMAINS, LLAMA_CPP, GemvConfig, parse_config, sample_configs, valid_configs
+from .kernels.splitk import SPLITK_SEED, SplitKConfig
 
 __version__ = "0.1.0"
 
@@ -23,15 +24,15 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    """The lazy names: ``load_table``/``Table`` from gemvtune.table, and the PyTorch drop-in from
-    gemvtune.torch_linear (which imports torch; without torch, one clear ImportError)."""
+    """The lazy names: ``load_table``/``Table`` from gemvtune.runtime.table, and the PyTorch drop-in from
+    gemvtune.runtime.torch_linear (which imports torch; without torch, one clear ImportError)."""
     if name in _TABLE_NAMES:
-        from . import table
+        from .runtime import table
 
         return getattr(table, name)
     if name in _TORCH_NAMES:
         try:
-            from . import torch_linear
+            from .runtime import torch_linear
         except ModuleNotFoundError as e:
             if e.name != "torch" and not str(e.name).startswith("torch."):
                 raise

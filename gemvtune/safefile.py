@@ -40,7 +40,6 @@ def clean_tmp(path: Path) -> list[Path]:
     """Remove ``<path>.<pid>.<random>.tmp`` files (and the ``<path>.<random>.tmp`` of older gemvtunes)
     whose writer is dead or that are older than STALE_TMP_S; the caller holds the file's lock, so no
     live writer is between its write and its rename. Returns what was removed."""
-    from .storage import pid_alive
 
     gone = []
     for tmp in path.parent.glob(glob.escape(path.name) + ".*.tmp"):
@@ -132,3 +131,18 @@ def probe_folder(folder: Path, what: str) -> None:
         if os.path.lexists(up) and not up.is_dir():
             raise UsageError(f"{what} {folder} cannot be made: {up} is not a folder") from None
         raise UsageError(f"{what} {folder} is not writable: {e.strerror or e}") from None
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` of this host still runs (a zombie, dead but not yet reaped, does not)."""
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError, TypeError):
+        return True
+    try:
+        with open(f"/proc/{int(pid)}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return True

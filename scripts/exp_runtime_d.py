@@ -8,8 +8,8 @@ than MEASURING.md's seed-kernel references on large shapes? Times the llama.cpp 
 import sys
 
 from gemvtune import LLAMA_CPP, Shape
-from gemvtune.render import render
-from gemvtune.report import provenance, write_csv
+from gemvtune.kernels.render import render
+from gemvtune.reports.report import provenance, write_csv
 from gemvtune.runners.cuda import CudaRunner
 
 

@@ -17,11 +17,11 @@ from pathlib import Path
 import numpy as np
 
 from gemvtune import LLAMA_CPP
-from gemvtune.report import provenance
+from gemvtune.reports.report import provenance
 from gemvtune.runners.cuda import CudaRunner
 from gemvtune.runners.cuda._cupy import _rand_half, cp
-from gemvtune.shapes import Shape
-from gemvtune.timing import copies_for, summarize
+from gemvtune.kernels.shapes import Shape
+from gemvtune.runners.timing import copies_for, summarize
 
 
 def main() -> None:
@@ -51,7 +51,7 @@ def main() -> None:
             x = [_rand_half(r.x_shape(s), r.rng) for _ in range(64)]
             y = [cp.empty(r.y_shape(s), dtype=cp.float32) for _ in range(64)]
             rot = summarize(r.time_graph(lambda i: launch(W[i], x[i % 64], y[i % 64]), full))
-            del W
+            W.clear()
             rows.append({"shape": str(s), "copies": c, "rotation_copies": full, "warm_us": warm.median,
                          "read_flush_us": read.median, "write_flush_us": write.median,
                          "runner_flush_us": runner_flush.median, "rotation_us": rot.median,

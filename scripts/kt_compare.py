@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gemvtune.ktexport import KT_KERNEL_NAME, export_kt_cache, kt_problem_size
+from gemvtune.reports.ktexport import KT_KERNEL_NAME, export_kt_cache, kt_problem_size
 from gemvtune.runners.replay import Sweep, sweep_files
-from gemvtune.space import GemvConfig
-from gemvtune.study import THRESHOLDS, trials_to_within
+from gemvtune.kernels.gemv import GemvConfig
+from gemvtune.tuning.study import THRESHOLDS, trials_to_within
 
 STRATEGIES = ["random_sample", "genetic_algorithm", "simulated_annealing", "greedy_ils", "diff_evo", "pso",
               "firefly_algorithm", "mls"]
@@ -79,7 +79,7 @@ def main(sweeps: str, out_dir: str, seeds: int = 20, budget: int = 200) -> None:
         cache.unlink()  # large and derived: rebuilt from the sweep on each run
     df = pd.DataFrame(rows)
     df.to_csv(out / "kt-runs.csv", index=False, float_format="%.6g")
-    from gemvtune.study import summarize_runs
+    from gemvtune.tuning.study import summarize_runs
 
     s = summarize_runs(df)
     s.to_csv(out / "kt-summary.csv", index=False, float_format="%.6g")

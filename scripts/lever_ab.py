@@ -12,12 +12,12 @@ import dataclasses
 import statistics
 from pathlib import Path
 
-from gemvtune.families import config_from_dict
-from gemvtune.report import provenance, write_csv
+from gemvtune.kernels.families import config_from_dict
+from gemvtune.reports.report import provenance, write_csv
 from gemvtune.runners.cuda import CudaRunner
-from gemvtune.shapes import DECODE_SUITE, Shape, parse_shape
-from gemvtune.space import DOMAINS
-from gemvtune.table import load_table
+from gemvtune.kernels.shapes import DECODE_SUITE, Shape, parse_shape
+from gemvtune.kernels.gemv import DOMAINS
+from gemvtune.runtime.table import load_table
 
 
 def main() -> None:

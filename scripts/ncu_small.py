@@ -12,11 +12,11 @@ import argparse
 
 import numpy as np
 
-from gemvtune.families import config_from_dict
+from gemvtune.kernels.families import config_from_dict
 from gemvtune.runners.cuda import CudaRunner
 from gemvtune.runners.cuda._cupy import cp
-from gemvtune.shapes import parse_shape
-from gemvtune.table import load_table
+from gemvtune.kernels.shapes import parse_shape
+from gemvtune.runtime.table import load_table
 
 
 def main() -> None:

@@ -17,12 +17,12 @@ from pathlib import Path
 import pandas as pd
 
 from gemvtune import LLAMA_CPP
-from gemvtune.families import config_from_dict
-from gemvtune.report import provenance, write_csv
+from gemvtune.kernels.families import config_from_dict
+from gemvtune.reports.report import provenance, write_csv
 from gemvtune.runners.cuda import CudaRunner
-from gemvtune.shapes import DECODE_SUITE, Shape, parse_shape
-from gemvtune.table import load_table
-from gemvtune.timing import copies_for
+from gemvtune.kernels.shapes import DECODE_SUITE, Shape, parse_shape
+from gemvtune.runtime.table import load_table
+from gemvtune.runners.timing import copies_for
 
 
 def _markdown(df: pd.DataFrame) -> str:

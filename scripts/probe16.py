@@ -44,7 +44,7 @@ with torch.no_grad():
     print(f"custom_op call (empty body): {per_call(lambda: torch.ops.probe.noop(x, W, None, 0)):.2f} us/call")
 
 # a real kernel through cuda-bindings and ctypes
-from gemvtune.compile import compile_source
+from gemvtune.kernels.compile import compile_source
 src = r'''#include <cuda_fp16.h>
 extern "C" __global__ void k(const half* W, const half* x, float* y, const half* b, float* ws, unsigned* c, int M) {
   int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < M) y[i] = __half2float(x[i % 4096]); }'''

@@ -3,7 +3,7 @@
 import math
 
 from gemvtune.runners.base import Measurement, RunnerBase, Status
-from gemvtune.space import GemvConfig
+from gemvtune.kernels.gemv import GemvConfig
 
 TPR_BEST, VEC_BEST = 64, "half8"
 

@@ -6,7 +6,7 @@ import optuna
 
 from conftest import ROOT
 from gemvtune import Shape
-from gemvtune.search import make_storage, study_name
+from gemvtune.tuning.search import make_storage, study_name
 
 SWEEPS = str(ROOT / "results" / "nvidia-h200" / "sweeps")
 SHAPE = "4096x4096"

@@ -10,8 +10,8 @@ import pytest
 
 from conftest import ROOT, run_cli
 from gemvtune import GemvConfig, Shape, UsageError, model_shapes, parse_config, parse_shape
-from gemvtune.hfconfig import HFModel, read_hf_config
-from gemvtune.table import load_table
+from gemvtune.kernels.hfconfig import HFModel, read_hf_config
+from gemvtune.runtime.table import load_table
 
 SWEEPS = str(ROOT / "results" / "nvidia-h200" / "sweeps")
 TABLE = ROOT / "results" / "nvidia-h200" / "table.json"
@@ -30,7 +30,7 @@ def _files(tmp):
     other = {**data, "gpu": {**data["gpu"], "name": "NVIDIA A100-SXM4-80GB"}}
     (tmp / "other-gpu").mkdir()
     (tmp / "other-gpu" / "table.json").write_text(json.dumps(other))
-    hf = json.loads((ROOT / "gemvtune" / "hf_configs" / "llama-3-8b.json").read_text())
+    hf = json.loads((ROOT / "gemvtune" / "kernels" / "hf_configs" / "llama-3-8b.json").read_text())
     (tmp / "hf-float.json").write_text(json.dumps({**hf, "hidden_size": 4096.0}))
     (tmp / "hf-missing.json").write_text(json.dumps({k: v for k, v in hf.items() if k != "intermediate_size"}))
     (tmp / "hf-bool.json").write_text(json.dumps({**hf, "vocab_size": True}))
@@ -218,8 +218,8 @@ def test_no_device_line_says_which_case(driver, runtime, needles):
 
 def test_gp_sampler_without_its_packages(monkeypatch):
     """GP needs torch and scipy, which are optional: a study leaves it out saying so, refuses it alone."""
-    import gemvtune.samplers as samplers
-    from gemvtune.study import usable_samplers
+    import gemvtune.tuning.samplers as samplers
+    from gemvtune.tuning.study import usable_samplers
 
     monkeypatch.setattr(samplers, "gp_missing", lambda load=True: "the gp sampler needs torch and scipy "
                         "(scipy is missing: pip install 'gemvtune[gp]')")
@@ -233,7 +233,7 @@ def test_gp_sampler_without_its_packages(monkeypatch):
 
 
 def test_gp_study_alone_without_its_packages_is_one_line(tmp_path):
-    from gemvtune.samplers import gp_missing
+    from gemvtune.tuning.samplers import gp_missing
 
     if not gp_missing(load=False):
         pytest.skip("torch and scipy are installed here")

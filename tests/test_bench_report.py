@@ -7,7 +7,7 @@ import pytest
 
 from conftest import ROOT, run_cli
 from gemvtune import Shape
-from gemvtune.benchreport import bench_markdown, geomean, plot_bench, summary_row
+from gemvtune.reports.benchreport import bench_markdown, geomean, plot_bench, summary_row
 from gemvtune.runners.base import Measurement, Status
 
 
@@ -64,9 +64,9 @@ def test_tuned_bench_glue_with_a_fake_runner(tmp_path, monkeypatch):
     """run_tuned_bench end to end on the CPU: the committed table's lookup, interleaved rounds, summary
     files and chart (the runner and the dispatch timing faked; compiles are real)."""
     import gemvtune.runners.cuda as rc
-    import gemvtune.runners.cuda.dispatch as rd
+    import gemvtune.clients.percall as rd
     from fakes import FakeRunner
-    from gemvtune.bench import run_tuned_bench
+    from gemvtune.clients.bench import run_tuned_bench
 
     class Fake(FakeRunner):
         arch = "sm_90"

@@ -14,7 +14,7 @@ from tqdm import tqdm
 
 import conftest
 from conftest import ROOT, run_cli
-from gemvtune import compile as gcompile
+from gemvtune.kernels import compile as gcompile
 from gemvtune.progress import progress, progress_bar
 
 TABLE = ROOT / "results" / "nvidia-h200" / "table.json"
@@ -97,8 +97,8 @@ def test_compile_check_logs_its_phases_and_draws_no_bar_in_a_pipe():
 
 
 def test_sweep_runner_counts_measurements_and_clears_before_echo(monkeypatch, info_log):
-    from gemvtune.cli_replay import _Ticking
-    from gemvtune.shapes import Shape
+    from gemvtune.cli.replay import _Ticking
+    from gemvtune.kernels.shapes import Shape
 
     class Runner:
         arch, replays = "sm_90", 7
@@ -121,7 +121,7 @@ def test_sweep_runner_counts_measurements_and_clears_before_echo(monkeypatch, in
 
 
 def test_study_shows_progress_on_a_terminal(monkeypatch, tmp_path, info_log):
-    from gemvtune.study import run_study
+    from gemvtune.tuning.study import run_study
 
     tty = FakeTTY()
     monkeypatch.setattr(sys, "stderr", tty)
@@ -145,8 +145,8 @@ def _key(k: str) -> tuple[int, ...]:
 
 
 def test_report_sorts_shapes_numerically(tmp_path):
-    from gemvtune.table import load_table
-    from gemvtune.tablereport import table_frame, table_summary
+    from gemvtune.runtime.table import load_table
+    from gemvtune.reports.tablereport import table_frame, table_summary
 
     data = json.loads(TABLE.read_text())
     data["entries"] = dict(sorted(data["entries"].items(), reverse=True))   # stored in reverse string order
@@ -172,9 +172,9 @@ def test_report_sorts_shapes_numerically(tmp_path):
 # -- summarize: sidecar and CSV strings are escaped --------------------------------------------------------
 
 def test_summarize_escapes_sidecar_and_csv_strings(tmp_path):
-    from gemvtune.report import provenance, write_csv
+    from gemvtune.reports.report import provenance, write_csv
     from gemvtune.runners.base import Measurement
-    from gemvtune.summary import summarize_bench
+    from gemvtune.reports.summary import summarize_bench
 
     def m(name, kind, us):
         return Measurement(name, kind, 4096, 4096, 1, "ok", us_median=us, us_min=us, us_max=us, gbps=3000.0,

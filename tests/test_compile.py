@@ -8,9 +8,9 @@ import types
 import pytest
 
 from gemvtune import LLAMA_CPP, GemvConfig, Shape
-from gemvtune.compile import CompileError, NvrtcUnavailable, Resources, _Nvrtc, compile_many, compile_source
-from gemvtune.render import render
-from gemvtune.space import DOMAINS, valid_configs
+from gemvtune.kernels.compile import CompileError, NvrtcUnavailable, Resources, _Nvrtc, compile_many, compile_source
+from gemvtune.kernels.render import render
+from gemvtune.kernels.gemv import DOMAINS, valid_configs
 
 
 def representative_subset() -> list[tuple[GemvConfig, Shape]]:
@@ -90,7 +90,7 @@ def batch_and_splitk_subset() -> list[tuple]:
     """The split-K GEMM family's space: every (w_load, x_load, combine) combination and every value of
     every other parameter, at n = 1, 3, 8, 16 on tail shapes (M not a multiple of 16, d not a multiple
     of 32, one d not a multiple of 8); and the GEMV family at n > 1 (every vec x acc)."""
-    from gemvtune import space_splitk as sk
+    from gemvtune.kernels import splitk as sk
 
     rng = random.Random(11)
     shapes = [Shape(129, 4104, 3), Shape(7, 72, 16), Shape(33, 4101, 8), Shape(4096, 4096, 1)]
@@ -116,8 +116,8 @@ def batch_and_splitk_subset() -> list[tuple]:
 
 @pytest.mark.slow  # NVRTC compiles the split-K and batch subset (~90 s)
 def test_splitk_and_batch_subset_compiles_for_sm90():
-    from gemvtune import space_splitk as sk
-    from gemvtune.compile import compile_variants
+    from gemvtune.kernels import splitk as sk
+    from gemvtune.kernels.compile import compile_variants
 
     subset = batch_and_splitk_subset()
     cfgs = [c for c, _ in subset if c.family == "splitk"]
@@ -148,8 +148,8 @@ def test_sanitizer_config_set_covers_both_families_and_compiles():
     at every edge shape it must hold every vector width, pdl on, and split-K GEMMs, and all compile."""
     from pathlib import Path
 
-    from gemvtune.compile import compile_variants
-    from gemvtune.families import load_configs
+    from gemvtune.kernels.compile import compile_variants
+    from gemvtune.kernels.families import load_configs
 
     cfgs = load_configs(str(Path(__file__).parent / "data" / "sanitize_configs.json"))
     pairs = []

@@ -8,7 +8,7 @@ import pytest
 
 from conftest import ROOT, run_cli
 from gemvtune import MODELS, Shape, UsageError
-from gemvtune.decodestep import (IMPLS, NOTE, check_decode_args, decode_markdown, ratios, step_bytes, step_ops,
+from gemvtune.clients.decodestep import (IMPLS, NOTE, check_decode_args, decode_markdown, ratios, step_bytes, step_ops,
                                  summary_frame, write_reports)
 
 TABLE = ROOT / "results" / "nvidia-h200" / "table.json"
@@ -45,7 +45,7 @@ def test_check_decode_args(args, needle):
 
 def test_step_is_the_fused_set_from_the_configs():
     """The step replays the fused linears engines run (qkv, gate_up), derived from the packaged configs."""
-    from gemvtune.hfconfig import read_preset
+    from gemvtune.kernels.hfconfig import read_preset
 
     ops = step_ops("qwen2.5-7b", 2)
     assert ops == [("layers.0.qkv", Shape(4608, 3584)), ("layers.0.o", Shape(3584, 3584)),
@@ -145,9 +145,9 @@ def test_markdown_and_files(tmp_path):
 
 @pytest.mark.gpu
 def test_two_layer_step_on_the_gpu(tmp_path):
-    from gemvtune.decodestep import measure_decode_step
+    from gemvtune.clients.decodestep import measure_decode_step
     from gemvtune.runners.cuda import CudaRunner
-    from gemvtune.table import load_table
+    from gemvtune.runtime.table import load_table
 
     runner = CudaRunner(replays=3)
     ops = step_ops("llama-3-8b", 2)
@@ -214,17 +214,17 @@ class _FakeStep:
 def test_orchestration_with_a_fake_gpu(tmp_path, monkeypatch):
     """run_decode_step end to end (lookup, compile list, verification bookkeeping, memory check,
     interleaved rounds, files) with the GPU half replaced by fakes."""
-    import gemvtune.bench
-    import gemvtune.compile
+    import gemvtune.clients.bench
+    import gemvtune.kernels.compile
     import gemvtune.runners.cuda.decode as dec
-    from gemvtune.decodestep import run_decode_step
+    from gemvtune.clients.decodestep import run_decode_step
 
     class Runner:
         arch = "sm_90"
 
     compiled = []
-    monkeypatch.setattr(gemvtune.compile, "compile_variants", lambda items, arch: compiled.extend(items))
-    monkeypatch.setattr(gemvtune.bench, "_start", lambda echo: (Runner(), {"name": "NVIDIA H200"}, CEIL))
+    monkeypatch.setattr(gemvtune.kernels.compile, "compile_variants", lambda items, arch: compiled.extend(items))
+    monkeypatch.setattr(gemvtune.clients.bench, "_start", lambda echo: (Runner(), {"name": "NVIDIA H200"}, CEIL))
     monkeypatch.setattr(dec, "launchers", lambda runner, cs: {s: object() for s in cs})
     monkeypatch.setattr(dec, "verify", lambda runner, cs, launch: {i: [(s, True, 1e-4, "") for s in c] for i, c in cs.items()})
     monkeypatch.setattr(dec, "free_bytes", lambda: 10**12)

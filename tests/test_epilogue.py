@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 from gemvtune import GemvConfig, Shape, UsageError
-from gemvtune import space_splitk as sk
-from gemvtune.compile import CompileError, Resources, compile_variants
-from gemvtune.epilogue import DEFAULT, EPILOGUES, Epilogue
-from gemvtune.launchspec import launch_spec
-from gemvtune.render import render
-from gemvtune.space import valid_configs
-from gemvtune.timing import error_bound
+from gemvtune.kernels import splitk as sk
+from gemvtune.kernels.compile import CompileError, Resources, compile_variants
+from gemvtune.kernels.epilogue import DEFAULT, EPILOGUES, Epilogue
+from gemvtune.kernels.launchspec import launch_spec
+from gemvtune.kernels.render import render
+from gemvtune.kernels.gemv import valid_configs
+from gemvtune.runners.timing import error_bound
 
 SHAPES = [Shape(7, 72, 3), Shape(7, 4104, 1)]
 # The kernel ABI (y is out_t*: float or half, as the source's typedef says), on whitespace-normalized source.

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, run_cli
-from gemvtune.export import build_header, namespace_of
-from gemvtune.launchspec import launch_spec
-from gemvtune.shapes import Shape
-from gemvtune.space import GemvConfig
-from gemvtune.space_splitk import SplitKConfig
-from gemvtune.table import entry_key, load_table
+from gemvtune.runtime.export import build_header, namespace_of
+from gemvtune.kernels.launchspec import launch_spec
+from gemvtune.kernels.shapes import Shape
+from gemvtune.kernels.gemv import GemvConfig
+from gemvtune.kernels.splitk import SplitKConfig
+from gemvtune.runtime.table import entry_key, load_table
 
 TABLE = ROOT / "results" / "nvidia-h200" / "table.json"
 
@@ -220,7 +220,7 @@ def _run_and_check(lib, shape: Shape, acc: str, offset: int = 0, calls: int = 2)
     import cupy as cp
 
     from gemvtune.runners.cuda.verify import Verifier
-    from gemvtune.timing import error_bound
+    from gemvtune.runners.timing import error_bound
 
     rng = cp.random.default_rng(7)
     Wbuf = (rng.random(shape.M * shape.d + offset, dtype=cp.float32) * 2 - 1).astype(cp.float16)

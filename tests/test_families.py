@@ -5,11 +5,11 @@ import dataclasses
 import jinja2
 import pytest
 
-from gemvtune import families
-from gemvtune.families import DEFAULT_FAMILY, FAMILIES, FAMILY_NAMES
-from gemvtune.render import render
-from gemvtune.search import study_name
-from gemvtune.shapes import Shape
+from gemvtune.kernels import families
+from gemvtune.kernels.families import DEFAULT_FAMILY, FAMILIES, FAMILY_NAMES
+from gemvtune.kernels.render import render
+from gemvtune.tuning.search import study_name
+from gemvtune.kernels.shapes import Shape
 
 
 def test_render_reads_the_family_template(monkeypatch):
@@ -41,14 +41,14 @@ def test_space_does_not_load_the_registry():
     import subprocess
     import sys
 
-    code = "import sys, gemvtune.space, gemvtune.space_splitk; print('gemvtune.families' in sys.modules)"
+    code = "import sys, gemvtune.kernels.gemv, gemvtune.kernels.splitk; print('gemvtune.kernels.families' in sys.modules)"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.stdout.strip() == "False", r.stderr
 
 
 # ---- what each family brings: census, fallbacks, workspace rule, sweep grid, epilogue rule ----------
 def test_census_counts_every_config_of_each_family():
-    from gemvtune.census import census
+    from gemvtune.kernels.census import census
 
     s = Shape(4096, 4096, 2)
     sk = FAMILIES["splitk"]
@@ -65,7 +65,7 @@ def test_space_command_prints_one_census_per_registered_family(monkeypatch):
     """`gemvtune space` loops over the registry: a family's census, its seed line and reasons."""
     from click.testing import CliRunner
 
-    from gemvtune.cli import cli
+    from gemvtune.cli.main import cli
 
     for name, fam in FAMILIES.items():   # two configs per family: its seed and one invalid one
         bad = fam.config_cls(**{**fam.seed.to_dict(), next(iter(fam.domains)): 10**6})
@@ -81,9 +81,9 @@ def test_space_command_prints_one_census_per_registered_family(monkeypatch):
 
 
 def test_fallbacks_are_the_families_in_registry_order(monkeypatch):
-    from gemvtune.space import LLAMA_CPP, GemvConfig
-    from gemvtune.space_splitk import SPLITK_SEED
-    from gemvtune.table import Table
+    from gemvtune.kernels.gemv import LLAMA_CPP, GemvConfig
+    from gemvtune.kernels.splitk import SPLITK_SEED
+    from gemvtune.runtime.table import Table
 
     gemv = FAMILIES["gemv"]
     assert gemv.fallbacks == ((LLAMA_CPP, "llama.cpp fallback"),
@@ -104,9 +104,9 @@ def test_fallbacks_are_the_families_in_registry_order(monkeypatch):
 
 
 def test_needs_workspace_is_the_family_rule():
-    from gemvtune.launchspec import launch_spec
-    from gemvtune.space import GemvConfig
-    from gemvtune.space_splitk import SplitKConfig
+    from gemvtune.kernels.launchspec import launch_spec
+    from gemvtune.kernels.gemv import GemvConfig
+    from gemvtune.kernels.splitk import SplitKConfig
 
     s = Shape(4096, 4096, 2)
     assert GemvConfig(split_k=2).needs_workspace(s) and not GemvConfig().needs_workspace(s)
@@ -123,7 +123,7 @@ def test_needs_workspace_is_the_family_rule():
 
 
 def test_sweep_grid_of_each_family():
-    from gemvtune.sweep import SWEEP_GRID, grid_configs, sweep_path
+    from gemvtune.tuning.sweep import SWEEP_GRID, grid_configs, sweep_path
 
     for name, fam in FAMILIES.items():
         assert list(fam.sweep_grid) == list(fam.domains) and fam.sweep_note
@@ -136,9 +136,9 @@ def test_sweep_grid_of_each_family():
 
 
 def test_epilogue_rule_is_the_config_s():
-    from gemvtune.epilogue import Epilogue
-    from gemvtune.space import GemvConfig
-    from gemvtune.space_splitk import SplitKConfig
+    from gemvtune.kernels.epilogue import Epilogue
+    from gemvtune.kernels.gemv import GemvConfig
+    from gemvtune.kernels.splitk import SplitKConfig
 
     fp16 = Epilogue("fp16")
     assert fp16.invalid_reasons(SplitKConfig(split=4, combine="atomic"))
@@ -150,13 +150,11 @@ def test_epilogue_rule_is_the_config_s():
 # Modules that may still name a family in a string literal, and why. A new family must not need edits
 # outside its config module, its template and its registry entry, so this list only shrinks.
 _MAY_NAME = {
-    ("compile.py", "gemv"): "the default kernel name of compile_source (the gemv template's kernel)",
-    ("hfprofile.py", "gemv"): "a kernel name profiled in traces",
-    ("ktexport.py", "gemv"): "Kernel Tuner's kernel name for the gemv sweeps",
-    ("crossover.py", "gemv"): "the GEMV -> GEMM crossover report compares these two families by name",
-    ("crossover.py", "splitk"): "the GEMV -> GEMM crossover report compares these two families by name",
-    ("cli_search.py", "gemv"): "a replayed search's default family (issue 18: the sweeps' family)",
-    ("runners/base.py", "gemv"): "recorded()'s default family (issue 18: families.DEFAULT_FAMILY)",
+    ("kernels/compile.py", "gemv"): "the default kernel name of compile_source (the gemv template's kernel)",
+    ("clients/hfprofile.py", "gemv"): "a kernel name profiled in traces",
+    ("reports/ktexport.py", "gemv"): "Kernel Tuner's kernel name for the gemv sweeps",
+    ("reports/crossover.py", "gemv"): "the GEMV -> GEMM crossover report compares these two families by name",
+    ("reports/crossover.py", "splitk"): "the GEMV -> GEMM crossover report compares these two families by name",
 }
 
 
@@ -169,7 +167,7 @@ def test_family_names_live_in_the_registry_and_the_config_modules():
 
     root = Path(gemvtune.__file__).parent
     names = set(FAMILIES) | {f.study_suffix for f in FAMILIES.values() if f.study_suffix}
-    own = {"families.py"} | {Path(sys.modules[f.config_cls.__module__].__file__).relative_to(root).as_posix()
+    own = {"kernels/families.py"} | {Path(sys.modules[f.config_cls.__module__].__file__).relative_to(root).as_posix()
                              for f in FAMILIES.values()}   # the registry and each family's config module
     found = []
     for p in sorted(root.rglob("*.py")):
@@ -179,4 +177,4 @@ def test_family_names_live_in_the_registry_and_the_config_modules():
         for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Constant) and node.value in names and (rel, node.value) not in _MAY_NAME:
                 found.append(f"{rel}:{node.lineno} {node.value!r}")
-    assert not found, "family names outside the registry (use gemvtune.families): " + ", ".join(found)
+    assert not found, "family names outside the registry (use gemvtune.kernels.families): " + ", ".join(found)

@@ -17,7 +17,7 @@ import pytest
 from conftest import ROOT, run_cli
 from gemvtune import LLAMA_CPP, Shape
 from gemvtune.safefile import STALE_TMP_S, atomic_write, locked, umask
-from gemvtune.table import load_table, record
+from gemvtune.runtime.table import load_table, record
 
 SWEEPS = str(ROOT / "results" / "nvidia-h200" / "sweeps")
 DEV = {"name": "NVIDIA H200", "compute_capability": "9.0"}
@@ -71,7 +71,7 @@ def test_search_keeps_the_table_mode(tmp_path, umask_022):
 KILLED_WRITER = """
 import os, signal, sys
 from gemvtune import LLAMA_CPP, Shape
-from gemvtune.table import record
+from gemvtune.runtime.table import record
 c = LLAMA_CPP
 entry = {"winner": {"family": "gemv", "config": c.to_dict(), "label": c.label, "us": 9.0, "us_min": 9.0,
                     "us_max": 9.0, "gbps": 1.0, "pct_ceiling": 90.0, "spread": 0.01},
@@ -123,7 +123,7 @@ def test_table_through_a_symlink_stays_a_link(tmp_path):
 
 # ---- Issue 18, item 5: one atomic write, one lock ------------------------------------------------------
 def test_export_header_is_0644_whatever_the_umask(tmp_path):
-    from gemvtune.export import write_header
+    from gemvtune.runtime.export import write_header
 
     old = os.umask(0o077)
     try:
@@ -138,7 +138,7 @@ def test_export_header_is_0644_whatever_the_umask(tmp_path):
 
 
 def test_csv_gets_the_umask_default_and_keeps_its_mode(tmp_path, umask_022):
-    from gemvtune.report import write_csv
+    from gemvtune.reports.report import write_csv
     from gemvtune.runners.base import Measurement, Status
 
     rows = [Measurement("v", "variant", 64, 64, 1, Status.OK)]
@@ -151,7 +151,7 @@ def test_csv_gets_the_umask_default_and_keeps_its_mode(tmp_path, umask_022):
 
 
 def test_cubin_cache_files_stay_private(tmp_path, umask_022):
-    from gemvtune.compile import _atomic_write
+    from gemvtune.kernels.compile import _atomic_write
 
     p = tmp_path / "k.cubin"
     _atomic_write(p, b"\x7fELF\x00\xff")

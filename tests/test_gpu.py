@@ -5,9 +5,9 @@ import random
 import pytest
 
 from gemvtune import LLAMA_CPP, GemvConfig, Shape
-from gemvtune.render import render
-from gemvtune.space import DOMAINS, valid_configs
-from gemvtune import space_splitk
+from gemvtune.kernels.render import render
+from gemvtune.kernels.gemv import DOMAINS, valid_configs
+from gemvtune.kernels import splitk as space_splitk
 
 pytestmark = pytest.mark.gpu
 
@@ -117,7 +117,7 @@ def family_sample(shape: Shape, k: int, seed: int = 2) -> list:
 
 @pytest.mark.parametrize("shape", BATCH_SHAPES, ids=str)
 def test_both_families_verify_at_batch(runner, shape):
-    from gemvtune.compile import compile_variants
+    from gemvtune.kernels.compile import compile_variants
 
     cfgs = family_sample(shape, k=12)
     assert any(c.family == "splitk" for c in cfgs) and any(c.family == "gemv" for c in cfgs)
@@ -133,7 +133,7 @@ def test_both_families_verify_at_batch(runner, shape):
 
 @pytest.mark.parametrize("shape", [Shape(129, 4104, 3), Shape(4096, 4096, 16)], ids=str)
 def test_splitk_planted_faults_caught_and_timed_ok(runner, shape):
-    from gemvtune.space_splitk import SplitKConfig
+    from gemvtune.kernels.splitk import SplitKConfig
 
     cfg = SplitKConfig(split=4, combine="pass2")
     src = render(cfg, shape)

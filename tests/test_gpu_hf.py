@@ -14,7 +14,7 @@ transformers = pytest.importorskip("transformers", reason="transformers is not i
 
 
 def _model(layers=2):
-    cfg = json.loads((ROOT / "gemvtune" / "hf_configs" / "llama-3-8b.json").read_text())
+    cfg = json.loads((ROOT / "gemvtune" / "kernels" / "hf_configs" / "llama-3-8b.json").read_text())
     cfg["num_hidden_layers"] = layers
     conf = transformers.AutoConfig.for_model(**{k: v for k, v in cfg.items() if not k.startswith("_")})
     torch.manual_seed(0)
@@ -24,7 +24,7 @@ def _model(layers=2):
 
 def test_static_cache_generate_matches_stock_and_runs_tuned_kernels(monkeypatch):
     import gemvtune
-    from gemvtune.table import load_table
+    from gemvtune.runtime.table import load_table
 
     if not torch.cuda.is_available():
         pytest.skip("torch has no CUDA here")
@@ -37,7 +37,7 @@ def test_static_cache_generate_matches_stock_and_runs_tuned_kernels(monkeypatch)
               output_logits=True, return_dict_in_generate=True)
     with torch.no_grad():
         stock = model.generate(ids, **kw)
-        from gemvtune.plan import LaunchPlan
+        from gemvtune.kernels.plan import LaunchPlan
 
         calls = []
         real = LaunchPlan.launch

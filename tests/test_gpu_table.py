@@ -8,7 +8,7 @@ import pytest
 
 from conftest import ROOT
 from gemvtune import Shape, UsageError
-from gemvtune.table import load_table
+from gemvtune.runtime.table import load_table
 
 pytestmark = pytest.mark.gpu
 
@@ -22,7 +22,7 @@ def runner():
 
 @pytest.fixture(scope="module")
 def table(runner):
-    from gemvtune.report import gpu_slug
+    from gemvtune.reports.report import gpu_slug
 
     name = runner.device_info()["name"]
     path = Path(os.environ.get("GEMVTUNE_TEST_TABLE") or ROOT / "results" / gpu_slug(name) / "table.json")
@@ -34,7 +34,7 @@ def table(runner):
 def _check(runner, W, x, y, acc, d):
     import cupy as cp
 
-    from gemvtune.timing import error_bound
+    from gemvtune.runners.timing import error_bound
 
     ref, scale = runner.reference(W, x)
     ok, rel, row, why = runner.check(cp.asarray(y), ref, scale, error_bound(acc, d))
@@ -74,7 +74,7 @@ def test_fastest_policy_runs_cublas_where_the_table_measured_it_faster(runner, t
     cupy.matmul / F.linear (FP16 result, cast); 4096x4096 at n = 1 runs the tuned kernel."""
     import cupy as cp
 
-    from gemvtune.table import Table
+    from gemvtune.runtime.table import Table
 
     fast = Table(table.data, table.path, policy="fastest")
     for shape, tuned in ((Shape(14336, 4096, 16), False), (Shape(3000, 4096), False), (Shape(4096, 4096), True)):
@@ -84,7 +84,7 @@ def test_fastest_policy_runs_cublas_where_the_table_measured_it_faster(runner, t
         y = fast.gemv(W, x)
         assert y.dtype == cp.float32
         # cuBLAS returns FP16 (then cast): its bound is the FP16 output's
-        from gemvtune.timing import error_bound
+        from gemvtune.runners.timing import error_bound
 
         ref, scale = runner.reference(W, x)
         acc = fast.route(shape.M, shape.d, shape.n, "cupy").config.acc if tuned else "fp32"

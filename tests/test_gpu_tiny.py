@@ -10,7 +10,7 @@ import pytest
 
 from conftest import ROOT
 from gemvtune import LLAMA_CPP, Shape
-from gemvtune.timing import MAX_COPIES
+from gemvtune.runners.timing import MAX_COPIES
 
 pytestmark = pytest.mark.gpu
 

@@ -11,10 +11,10 @@ import sys
 import pytest
 
 from conftest import ROOT, run_cli
-from gemvtune.hfbench_report import (ROW_COLUMNS, SUMMARY_COLUMNS, explain_summary, mode_table, round_ratios,
+from gemvtune.reports.hfbench_report import (ROW_COLUMNS, SUMMARY_COLUMNS, explain_summary, mode_table, round_ratios,
                                      short_table, summary_markdown, timing_stats, token_agreement, write_hf_reports)
-from gemvtune.hfmodel import file_name, with_layers
-from gemvtune.hfprofile import classify_kernel, is_gemvtune_kernel, kernel_totals, per_step, top_kernels
+from gemvtune.clients.hfmodel import file_name, with_layers
+from gemvtune.clients.hfprofile import classify_kernel, is_gemvtune_kernel, kernel_totals, per_step, top_kernels
 
 TABLE = ROOT / "results" / "nvidia-h200" / "table.json"
 
@@ -268,7 +268,7 @@ def test_with_layers_cuts_and_repeats_per_layer_lists():
 
 
 def test_read_config_file_and_folder(tmp_path):
-    from gemvtune.hfmodel import read_config
+    from gemvtune.clients.hfmodel import read_config
 
     (tmp_path / "Tiny").mkdir()
     _write(tmp_path / "Tiny", TINY)
@@ -282,7 +282,7 @@ def test_read_config_file_and_folder(tmp_path):
 
 def test_build_config_overrides_layers():
     pytest.importorskip("transformers")
-    from gemvtune.hfmodel import build_config
+    from gemvtune.clients.hfmodel import build_config
 
     cfg, info = build_config(dict(LLAMA_3_8B, auto_map={"AutoModel": "x.Y"}), 2)
     assert cfg.num_hidden_layers == 2 and info["config_layers"] == 32 and info["layers"] == 2
@@ -306,7 +306,7 @@ def _one_line_exit_2(r, needle):
 def test_cli_without_transformers_one_line_exit_2(tmp_path):
     cfg = _write(tmp_path, TINY)
     code = ("import sys; sys.modules['transformers'] = None\n"
-            "from gemvtune.cli import main\n"
+            "from gemvtune.cli.main import main\n"
             f"main(['bench', '--hf-config', {str(cfg)!r}, '--layers', '2', '--out', {str(tmp_path / 'out')!r}])\n")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     _one_line_exit_2(r, "pip install 'gemvtune[hf]'")
@@ -364,7 +364,7 @@ def test_whole_bench_on_cpu(tmp_path):
     there, and generate does not compile off CUDA): the orchestration, not the speed."""
     pytest.importorskip("transformers")
     pytest.importorskip("torch")
-    from gemvtune.hfbench import run_hf_bench
+    from gemvtune.clients.hfbench import run_hf_bench
 
     cfg = _write(tmp_path, TINY)
     lines = []

@@ -1,4 +1,4 @@
-"""Hugging Face config.json -> linear-layer shapes (gemvtune.hfconfig): the packaged presets, unfused as
+"""Hugging Face config.json -> linear-layer shapes (gemvtune.kernels.hfconfig): the packaged presets, unfused as
 transformers builds them and fused as engines run them; bad files; search --hf-config on the CLI."""
 
 import importlib.resources
@@ -11,10 +11,10 @@ import pytest
 
 from conftest import ROOT, run_cli
 from gemvtune import MODELS, Shape, UsageError, model_shapes
-from gemvtune.hfconfig import (PRESET_SOURCES, PRESETS, HFModel, Linear, preset_path, read_hf_config,
+from gemvtune.kernels.hfconfig import (PRESET_SOURCES, PRESETS, HFModel, Linear, preset_path, read_hf_config,
                                read_preset)
 
-HF = ROOT / "gemvtune" / "hf_configs"
+HF = ROOT / "gemvtune" / "kernels" / "hf_configs"
 
 
 def _layers(model, fused=False):
@@ -114,7 +114,7 @@ def test_defaults_and_flags(tmp_path):
 
 
 def test_presets_are_package_data_and_feed_models():
-    files = importlib.resources.files("gemvtune") / "hf_configs"
+    files = importlib.resources.files("gemvtune.kernels") / "hf_configs"
     assert set(PRESETS) == set(MODELS) == set(PRESET_SOURCES)
     for name in ("llama-3-8b", "qwen2.5-7b", "mistral-7b", "llama-3-70b", "mistral-nemo-12b"):
         res = files / f"{name}.json"
@@ -131,8 +131,8 @@ def test_presets_are_package_data_and_feed_models():
 
 
 def test_import_reads_no_config():
-    code = ("import sys, gemvtune, gemvtune.shapes, gemvtune.decodestep, gemvtune.cli\n"
-            "h = sys.modules.get('gemvtune.hfconfig')\n"
+    code = ("import sys, gemvtune, gemvtune.kernels.shapes, gemvtune.clients.decodestep, gemvtune.cli.main\n"
+            "h = sys.modules.get('gemvtune.kernels.hfconfig')\n"
             "print(0 if h is None else h._read_preset.cache_info().currsize)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0 and r.stdout.strip() == "0", r.stdout + r.stderr
@@ -207,9 +207,9 @@ def test_search_hf_config_shapes_reach_the_search(tmp_path, monkeypatch):
     """--hf-config and --fused pick the shapes handed to the search (the search itself stubbed)."""
     from click.testing import CliRunner
 
-    import gemvtune.cli_search as cs
-    import gemvtune.search_run as sc
-    from gemvtune.cli import cli
+    import gemvtune.cli.search as cs
+    import gemvtune.tuning.search_run as sc
+    from gemvtune.cli.main import cli
 
     got = []
     monkeypatch.setattr(cs, "_make_runner", lambda shapes, replay, wd: (None, None, str(tmp_path)))

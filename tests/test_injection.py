@@ -12,11 +12,11 @@ import pytest
 
 from conftest import ROOT, run_cli
 from gemvtune import UsageError
-from gemvtune.export import build_header
+from gemvtune.runtime.export import build_header
 from gemvtune.runners.replay import ReplayRunner
-from gemvtune.space import LLAMA_CPP, GemvConfig
-from gemvtune.shapes import Shape
-from gemvtune.table import load_table
+from gemvtune.kernels.gemv import LLAMA_CPP, GemvConfig
+from gemvtune.kernels.shapes import Shape
+from gemvtune.runtime.table import load_table
 from test_export import _compile, _nvcc, _wrapper
 
 TABLE = ROOT / "results" / "nvidia-h200" / "table.json"

@@ -13,8 +13,8 @@ import pytest
 
 from conftest import ROOT, run_cli
 from journals import SHAPE, SWEEPS, journal_study, measured as _measured, replay_study, whole as _whole
-from gemvtune.journal import scan
-from gemvtune.search import make_storage
+from gemvtune.tuning.journal import scan
+from gemvtune.tuning.search import make_storage
 
 
 def _search(out, trials, *extra, **kw):
@@ -90,7 +90,7 @@ def test_scan_keeps_complete_records_only():
 # real short write leaves it): the injection replaces the backend's write in a process of its own.
 FULL_DISK = """
 import errno, os, sys
-import gemvtune.journal as jm
+import gemvtune.tuning.journal as jm
 real, calls = jm._write_all, [0]
 def full_disk(fd, data):
     calls[0] += 1
@@ -99,7 +99,7 @@ def full_disk(fd, data):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
     real(fd, data)
 jm._write_all = full_disk
-from gemvtune.cli import main
+from gemvtune.cli.main import main
 main(sys.argv[1:])
 """
 
@@ -167,8 +167,8 @@ def test_file_size_limit_mid_search(tmp_path, kind):
 
 def test_disk_full_writing_the_table_is_one_line(tmp_path, monkeypatch, capsys):
     """The class, not only the journal: an output write that fails for space is one line too."""
-    import gemvtune.table as tm
-    from gemvtune.cli import main
+    import gemvtune.runtime.table as tm
+    from gemvtune.cli.main import main
 
     def full(path, data):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
@@ -183,14 +183,14 @@ def test_disk_full_writing_the_table_is_one_line(tmp_path, monkeypatch, capsys):
 
 
 def test_storage_lock_is_a_filelock_beside_the_journal(tmp_path):
-    """The workers' lock (gemvtune.storage.storage_lock) is a flock on ``<journal>.gemvtune.lock`` (a
+    """The workers' lock (gemvtune.tuning.storage.storage_lock) is a flock on ``<journal>.gemvtune.lock`` (a
     filelock.FileLock): held, another descriptor cannot take it; the threads of one process wait for each
     other; released, the file stays (waiters share its inode)."""
     import fcntl
     import threading
     import time
 
-    from gemvtune.storage import open_store, storage_lock
+    from gemvtune.tuning.storage import open_store, storage_lock
 
     store = open_store(f"journal:{tmp_path / 'j.log'}")
     lock = tmp_path / "j.log.gemvtune.lock"

@@ -25,7 +25,7 @@ def test_wheel_carries_templates(tmp_path):
         z.extractall(tmp_path / "site")
     assert {"gemvtune/templates/gemv.cu.j2", "gemvtune/templates/_common.cuh.j2"} <= names
     # Rendered from the unpacked wheel, away from the checkout: the packaged templates are found.
-    code = ("import gemvtune.render as r, gemvtune; print(r.templates_dir()); "
+    code = ("import gemvtune.kernels.render as r, gemvtune; print(r.templates_dir()); "
             "print(len(r.render(gemvtune.LLAMA_CPP, gemvtune.Shape(8, 8))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=tmp_path, env={"PYTHONPATH": str(tmp_path / "site")})

@@ -4,7 +4,7 @@ import jinja2
 import pytest
 
 from gemvtune import LLAMA_CPP, GemvConfig, Shape, UsageError
-from gemvtune.render import _env, render, source_hash, templates_dir
+from gemvtune.kernels.render import _env, render, source_hash, templates_dir
 
 
 def test_deterministic():

@@ -8,9 +8,9 @@ import pytest
 
 from conftest import ROOT, run_cli
 from gemvtune import LLAMA_CPP, GemvConfig, Shape, UsageError
-from gemvtune.ktexport import export_kt_cache
+from gemvtune.reports.ktexport import export_kt_cache
 from gemvtune.runners.replay import NOT_IN_SWEEP, ReplayRunner, Sweep, sweep_files
-from gemvtune.search import SearchOptions, enqueue_seed, optimize
+from gemvtune.tuning.search import SearchOptions, enqueue_seed, optimize
 
 SWEEPS = ROOT / "results" / "nvidia-h200" / "sweeps"
 FILES = sweep_files(SWEEPS)
@@ -110,10 +110,10 @@ def test_kt_export(tmp_path):
 def test_a_sweep_holds_one_family(tmp_path, monkeypatch):
     """A sweep records its family (its grid: Family.sweep_grid); replay answers that family only. The
     committed sweeps name none: they hold the default family."""
-    import gemvtune.sweep as sweep_mod
+    import gemvtune.tuning.sweep as sweep_mod
     from fakes import FakeRunner, fake_us
-    from gemvtune.families import DEFAULT_FAMILY, FAMILIES
-    from gemvtune.space_splitk import SPLITK_SEED
+    from gemvtune.kernels.families import DEFAULT_FAMILY, FAMILIES
+    from gemvtune.kernels.splitk import SPLITK_SEED
 
     assert all("family" not in Sweep(f).meta and Sweep(f).family == DEFAULT_FAMILY for f in FILES)
     monkeypatch.setattr(sweep_mod, "compile_variants", lambda items, arch: [])

@@ -1,11 +1,11 @@
-"""Dispatch choice from a table's own measurements (gemvtune.route): when cuBLAS is faster, cuBLAS
+"""Dispatch choice from a table's own measurements (gemvtune.runtime.route): when cuBLAS is faster, cuBLAS
 runs; a shape the table lacks goes to cuBLAS unless the table holds a measured reason."""
 
 import pytest
 
 from conftest import ROOT
-from gemvtune.route import MARGIN, choose
-from gemvtune.table import Table, load_table
+from gemvtune.runtime.route import MARGIN, choose
+from gemvtune.runtime.table import Table, load_table
 
 GEMV = {"block": 256, "vec": "half8", "acc": "fp32", "tpr": 128, "unroll": 1, "split_k": 1, "hint": "nc",
         "x_load": "ldg", "pdl": "off", "occ": "auto"}

@@ -11,14 +11,14 @@ import pytest
 from conftest import ROOT
 from fakes import FakeRunner, HangRunner
 from gemvtune import Shape
-from gemvtune.compile import DEFAULT_ARCH
+from gemvtune.kernels.compile import DEFAULT_ARCH
 from gemvtune.runners.base import (CompilesAhead, DeviceRunner, Runner, RunnerBase, contract_members,
                                    missing_members)
 from gemvtune.runners.isolated import IsolatedRunner
 from gemvtune.runners.replay import STUDY_SUFFIX, ReplayRunner
-from gemvtune.search import SearchOptions, trials_in_flight
-from gemvtune.spacebound import candidates
-from gemvtune.space import DOMAINS
+from gemvtune.tuning.search import SearchOptions, trials_in_flight
+from gemvtune.tuning.spacebound import candidates
+from gemvtune.kernels.gemv import DOMAINS
 
 SWEEPS = ROOT / "results" / "nvidia-h200" / "sweeps"
 S = Shape(4096, 4096)
@@ -177,7 +177,7 @@ class _Stream:
 
 def test_verifier_is_a_part_given_its_stream_and_generator(monkeypatch):
     from gemvtune.runners.cuda import _cupy, verify
-    from gemvtune.timing import error_bound
+    from gemvtune.runners.timing import error_bound
 
     monkeypatch.setattr(_cupy, "cp", np)
     monkeypatch.setattr(verify, "cp", np)

@@ -5,8 +5,8 @@ import pytest
 
 from fakes import FakeRunner, fake_us
 from gemvtune import LLAMA_CPP, Shape, UsageError
-from gemvtune.search import SearchOptions, complexity, make_storage, run_search
-from gemvtune.space import DOMAINS
+from gemvtune.tuning.search import SearchOptions, complexity, make_storage, run_search
+from gemvtune.kernels.gemv import DOMAINS
 
 SHAPE = Shape(4096, 4096)
 FLAT = {k: v for k, v in DOMAINS.items() if k != "occ"}   # the fake runner ignores occ: leave it out
@@ -35,7 +35,7 @@ def test_search_finds_known_optimum_and_never_measures_invalid(tmp_path):
     tied = [c for c in res.candidates if c["us"] == pytest.approx(10.0)]
     if len(tied) > 1:
         assert res.tie
-        from gemvtune.space import GemvConfig
+        from gemvtune.kernels.gemv import GemvConfig
         assert complexity(GemvConfig(**w["config"])) == min(complexity(GemvConfig(**c["config"])) for c in tied)
     assert res.entry["baselines"]["llama.cpp"]["us"] == pytest.approx(fake_us(LLAMA_CPP))
     assert res.entry["baselines"]["cublas"]["us"] == 15.0
@@ -125,7 +125,7 @@ def test_gp_sampler(tmp_path):
 
 @pytest.mark.slow  # searches of both families with NVRTC compiles
 def test_both_families_searched_and_kept(tmp_path):
-    from gemvtune.space_splitk import SPLITK_SEED
+    from gemvtune.kernels.splitk import SPLITK_SEED
 
     runner, res = _search(tmp_path, trials=40, families=("gemv", "splitk"))
     fams = [c.family for c in runner.calls]
@@ -142,7 +142,7 @@ def test_both_families_searched_and_kept(tmp_path):
     (tmp_path / "b").mkdir()
     runner2, res2 = _search(tmp_path / "b", trials=20, families=("splitk",))
     assert res2.entry["winner"]["family"] == "splitk" and "gemv" not in res2.entry
-    from gemvtune.table import load_table, record
+    from gemvtune.runtime.table import load_table, record
 
     record(tmp_path / "t.json", SHAPE, res2.entry, runner2.device_info())
     cfg, how = load_table(tmp_path / "t.json").lookup(SHAPE)

@@ -10,14 +10,14 @@ import pytest
 
 from conftest import ROOT, run_cli
 from fakes import FakeRunner
-from gemvtune.families import FAMILIES
+from gemvtune.kernels.families import FAMILIES
 from gemvtune.runners.base import Measurement
 from gemvtune.runners.replay import NOT_IN_SWEEP, ReplayRunner
-from gemvtune.samplers import SAMPLERS
-from gemvtune.search import MAX_TRIALS, SearchOptions, enqueue_seed, optimize, quiet_optuna
-from gemvtune.search_options import BY_FLAG
-from gemvtune.spacebound import STALL_PROPOSALS, candidates
-from gemvtune.shapes import Shape
+from gemvtune.tuning.samplers import SAMPLERS
+from gemvtune.tuning.search import MAX_TRIALS, SearchOptions, enqueue_seed, optimize, quiet_optuna
+from gemvtune.tuning.search_options import BY_FLAG
+from gemvtune.tuning.spacebound import STALL_PROPOSALS, candidates
+from gemvtune.kernels.shapes import Shape
 
 SWEEPS = ROOT / "results" / "nvidia-h200" / "sweeps"
 
@@ -94,7 +94,7 @@ def test_a_run_of_fruitless_proposals_ends_the_search():
 
 def test_optuna_logging_is_left_as_found():
     code = ("import optuna, logging; optuna.logging.set_verbosity(optuna.logging.INFO); "
-            "import gemvtune.search, gemvtune.study, gemvtune.studyplots, gemvtune.cli_search; "
+            "import gemvtune.tuning.search, gemvtune.tuning.study, gemvtune.reports.studyplots, gemvtune.cli.search; "
             "print(logging.getLogger('optuna').level)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert r.stdout.strip() == str(logging.INFO), r.stderr   # importing does not change it
@@ -111,7 +111,7 @@ def test_cli_replay_search_with_a_huge_budget_ends(tmp_path):
     each once and says it stopped, instead of proposing on without end."""
     import pandas as pd
 
-    from gemvtune.space import LLAMA_CPP
+    from gemvtune.kernels.gemv import LLAMA_CPP
 
     src = SWEEPS / "sweep-4096x14336x1.csv.gz"
     df = pd.read_csv(src)

@@ -1,4 +1,4 @@
-"""Issue 18: the search options are declared once (gemvtune.search_options.OPTIONS); the click options,
+"""Issue 18: the search options are declared once (gemvtune.tuning.search_options.OPTIONS); the click options,
 the worker processes' command line, the study's ``search_options`` attribute and SearchOptions'
 bounds are derived from it, and stay equal to it (CPU only)."""
 
@@ -11,11 +11,11 @@ import pytest
 
 from fakes import FakeRunner
 from gemvtune import Shape, UsageError
-from gemvtune.cli_search import search, worker
-from gemvtune.search import run_search
-from gemvtune.search_options import (BY_FLAG, JOIN_OPTIONS, OPTIONS, SearchOptions, from_cli, from_study, study_record,
+from gemvtune.cli.search import search, worker
+from gemvtune.tuning.search import run_search
+from gemvtune.tuning.search_options import (BY_FLAG, JOIN_OPTIONS, OPTIONS, SearchOptions, from_cli, from_study, study_record,
                                      worker_argv)
-from gemvtune.space import DOMAINS
+from gemvtune.kernels.gemv import DOMAINS
 
 # every option of the search command given a value other than its default
 FULL = ["--shape", "64x64", "--shape", "128x256", "--model", "llama-3-8b", "--hf-config", "/abs/a.json",

@@ -20,7 +20,7 @@ def test_defaults_and_values(monkeypatch, tmp_path):
 
 
 def test_compile_cache_follows_the_setting(monkeypatch, tmp_path):
-    from gemvtune.compile import _cache_dir
+    from gemvtune.kernels.compile import _cache_dir
 
     monkeypatch.setenv("GEMVTUNE_CACHE_DIR", str(tmp_path))
     assert _cache_dir() == tmp_path / "cubin" and (tmp_path / "cubin").is_dir()
@@ -37,7 +37,7 @@ def test_workers_get_their_index_as_an_argument(monkeypatch):
     search command takes it (hidden) into its coordinator's worker."""
     import subprocess
 
-    from gemvtune import workers
+    from gemvtune.tuning import workers
 
     argvs = []
 
@@ -55,7 +55,7 @@ def test_workers_get_their_index_as_an_argument(monkeypatch):
     workers.run_workers(["search", "--shape", "64x64"], devices=[], workers=3)
     assert [a[a.index("--worker-index") + 1] for a, _ in argvs] == ["0", "1", "2"]
     assert all("GEMVTUNE_WORKER_INDEX" not in env for _, env in argvs)
-    from gemvtune.cli import cli
+    from gemvtune.cli.main import cli
 
     ctx = cli.make_context("gemvtune", ["search", "--shape", "64x64", "--worker-index", "2"])
     sub = cli.get_command(ctx, "search")

@@ -1,7 +1,8 @@
 import pytest
 
 from gemvtune import Shape, UsageError, model_shapes, parse_batches, parse_shape
-from gemvtune.shapes import DECODE_SUITE, MODELS
+from gemvtune.kernels.hfconfig import MODELS
+from gemvtune.kernels.shapes import DECODE_SUITE
 
 
 def test_parse_good():

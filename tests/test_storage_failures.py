@@ -22,13 +22,13 @@ import time
 
 import pytest
 
-import gemvtune.journal as jm
+import gemvtune.tuning.journal as jm
 import gemvtune.runners.replay as rp
-import gemvtune.search_run as sc
+import gemvtune.tuning.search_run as sc
 from conftest import ROOT, run_cli
 from slowreplay import slow_replay_env
 from journals import SHAPE, SWEEPS, journal_study, measured as _measured, whole as _whole
-from gemvtune.cli import main
+from gemvtune.cli.main import main
 
 ROOT_USER = os.geteuid() == 0
 FINISHED = (1, 2, 3)   # TrialState COMPLETE, PRUNED, FAIL as the journal records them
@@ -257,7 +257,7 @@ def test_writes_failing_mid_search_end_with_one_line(searched, monkeypatch, caps
 # The same injection in a search process of its own, then a rerun.
 FAIL_APPENDS = """
 import errno, os, sys
-import gemvtune.journal as jm
+import gemvtune.tuning.journal as jm
 op, nth, finished, err = (int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4])
 real, seen, failed = jm.SafeJournalFileBackend.append_logs, [0], [False]
 def append_logs(self, logs):
@@ -271,7 +271,7 @@ def append_logs(self, logs):
         raise OSError("the backend could not append")
     return real(self, logs)
 jm.SafeJournalFileBackend.append_logs = append_logs
-from gemvtune.cli import main
+from gemvtune.cli.main import main
 main(sys.argv[5:])
 """
 
@@ -299,7 +299,7 @@ def test_writes_failing_mid_search_then_a_rerun_resumes(searched, when, err):
 # this was an endless loop (Optuna's lock kept trying to break its own lock file); now one line.
 READ_ONLY_IN_LOCK = """
 import errno, os, sys
-import gemvtune.journal as jm
+import gemvtune.tuning.journal as jm
 N, real, calls, ro = int(sys.argv[1]), jm.SafeJournalFileBackend._append, [0], [False]
 def append(self, data):
     real(self, data)
@@ -318,14 +318,14 @@ def fake_rename(src, dst, *a, **k):
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), src, None, dst)
     return real_rename(src, dst, *a, **k)
 jm.os.open, jm.os.rename = fake_open, fake_rename   # (os itself: Optuna's lock uses it too)
-from gemvtune.cli import main
+from gemvtune.cli.main import main
 main(sys.argv[2:])
 """
 
 # The same with real permissions (not as root): the folder is made read-only inside the lock window.
 READ_ONLY_FOLDER = """
 import os, sys
-import gemvtune.journal as jm
+import gemvtune.tuning.journal as jm
 N, real, calls = int(sys.argv[1]), jm.SafeJournalFileBackend._append, [0]
 def append(self, data):
     real(self, data)
@@ -333,7 +333,7 @@ def append(self, data):
     if calls[0] == N:
         os.chmod(os.path.dirname(self._file_path), 0o555)
 jm.SafeJournalFileBackend._append = append
-from gemvtune.cli import main
+from gemvtune.cli.main import main
 main(sys.argv[2:])
 """
 
@@ -481,7 +481,7 @@ def test_ctrl_c_in_a_measurement_is_one_line(searched, monkeypatch, capfd, optun
 # interrupt leaves RUNNING is failed by the rerun, its process being gone.
 CTRL_C = """
 import os, sys
-import gemvtune.journal as jm
+import gemvtune.tuning.journal as jm
 import gemvtune.runners.replay as rp
 how = sys.argv[1]
 real_measure, measured = rp.ReplayRunner.measure, [0]
@@ -506,7 +506,7 @@ def write_all(fd, data):
         raise KeyboardInterrupt
     real_write(fd, data)
 jm._write_all = write_all
-from gemvtune.cli import main
+from gemvtune.cli.main import main
 try:
     main(sys.argv[2:])
 finally:

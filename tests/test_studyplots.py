@@ -83,7 +83,7 @@ def test_importance_falls_back_without_fanova(tmp_path, monkeypatch):
     """fANOVA needs scikit-learn; without it the importances come from PED-ANOVA."""
     import optuna
 
-    from gemvtune.studyplots import importances
+    from gemvtune.reports.studyplots import importances
 
     def no_sklearn(*a, **k):
         raise ImportError("No module named 'sklearn'")

@@ -5,7 +5,7 @@ import warnings
 import pytest
 
 from gemvtune import LLAMA_CPP, GemvConfig, Shape, UsageError
-from gemvtune.table import SCHEMA_VERSION, load_table, record
+from gemvtune.runtime.table import SCHEMA_VERSION, load_table, record
 
 DEV = {"name": "NVIDIA H200", "compute_capability": "9.0", "sm_count": 132, "l2_bytes": 62914560,
        "driver": "580", "cuda_runtime": 13020}
@@ -37,7 +37,7 @@ def test_failed_write_keeps_old_table(tmp_path, monkeypatch):
     p = tmp_path / "t.json"
     record(p, Shape(4096, 4096), _entry(LLAMA_CPP), DEV)
     before = p.read_text()
-    import gemvtune.table as tm
+    import gemvtune.runtime.table as tm
 
     def boom(*a, **k):
         raise OSError("disk full")
@@ -130,8 +130,8 @@ def _sk_entry(cfg, us, gemv_us):
 
 
 def test_batch_entries_dispatch_by_n_and_crossover(tmp_path):
-    from gemvtune.crossover import crossover_frame, crossovers, plot_crossover
-    from gemvtune.space_splitk import SplitKConfig
+    from gemvtune.reports.crossover import crossover_frame, crossovers, plot_crossover
+    from gemvtune.kernels.splitk import SplitKConfig
 
     p = tmp_path / "t.json"
     sk = SplitKConfig(mt=1, warps=2, split=8)
@@ -154,7 +154,7 @@ def test_batch_entries_dispatch_by_n_and_crossover(tmp_path):
 def test_a_search_of_one_family_keeps_the_other_familys_best(tmp_path):
     """Re-searching only the GEMV family replaces the winner and the gemv best, and keeps the split-K
     best of the earlier search, marked with when it was found."""
-    from gemvtune.space_splitk import SPLITK_SEED
+    from gemvtune.kernels.splitk import SPLITK_SEED
 
     p = tmp_path / "t.json"
     first = {**_entry(LLAMA_CPP), "gemv": {"label": LLAMA_CPP.label, "us": 10.0},

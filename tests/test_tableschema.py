@@ -11,11 +11,11 @@ import pytest
 
 from conftest import ROOT, run_cli
 from gemvtune import UsageError
-from gemvtune.crossover import crossover_frame
-from gemvtune.export import build_header
-from gemvtune.route import choose
-from gemvtune.table import load_table
-from gemvtune.tablereport import table_frame, table_summary
+from gemvtune.reports.crossover import crossover_frame
+from gemvtune.runtime.export import build_header
+from gemvtune.runtime.route import choose
+from gemvtune.runtime.table import load_table
+from gemvtune.reports.tablereport import table_frame, table_summary
 
 TABLE = ROOT / "results" / "nvidia-h200" / "table.json"
 GEMV_KEY, SK_KEY = "4096x4096x2", "4096x4096x8"   # a gemv winner with a splitk best; a splitk winner

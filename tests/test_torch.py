@@ -1,4 +1,4 @@
-"""The PyTorch drop-in (gemvtune.torch_linear): swap/restore and the fallback on the CPU; on a GPU
+"""The PyTorch drop-in (gemvtune.runtime.torch_linear): swap/restore and the fallback on the CPU; on a GPU
 (marked gpu) a transformer block at Llama-3-8B widths through the committed H200 table, eager and in
 a CUDA graph."""
 
@@ -14,11 +14,11 @@ torch = pytest.importorskip("torch", reason="torch is not installed (the PyTorch
 nn = torch.nn
 F = torch.nn.functional
 
-from gemvtune import torch_op  # noqa: E402
-from gemvtune.route import Route  # noqa: E402
-from gemvtune.space import GemvConfig  # noqa: E402
-from gemvtune.table import load_table  # noqa: E402
-from gemvtune.torch_linear import GemvLinear, explain, format_explain, restore_linears, swap_linears  # noqa: E402
+from gemvtune.runtime import torch_op  # noqa: E402
+from gemvtune.runtime.route import Route  # noqa: E402
+from gemvtune.kernels.gemv import GemvConfig  # noqa: E402
+from gemvtune.runtime.table import load_table  # noqa: E402
+from gemvtune.runtime.torch_linear import GemvLinear, explain, format_explain, restore_linears, swap_linears  # noqa: E402
 
 TABLE = ROOT / "results" / "nvidia-h200" / "table.json"
 
@@ -288,7 +288,7 @@ def block():
 
 def _spy(monkeypatch):
     """Records every launch of a tuned kernel (any LaunchPlan) by (M, d, n)."""
-    from gemvtune.plan import LaunchPlan
+    from gemvtune.kernels.plan import LaunchPlan
 
     calls = []
     real = LaunchPlan.launch

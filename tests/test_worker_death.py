@@ -15,9 +15,10 @@ import pytest
 from conftest import ROOT, run_cli
 from slowreplay import slow_replay_env
 from gemvtune import Shape
-from gemvtune.coord import Coordinator, Worker
-from gemvtune.search import study_name
-from gemvtune.storage import CREATED_BY, make_storage, open_store, pid_alive
+from gemvtune.tuning.coord import Coordinator, Worker
+from gemvtune.tuning.search import study_name
+from gemvtune.safefile import pid_alive
+from gemvtune.tuning.storage import CREATED_BY, make_storage, open_store
 
 SWEEPS = str(ROOT / "results" / "nvidia-h200" / "sweeps")
 BASE = study_name(Shape(4096, 4096), "nvidia-h200")
@@ -104,7 +105,7 @@ def test_sigterm_to_the_parent_stops_its_workers(tmp_path):
 KILLED_AFTER_ASK = """
 import os, sys
 import optuna
-from gemvtune.storage import open_store
+from gemvtune.tuning.storage import open_store
 st = open_store("journal:" + sys.argv[1]).storage
 study = optuna.load_study(study_name="s", storage=st)
 trial = study.ask()  # the trial is created RUNNING; the process dies before its worker attributes are all written

@@ -23,9 +23,9 @@ import pytest
 from conftest import ROOT, run_cli
 from slowreplay import slow_replay_env
 from gemvtune import LLAMA_CPP, GemvConfig, Shape
-from gemvtune.storage import make_storage, open_store, storage_lock
+from gemvtune.tuning.storage import make_storage, open_store, storage_lock
 from gemvtune.runners.replay import STUDY_SUFFIX
-from gemvtune.search import study_name
+from gemvtune.tuning.search import study_name
 
 SWEEP = ROOT / "results" / "nvidia-h200" / "sweeps" / "sweep-14336x4096x1.csv.gz"
 SUB = {"block": [128, 256], "vec": ["half2", "half8"], "acc": ["fp32"], "tpr": [64, 256], "unroll": [1, 2],
@@ -209,7 +209,7 @@ def test_devices_and_workers_bad_input(tmp_path):
 def test_storage_lock_excludes_across_processes(tmp_path):
     """The journal's lock is a file lock: a second process cannot take it while this one holds it."""
     store = open_store(f"journal:{tmp_path / 'j.log'}")
-    code = ("import sys, time; from gemvtune.storage import open_store, storage_lock; "
+    code = ("import sys, time; from gemvtune.tuning.storage import open_store, storage_lock; "
             f"s = open_store('journal:{tmp_path / 'j.log'}'); t = time.time()\n"
             "with storage_lock(s, 'x'): print(time.time() - t)")
     with storage_lock(store, "x"):
@@ -244,7 +244,7 @@ def test_exhaustive_sampler_survives_a_trial_killed_while_sampling():
     exhaustive sampler must keep proposing (Optuna's stock one raises 'param_name mismatch')."""
     from optuna.distributions import CategoricalDistribution
 
-    from gemvtune.search import make_sampler
+    from gemvtune.tuning.search import make_sampler
 
     study = optuna.create_study(sampler=make_sampler("exhaustive", 0))
     study.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.FAIL, params={"a": 1},
@@ -256,7 +256,7 @@ def test_exhaustive_sampler_survives_a_trial_killed_while_sampling():
 
 def test_pid_alive_counts_a_zombie_as_dead():
     """A killed worker that its parent has not reaped yet is a zombie: its trials must still be failed."""
-    from gemvtune.storage import pid_alive
+    from gemvtune.safefile import pid_alive
 
     p = subprocess.Popen([sys.executable, "-c", "pass"])
     deadline = time.time() + 30

@@ -7,8 +7,9 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, ContextManager, Protocol, runtime_checkable
 
-from ..compile import DEFAULT_ARCH
-from ..shapes import Shape
+from ..kernels.compile import DEFAULT_ARCH
+from ..kernels.families import DEFAULT_FAMILY
+from ..kernels.shapes import Shape
 
 
 class Status:
@@ -73,7 +74,7 @@ class Measurement:
 @runtime_checkable
 class Runner(Protocol):
     """What every runner offers, and all the search, the table, the reports and the command line use of
-    one (gemvtune.search, search_run, spacebound, study, sweep, bench). Implemented by CudaRunner (a GPU),
+    one (gemvtune.tuning.search, search_run, spacebound, study, sweep, bench). Implemented by CudaRunner (a GPU),
     ReplayRunner (recorded sweeps, on the CPU), IsolatedRunner (any runner in a child process, with a
     watchdog) and the tests' FakeRunner; :class:`RunnerBase` gives the members most runners leave at
     their default, so a caller never needs ``getattr(runner, name, default)``.
@@ -107,7 +108,7 @@ class Runner(Protocol):
         """Free what the last shape held (buffers, cached blocks); the runner stays usable."""
         ...
 
-    def recorded(self, shape: Shape, family: str = "gemv") -> frozenset[str] | None:
+    def recorded(self, shape: Shape, family: str = DEFAULT_FAMILY) -> frozenset[str] | None:
         """The config labels this runner can answer for ``shape`` (a replayed sweep: what it recorded),
         or None when it can measure any config."""
         ...
@@ -125,7 +126,7 @@ class CompilesAhead(Runner, Protocol):
 
 @runtime_checkable
 class DeviceRunner(CompilesAhead, Protocol):
-    """A runner on a real device (CudaRunner): what the benchmarks (gemvtune.bench, decodestep and
+    """A runner on a real device (CudaRunner): what the benchmarks (gemvtune.clients.bench, decodestep and
     runners.cuda.decode), the sweep, ``gemvtune ceiling``/``compile-check``, scripts/ and the GPU tests
     use besides the Runner contract. Every method that enqueues GPU work does it on the runner's
     device and stream (``on_stream``) and leaves the caller's current device and stream as they were.
@@ -212,7 +213,7 @@ class RunnerBase:
     arch: str = DEFAULT_ARCH
     compile_jobs: int = 1
 
-    def recorded(self, shape: Shape, family: str = "gemv") -> frozenset[str] | None:
+    def recorded(self, shape: Shape, family: str = DEFAULT_FAMILY) -> frozenset[str] | None:
         return None
 
 

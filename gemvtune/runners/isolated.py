@@ -9,8 +9,8 @@ import multiprocessing as mp
 import time
 from typing import Any, Callable
 
-from ..compile import precompile_variant
-from ..shapes import Shape
+from ..kernels.compile import precompile_variant
+from ..kernels.shapes import Shape
 from .base import Measurement, RunnerBase, Status
 
 

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from ..families import DEFAULT_FAMILY
-from ..shapes import Shape
-from ..tableschema import printable
+from ..kernels.families import DEFAULT_FAMILY
+from ..kernels.shapes import Shape
+from ..runtime.tableschema import printable
 from .base import Measurement, RunnerBase, Status
 
 NOT_IN_SWEEP = "not_in_sweep"
@@ -51,8 +51,8 @@ def _check_meta(meta: Any, where: str) -> dict[str, Any]:
     """A sweep's sidecar: the device (a real GPU name: it is copied into tables, headers and terminals),
     the read ceiling, the family (absent: the default family, as in the sweeps recorded before split-K)
     and the grid (each parameter's values from that family's domains)."""
-    from ..families import FAMILIES
-    from ..tableschema import SchemaError, check_ceiling, check_gpu, gpu_name_problem
+    from ..kernels.families import FAMILIES
+    from ..runtime.tableschema import SchemaError, check_ceiling, check_gpu, gpu_name_problem
 
     try:
         if not isinstance(meta, dict):
@@ -221,7 +221,7 @@ class ReplayRunner(RunnerBase):
 
 # ---- replayed results are kept apart from measured ones --------------------------------------------
 def _replay_study_re() -> re.Pattern:
-    from ..families import FAMILY_NAMES
+    from ..kernels.families import FAMILY_NAMES
 
     return re.compile(re.escape(STUDY_SUFFIX) + "(-(" + "|".join(map(re.escape, FAMILY_NAMES)) + "))?$")
 ALLOW_FLAG = "--allow-replay-into-measured"
@@ -272,7 +272,7 @@ def measured_outputs(table: str | Path, storage_url: str | None) -> list[str]:
     found = []
     table = Path(table)
     if table.is_file():
-        from ..table import load_table
+        from ..runtime.table import load_table
 
         entries = load_table(table).data["entries"]
         gpu = sorted(k for k, e in entries.items() if (e.get("search") or {}).get("replayed") is not True)

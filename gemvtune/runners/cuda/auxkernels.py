@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ...compile import compile_source
+from ...kernels.compile import compile_source
 from ._cupy import cp
 
 AUX_SRC = r"""

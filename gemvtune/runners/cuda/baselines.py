@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, ContextManager, Protocol
 
-from ...shapes import Shape
-from ...timing import error_bound
+from ...kernels.shapes import Shape
+from ..timing import error_bound
 from ..base import Measurement, Status
 from ._cupy import cp
 

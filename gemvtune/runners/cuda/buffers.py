@@ -1,5 +1,5 @@
 """The CUDA runner's timing buffers: one shape's rotating weight copies, inputs and NaN-poisoned outputs,
-as many copies as keep the working set >= 3x L2 (gemvtune.timing.copies_for), or MAX_COPIES of them and
+as many copies as keep the working set >= 3x L2 (gemvtune.runners.timing.copies_for), or MAX_COPIES of them and
 an L2 flush before each sample (``flush``) for a weight too small for that."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ...shapes import Shape
-from ...timing import copies_for, flushes_l2
+from ...kernels.shapes import Shape
+from ..timing import copies_for, flushes_l2
 from ._cupy import _rand_half, cp
 from .verify import x_shape, y_shape
 

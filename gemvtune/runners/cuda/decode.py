@@ -5,7 +5,7 @@ captured in ONE CUDA graph per implementation, replays timed between CUDA events
 Each linear reads its own fixed random x (the chain is not numerically connected: only the memory
 traffic and the launch sequence of a real step are reproduced). All of it runs on the runner's device and
 stream (``runner.on_stream()``); the caller's current ones are left alone. Orchestration and reports:
-gemvtune.decodestep."""
+gemvtune.clients.decodestep."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import math
 import sys
 from typing import Any, Callable
 
-from ...shapes import Shape
-from ...timing import error_bound
+from ...kernels.shapes import Shape
+from ..timing import error_bound
 from ._cupy import _rand_half, cp
 from .baselines import torch_graph, torch_replay_times
 

@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ...timing import summarize
+from ..timing import summarize
 from ._cupy import cp
 
 

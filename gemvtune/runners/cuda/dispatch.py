@@ -1,4 +1,4 @@
-"""Run-time dispatch of ``Table.gemv`` on CuPy arrays (torch tensors go through ``gemvtune.torch_op``):
+"""Run-time dispatch of ``Table.gemv`` on CuPy arrays (torch tensors go through ``gemvtune.runtime.torch_op``):
 the table's route per (M, d, n), then the variant's ``LaunchPlan`` with raw pointers on CuPy's
 current stream, or ``cupy.matmul`` where the table measured cuBLAS faster or lacks the shape."""
 
@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...epilogue import Epilogue
+from ...kernels.epilogue import Epilogue
 from ...errors import NoDeviceError, UsageError
-from ...plan import PLANS, LaunchPlan
-from ...shapes import MAX_BATCH, Shape
+from ...kernels.plan import PLANS, LaunchPlan
+from ...kernels.shapes import MAX_BATCH, Shape
 from ._cupy import cp, cuda_available
 
 _OUT = {"fp32": "f", "fp16": "e"}
@@ -119,30 +119,3 @@ def _contiguous(a) -> bool:
         return a._c_contiguous
     except AttributeError:
         return a.flags.c_contiguous
-
-
-def dispatch_overhead(table: Any, shape: Shape, calls: int = 200, repeats: int = 15) -> dict[str, float]:
-    """CPU time per call of ``table.gemv(W, x, out=out)`` on CuPy arrays against the bare launch of the
-    same plan (``LaunchPlan.launch`` with the pointers and stream already at hand), interleaved over
-    repeats; medians in µs and their ratio. The tuned kernel runs whatever the table's route is."""
-    from ...percall import _time
-    from ...table import Table
-
-    tuned = Table(table.data, table.path, policy="tuned")
-    xs = (shape.d,) if shape.n == 1 else (shape.n, shape.d)
-    W = cp.ones((shape.M, shape.d), dtype=cp.float16)
-    x = cp.ones(xs, dtype=cp.float16)
-    out = cp.empty((shape.M,) if shape.n == 1 else (shape.n, shape.M), dtype=cp.float32)
-    tuned.gemv(W, x, out=out)                       # builds the plan (compile, module, workspace)
-    stream = cp.cuda.get_current_stream().ptr
-    plan = tuned._dispatch.plan(tuned, shape.M, shape.d, shape.n, False, "fp32", W.data.device_id, stream)
-    wp, xp, yp = W.data.ptr, x.data.ptr, out.data.ptr
-
-    def bare() -> None:
-        plan.launch(wp, xp, yp, 0, stream)
-
-    def gemv() -> None:
-        tuned.gemv(W, x, out=out)
-
-    r = _time({"bare": bare, "table": gemv}, lambda: cp.cuda.Device().synchronize(), calls, repeats)
-    return {"bare_launch_us": r["bare"], "table_gemv_us": r["table"], "dispatch_ratio": r["table"] / r["bare"]}

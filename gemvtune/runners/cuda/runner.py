@@ -1,7 +1,7 @@
 """The CUDA runner's measuring half (this package is the only place that imports cupy).
 
-Compiles with NVRTC (gemvtune.compile, cached on disk by source hash) and launches every variant
-through its ``LaunchPlan`` (gemvtune.plan: cuda-bindings, raw pointers, the current CuPy stream), the
+Compiles with NVRTC (gemvtune.kernels.compile, cached on disk by source hash) and launches every variant
+through its ``LaunchPlan`` (gemvtune.kernels.plan: cuda-bindings, raw pointers, the current CuPy stream), the
 same launch path users get; all of the runner's work runs on its own device and stream (``on_stream``),
 never changing the caller's current device or stream; verifies every variant on fresh random inputs against a float64 reference before
 timing it; times like real decode: CUDA graphs of many launches over rotating weight copies whose
@@ -17,14 +17,14 @@ import contextlib
 import os
 from typing import Any, Callable
 
-from ...compile import CompileError, compile_variant, precompile_variant
-from ...epilogue import DEFAULT, Epilogue
-from ...launchspec import launch_spec
-from ...plan import LaunchPlan
+from ...kernels.compile import CompileError, compile_variant, precompile_variant
+from ...kernels.epilogue import DEFAULT, Epilogue
+from ...kernels.launchspec import launch_spec
+from ...kernels.plan import LaunchPlan
 from ...errors import NoDeviceError
-from ...shapes import Shape
-from ...families import config_to_dict
-from ...timing import error_bound, gbps, launch_bound, launches_for, summarize
+from ...kernels.shapes import Shape
+from ...kernels.families import config_to_dict
+from ..timing import error_bound, gbps, launch_bound, launches_for, summarize
 from ..base import Measurement, RunnerBase, Status
 from ._cupy import _rand_half, cp, cuda_available, scope
 from .auxkernels import AuxKernels, L2Flush, load_aux

@@ -7,9 +7,9 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, ContextManager
 
-from ...epilogue import DEFAULT, Epilogue
-from ...shapes import Shape
-from ...timing import ROW_FACTOR
+from ...kernels.epilogue import DEFAULT, Epilogue
+from ...kernels.shapes import Shape
+from ..timing import ROW_FACTOR
 from ._cupy import _rand_half, cp, scope
 
 

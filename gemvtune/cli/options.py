@@ -1,0 +1,96 @@
+"""Command-line conventions shared by the commands: option types that list their choices in
+``--help`` and refuse bad values in one line, the ``-v``/``-q`` logging set-up, click's usage errors
+as one line, and output files checked before any work."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import warnings
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..errors import UsageError
+
+log = logging.getLogger("gemvtune")
+
+# SEED, ModelPreset and the search's own options (--trials, --sampler, ...) are declared in
+# gemvtune.tuning.search_options.
+
+
+def setup_logging(verbosity: int) -> None:
+    """``-v``/``-q`` on the group: the ``gemvtune`` logger (and Optuna's, which logs through the
+    standard library) at INFO/DEBUG for -v/-vv, WARNING by default, ERROR with -q. -q also silences
+    gemvtune's Python warnings (a table lookup falling back, a table of another GPU model)."""
+    level = {-1: logging.ERROR, 0: logging.WARNING, 1: logging.INFO}.get(max(-1, min(verbosity, 2)), logging.DEBUG)
+    log.setLevel(level)
+    if not log.handlers:
+        h = logging.StreamHandler()   # stderr
+        h.setFormatter(logging.Formatter("gemvtune: %(levelname)s: %(message)s"))
+        log.addHandler(h)
+        log.propagate = False
+    if verbosity:
+        # Optuna's root logger, without importing optuna; set only when asked (never at import time).
+        logging.getLogger("optuna").setLevel(logging.DEBUG if verbosity > 1 else level)
+    if verbosity < 0:
+        warnings.filterwarnings("ignore", message="gemvtune: ")
+
+
+def one_line_usage_error(e: click.UsageError) -> str:
+    """click's usage error (bad option value, unknown option, missing option) as one line."""
+    msg = " ".join(e.format_message().split())
+    cmd = e.ctx.command_path if e.ctx is not None else "gemvtune"
+    return f"{cmd}: error: {msg} (see {cmd} --help)"
+
+
+def writable_file(path: str, what: str = "output file") -> Path:
+    """An output file's folder exists and can be written, checked before any work is done."""
+    p = Path(path)
+    parent = p.parent if str(p.parent) else Path(".")
+    if p.is_dir():
+        raise UsageError(f"{what} {p} is a directory")
+    if not parent.is_dir():
+        raise UsageError(f"cannot write {what} {p}: folder {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise UsageError(f"cannot write {what} {p}: permission denied")
+    return p
+
+
+_SHAPE_LINE = re.compile(r"^\s*(\d+)x(\d+)\s+n=(\d+)\b")
+
+
+def sort_shape_lines(text: str) -> str:
+    """A summary's per-shape lines (``  MxD n=N ...`` after a heading line) in numeric (M, d, n) order;
+    left as it is when any body line is not one of them."""
+    head, *body = text.split("\n")
+    keys = [_SHAPE_LINE.match(ln) for ln in body]
+    if not body or not all(keys):
+        return text
+    order = sorted(range(len(body)), key=lambda i: tuple(int(g) for g in keys[i].groups()))
+    return "\n".join([head] + [body[i] for i in order])
+
+
+def writable_dir(path: str) -> Path:
+    """A results folder, made if missing, that this process can write (probed), before any work."""
+    p = Path(path)
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+        probe = p / f".gemvtune-write-test-{os.getpid()}"  # per process: concurrent searches share folders
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise UsageError(f"results directory {p} is not writable: {e.strerror or e}") from None
+    return p
+
+
+def gpu_check() -> None:
+    """NoDeviceError (exit 3, one line saying which case applies) where no CUDA device answers."""
+    from ..errors import NoDeviceError
+    from ..runners.cuda import cuda_available
+
+    why = cuda_available()
+    if why:
+        raise NoDeviceError(why)

@@ -1,0 +1,180 @@
+"""Commands for recorded sweeps and the search-quality study (registered on the main group)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .options import gpu_check as _gpu_check, writable_dir as _writable_dir
+from ..errors import UsageError
+from ..kernels.families import DEFAULT_FAMILY, FAMILIES
+from ..kernels.shapes import Shape, parse_shape
+
+log = logging.getLogger("gemvtune")
+
+
+class _Ticking:
+    """The runner, as run_sweep sees it, with a bar counting its measurements from the first (the
+    compiles are done by then; one INFO line says so). Every other attribute is the runner's."""
+
+    def __init__(self, runner: Any, shape: Shape, total: int) -> None:
+        self._runner, self._shape, self._total, self._started, self.bar = runner, shape, total, False, None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._runner, name)
+
+    def measure(self, *args: Any, **kwargs: Any) -> Any:
+        if not self._started:
+            from ..progress import progress_bar
+
+            self._started = True
+            log.info("sweep %s: compiled; measuring %d configs", self._shape, self._total)
+            self.bar = progress_bar(self._total, desc=f"sweep {self._shape}", unit="config")
+        try:
+            return self._runner.measure(*args, **kwargs)
+        finally:
+            if self.bar is not None:
+                self.bar.update(1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+    def echo(self, text: str) -> None:
+        self.close()   # the bar's line is cleared before a line goes to stdout
+        click.echo(text)
+
+
+@click.command()
+@click.option("--shape", "shape_texts", multiple=True, help="M x d (repeatable)")
+@click.option("--suite", type=click.Choice(["decode"]), default=None)
+@click.option("--out", "out_dir", default=None, help="default results/<gpu>/sweeps/")
+@click.option("--replays", default=7, show_default=True, type=click.IntRange(3, 100))
+@click.option("--target-us", default=1000.0, show_default=True, type=float, help="GPU time per graph replay")
+@click.option("--family", type=click.Choice(list(FAMILIES)), default=DEFAULT_FAMILY, show_default=True,
+              help="the kernel family whose sweep grid is measured")
+def sweep(shape_texts, suite, out_dir, replays, target_us, family) -> None:
+    """GPU: measure every valid config of a family's sweep grid for each shape (for the replay runner)."""
+    from ..kernels.shapes import DECODE_SUITE
+
+    shapes = [parse_shape(t) for t in shape_texts] + ([Shape(M, d) for M, d in DECODE_SUITE] if suite else [])
+    if not shapes:
+        raise UsageError("sweep needs --shape or --suite")
+    _gpu_check()
+    from ..reports.report import gpu_slug
+    from ..runners.cuda import CudaRunner
+    from ..tuning.sweep import grid_configs, run_sweep
+
+    r = CudaRunner(replays=replays, warmup=1, target_us=target_us)
+    ceil = r.ceiling()
+    out = _writable_dir(out_dir or str(Path("results") / gpu_slug(r.device_info()["name"]) / "sweeps"))
+    click.echo(f"read ceiling {ceil['read_gbps']:.0f} GB/s; writing to {out}")
+    shapes = list(dict.fromkeys(shapes))
+    for i, s in enumerate(shapes, 1):
+        n = sum(c.is_valid(s) for c in grid_configs(family=family))
+        log.info("sweep %s (shape %d of %d): compiling %d valid configs of the grid", s, i, len(shapes), n)
+        ticking = _Ticking(r, s, n)
+        try:
+            run_sweep(ticking, s, out, echo=ticking.echo, ceiling=ceil, family=family)
+        finally:
+            ticking.close()
+        r.release()
+
+
+@click.command()
+@click.option("--sweeps", "sweeps_path", required=True, help="a folder of sweep-*.csv.gz (or one file)")
+@click.option("--samplers", default="tpe,tpe-s5,tpe-s20,tpe-indep,random,gp", show_default=True)
+@click.option("--seeds", default=20, show_default=True, type=click.IntRange(1, 1000))
+@click.option("--budget", default=200, show_default=True, type=click.IntRange(1, 100000),
+              help="measured trials per simulated search")
+@click.option("--gp-budget", default=60, show_default=True, type=click.IntRange(1, 100000),
+              help="budget of the (slow) GP sampler")
+@click.option("--jobs", default=None, type=click.IntRange(1, 256), help="processes (default: cores)")
+@click.option("--out", "out_dir", required=True, help="folder for the CSVs and the PNG")
+def study(sweeps_path, samplers, seeds, budget, gp_budget, jobs, out_dir) -> None:
+    """Search quality on recorded sweeps: trials to within 1/2/5% of the optimum per sampler (no GPU)."""
+    import os
+
+    from ..runners.replay import sweep_files
+    from ..tuning.study import SAMPLER_VARIANTS, llama_position, plot, run_study, summarize_runs
+
+    names = [s.strip() for s in samplers.split(",") if s.strip()]
+    bad = [s for s in names if s not in SAMPLER_VARIANTS]
+    if bad or not names:
+        raise UsageError(f"unknown sampler(s) {', '.join(bad) or '(none)'}; known: {', '.join(SAMPLER_VARIANTS)}")
+    files = sweep_files(sweeps_path)
+    out = _writable_dir(out_dir)
+    curves, runs = run_study(files, names, seeds, budget, jobs or os.cpu_count() or 1, echo=click.echo,
+                             budgets={"gp": gp_budget}, journal=out / "study-journal.jsonl")
+    log.info("study: summarizing %d searches; writing the CSVs, the plot and summary.md to %s", len(runs), out)
+    summary = summarize_runs(runs)
+    llama = llama_position(files)
+    runs.to_csv(out / "study-runs.csv", index=False, float_format="%.6g")
+    summary.to_csv(out / "study-summary.csv", index=False, float_format="%.6g")
+    curves.to_csv(out / "study-curves.csv.gz", index=False, float_format="%.6g", compression="gzip")
+    llama.to_csv(out / "llama-vs-optimum.csv", index=False, float_format="%.6g")
+    plot(curves, out / "convergence.png")
+    click.echo(summary[summary["shape"] == "all"].to_string(index=False))
+    click.echo(llama.to_string(index=False))
+    from ..tuning.study import study_markdown
+
+    (out / "summary.md").write_text(study_markdown(out))
+    click.echo(f"wrote {out}/study-*.csv, llama-vs-optimum.csv, convergence.png, summary.md")
+
+
+@click.command("study-report")
+@click.argument("out_dir", type=click.Path(exists=True, file_okay=False))
+def study_report(out_dir: str) -> None:
+    """(Re)write DIR/summary.md from a study folder (and Kernel Tuner's results if present)."""
+    from ..tuning.study import study_markdown
+
+    text = study_markdown(Path(out_dir))
+    (Path(out_dir) / "summary.md").write_text(text)
+    click.echo(text, nl=False)
+
+
+@click.command("plot-study")
+@click.option("--storage", required=True, help="the storage a search wrote, e.g. journal:results/nvidia-h200/optuna-journal.log")
+@click.option("--study", "names", multiple=True, required=True,
+              help="a search's study name (its other families' studies, "
+                   + ", ".join(f.study_name("NAME") for f in FAMILIES.values() if f.study_suffix)
+                   + ", are added when present); repeatable")
+@click.option("--out", "out_dir", required=True, help="folder for the PNGs and CSVs")
+def plot_study(storage: str, names: tuple[str, ...], out_dir: str) -> None:
+    """Pictures of searches: convergence (every measured trial, best so far, the seed config) and the
+    parameter importance of each family's study; CSVs of both beside them."""
+    import optuna
+    import pandas as pd
+
+    from ..tuning.storage import open_store
+    from ..reports.studyplots import convergence_rows, importances, plot_convergence, plot_importance
+
+    st = open_store(storage).storage
+    have = {s.study_name for s in optuna.get_all_study_summaries(st, include_best_trial=False)}
+    out = _writable_dir(out_dir)
+    for name in names:
+        if name not in have:
+            raise UsageError(f"no study {name!r} in {storage}")
+        studies = {fam: optuna.load_study(study_name=f.study_name(name), storage=st)
+                   for fam, f in FAMILIES.items() if f.study_name(name) in have}
+        curves = {fam: convergence_rows(s) for fam, s in studies.items()}
+        pd.DataFrame([{"family": f, **r} for f, rows in curves.items() for r in rows]).to_csv(
+            out / f"{name}-convergence.csv", index=False, float_format="%.6g")
+        plot_convergence(curves, out / f"{name}-convergence.png", f"{name}: measured trials and best so far")
+        imp, how = {}, {}
+        for fam, s in studies.items():
+            try:
+                imp[fam], how[fam] = importances(s)
+            except ValueError as e:
+                click.echo(f"{name} {fam}: {e}")
+        if imp:
+            pd.DataFrame([{"family": f, "evaluator": how[f], "param": k, "importance": v}
+                          for f, vals in imp.items() for k, v in vals.items()]).to_csv(
+                out / f"{name}-importance.csv", index=False, float_format="%.4g")
+            plot_importance({f"{f} ({how[f]})": v for f, v in imp.items()}, out / f"{name}-importance.png",
+                            f"{name}: parameter importance over correct measured trials")
+        click.echo(f"{name}: {', '.join(f'{f} {len(c)} measured' for f, c in curves.items())} -> {out}/{name}-*.png")

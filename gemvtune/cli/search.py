@@ -1,0 +1,155 @@
+"""The search and worker commands (registered on the main group): one process, one worker per GPU of
+this host (--devices), several processes (--workers), or a worker joining a study by name from anywhere."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .options import gpu_check as _gpu_check, writable_dir as _writable_dir
+from ..kernels.families import DEFAULT_FAMILY
+from ..errors import UsageError
+from ..kernels.shapes import Shape, parse_shape
+from ..tuning.search_options import click_options, from_cli, from_study, worker_argv
+
+
+def _make_runner(shapes: list[Shape], replay_path: str | None, watchdog_s: float | None) -> tuple[Any, Any, str | None]:
+    """(runner, family -> the domains to search or None, the default results folder or None)."""
+    if replay_path:
+        from ..reports.report import gpu_slug
+        from ..runners.replay import ReplayRunner
+
+        runner = ReplayRunner(replay_path)
+        for s in shapes:
+            runner.sweep(s)  # a shape with no recorded sweep fails before anything is written
+        grids = {json.dumps([runner.sweep(s).family, runner.sweep(s).grid], sort_keys=True) for s in shapes}
+        grid = runner.sweep(shapes[0]).grid if len(grids) == 1 else None
+        domains = {runner.sweep(shapes[0]).family: grid} if grid else None   # the family the sweeps recorded
+        return runner, domains, str(Path("results") / gpu_slug(runner.device_info().get("name", "gpu")) / "replay")
+    _gpu_check()
+    from ..runners.cuda import CudaRunner
+
+    if watchdog_s:
+        from ..runners.isolated import IsolatedRunner
+
+        return IsolatedRunner(CudaRunner, timeout_s=watchdog_s), None, None
+    return CudaRunner(), None, None
+
+
+def _replayed_families(replay_path: str, shapes: list[Shape]) -> tuple[str, ...]:
+    """The families the recorded sweeps of ``shapes`` hold (a shape with no sweep fails later, in one line)."""
+    from ..runners.replay import ReplayRunner
+
+    runner = ReplayRunner(replay_path)
+    return tuple(dict.fromkeys(runner.sweep(s).family for s in shapes if s in runner.sweeps)) or (DEFAULT_FAMILY,)
+
+
+def _parse_devices(text: str | None) -> list[str]:
+    if text is None:
+        return []
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not parts or not all(p.isdigit() for p in parts) or len(set(parts)) != len(parts):
+        raise UsageError(f"malformed --devices {text!r}: expected distinct GPU indices like 0,1,2,3")
+    return parts
+
+
+@click.command()
+@click_options("search")
+def search(shape_texts, model, hf_configs, fused, sampler, trials, timeout, seed, storage, results_dir, table_path,
+           top_k, rounds, batch_text, family_text, replay_path, allow_replay, watchdog_s, devices_text, workers,
+           heartbeat_s, worker_index) -> None:
+    """Find the fastest correct kernel per shape and batch with Optuna (the GEMV family and the
+    split-K tensor-core GEMM family); record the winners in the GPU's table."""
+    from ..tuning.workers import die_with_parent
+
+    die_with_parent()   # a worker started by --workers/--devices ends with its parent
+    from ..kernels.hfconfig import model_shapes
+    from ..kernels.shapes import parse_batches
+
+    batches = parse_batches(batch_text)
+    base = [parse_shape(t) for t in shape_texts] + (model_shapes(model, fused=fused) if model else [])
+    if hf_configs:
+        from ..kernels.hfconfig import read_hf_config
+
+        for path in hf_configs:
+            base += read_hf_config(path).shapes(fused=fused)
+    if not base:
+        raise UsageError("search needs --shape or --model (a preset) or --hf-config (a config.json)")
+    if fused and not (model or hf_configs):
+        raise UsageError("--fused picks the fused shapes of --model/--hf-config: give one of them")
+    shapes = list(dict.fromkeys(Shape(s.M, s.d, n) for s in dict.fromkeys(base) for n in batches))
+    # a replayed search searches the family its sweeps recorded (unless --family says otherwise)
+    families = _replayed_families(replay_path, shapes) if replay_path and not family_text else None
+    opts = from_cli(click.get_current_context().params, **({"families": families} if families else {}))
+    devices = _parse_devices(devices_text)
+    if devices and workers > 1:
+        raise UsageError("give --devices (one worker per GPU) or --workers N, not both")
+    if devices or workers > 1:
+        if replay_path is None:
+            _gpu_check()
+        if storage and storage.strip().startswith("memory"):
+            raise UsageError("--storage memory: lives in one process; workers need a shared storage")
+        from ..tuning.search_run import preflight
+        from ..tuning.workers import run_workers
+
+        # what can be checked before a worker starts (each worker checks the rest: the default folder
+        # is named after its GPU, and the table's GPU model is compared with the worker's)
+        out = _writable_dir(results_dir) if results_dir else None
+        preflight(Path(table_path) if table_path else (out / "table.json" if out else None),
+                  storage or (f"journal:{out / 'optuna-journal.log'}" if out else None), None)
+
+        args = ["search", *worker_argv(click.get_current_context().params)]
+        run_workers(args, devices=devices, workers=len(devices) or workers)
+        return
+    runner, domains, default_results = _make_runner(shapes, replay_path, watchdog_s)
+    opts.domains = domains
+    from ..tuning.search_run import run_searches
+
+    run_searches(runner, shapes, opts, results_dir or default_results, table_path, echo=click.echo,
+                 writable=_writable_dir, heartbeat_s=heartbeat_s, allow_replay_into_measured=allow_replay,
+                 worker_index=worker_index)
+
+
+@click.command()
+@click_options("worker")
+def worker(storage, study_names, results_dir, table_path, replay_path, allow_replay, watchdog_s, heartbeat_s,
+           timeout) -> None:
+    """Join existing studies from any host: run their trials until the study's total budget is spent;
+    the settings (shape, families, budget, sampler) come from the study itself."""
+    import optuna
+
+    from ..tuning.storage import open_store
+
+    store = open_store(storage, heartbeat_s)
+    names = {s.study_name for s in optuna.get_all_study_summaries(store.storage, include_best_trial=False)}
+    shapes, settings, gpus = [], set(), set()
+    for name in study_names:
+        if name not in names:
+            raise UsageError(f"no study {name!r} in {storage}; it holds: {', '.join(sorted(names)) or 'none'}")
+        attrs = optuna.load_study(study_name=name, storage=store.storage).user_attrs
+        if "search_options" not in attrs or "shape" not in attrs:
+            raise UsageError(f"study {name!r} was not started by gemvtune search (give the first study of a "
+                             "search, without a -<family> suffix)")
+        shapes.append(Shape(*attrs["shape"]))
+        settings.add(json.dumps(attrs["search_options"], sort_keys=True))
+        gpus.add(attrs.get("gpu", ""))
+    if replay_path:
+        from ..runners.replay import refuse_measured_study_names
+
+        refuse_measured_study_names(study_names, allow_replay)
+    if len(settings) != 1:
+        raise UsageError("these studies were started with different search settings: join them one at a time")
+    opts = from_study(json.loads(settings.pop()), storage=storage, timeout=timeout)
+    runner, domains, default_results = _make_runner(shapes, replay_path, watchdog_s)
+    opts.domains = domains
+    mine = runner.device_info().get("name", "")
+    if gpus - {"", mine}:
+        raise UsageError(f"the studies were measured on {', '.join(sorted(gpus - {''}))}, this worker has {mine}: "
+                         "a study's trials must come from one GPU model")
+    from ..tuning.search_run import run_searches
+
+    run_searches(runner, shapes, opts, results_dir or default_results, table_path, echo=click.echo,
+                 writable=_writable_dir, heartbeat_s=heartbeat_s, joiner=True, allow_replay_into_measured=allow_replay)

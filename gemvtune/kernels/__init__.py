@@ -1,0 +1,4 @@
+"""The kernel space: shapes (and the model presets they come from), each family's configs and their
+validity (``gemv``, ``splitk``, registered in ``families``), epilogues, the launches of one call
+(``launchspec``), CUDA source from the Jinja2 templates (``render``), NVRTC (``compile``) and a
+compiled variant ready to launch (``plan``). Pure Python except ``compile`` and ``plan``; no cupy."""

@@ -1,0 +1,55 @@
+"""What every family's config shares: domain checks and JSON (de)serialization with clear errors."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, fields
+from typing import Any
+
+from ..errors import UsageError
+
+
+class ConfigBase:
+    """Mixin for the frozen config dataclasses; subclasses set ``family`` and ``DOMAINS``."""
+
+    family = ""
+    DOMAINS: dict[str, tuple[Any, ...]] = {}
+
+    def domain_errors(self) -> list[str]:
+        errs = []
+        for f in fields(self):  # type: ignore[arg-type]
+            v = getattr(self, f.name)
+            if v not in self.DOMAINS[f.name] or isinstance(v, bool):
+                errs.append(f"{f.name}={v!r} is not one of {list(self.DOMAINS[f.name])}")
+        return errs
+
+    def is_valid(self, shape: Any) -> bool:
+        return not self.invalid_reasons(shape)  # type: ignore[attr-defined]
+
+    def needs_workspace(self, shape: Any) -> bool:
+        """Whether a kernel of one call of ``shape`` reads the workspace (``ws`` or ``counters``): the
+        family's rule, so launches and the exported header allocate one only where it is read."""
+        raise NotImplementedError(f"{type(self).__name__} does not say when it needs a workspace")
+
+    def epilogue_reasons(self, epilogue: Any) -> list[str]:
+        """Why this config cannot fuse ``epilogue`` (output dtype, bias) into its store; none by default."""
+        return []
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)  # type: ignore[call-overload]
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Any:
+        fam = cls.family
+        if not isinstance(data, dict):
+            raise UsageError(f"a {fam} config must be a JSON object, got {type(data).__name__}")
+        names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+        unknown = sorted(set(data) - names - {"family"})
+        if unknown:
+            raise UsageError(f"unknown {fam} parameter(s) {', '.join(unknown)}; known: {', '.join(cls.DOMAINS)}")
+        if data.get("family", fam) != fam:
+            raise UsageError(f"config family {data['family']!r} is not {fam!r}")
+        cfg = cls(**{k: v for k, v in data.items() if k != "family"})
+        errs = cfg.domain_errors()
+        if errs:
+            raise UsageError(f"bad {fam} config: " + "; ".join(errs))
+        return cfg

@@ -1,0 +1,122 @@
+"""The kernel families gemvtune searches, by name: their config class, domains, seed point, template
+and the values it renders with, study naming, complexity order, every config (the census), a table's
+fallbacks and the grid a sweep measures. Everything that handles "a config of some family" goes through
+here; a new family is its config module (its config class says when it needs a workspace and which
+epilogues it can fuse), its template and one entry."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+from . import gemv as space, splitk as space_splitk
+from ..errors import UsageError
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    config_cls: type
+    domains: dict[str, tuple[Any, ...]]
+    seed: Any                       # the first trial of every study of this family
+    seed_name: str                  # what a study calls that trial ("llama.cpp")
+    template: str                   # under templates/
+    main_kernel: str
+    complexity: Callable[[Any], tuple]   # smaller is simpler: ties go to the simplest
+    render_values: Callable[[Any, Any], dict[str, Any]]   # (config, shape) -> the family's own template values
+    study_suffix: str               # appended to a shape's study name ("" for the first family)
+    all_configs: Callable[[], Iterable[Any]]   # every point of the space, valid or not (the census)
+    fallbacks: tuple[tuple[Any, str], ...]     # (config, why) a table runs for a shape it lacks, in order
+    sweep_grid: dict[str, tuple[Any, ...]]     # the part of the domains a sweep measures
+    sweep_note: str                 # what the sweep grid leaves out of the domains (in each sweep's sidecar)
+
+    def study_name(self, base: str) -> str:
+        return base + self.study_suffix
+
+
+def _gemv_complexity(c: space.GemvConfig) -> tuple:
+    levers = (c.split_k > 1) + (c.unroll > 1) + (c.hint != "default") + (c.x_load != "ldg") + (c.acc != "fp32")
+    return (levers, c.split_k, c.unroll, c != space.LLAMA_CPP)
+
+
+def _splitk_complexity(c: space_splitk.SplitKConfig) -> tuple:
+    levers = (c.split > 1) + (c.w_load != "reg") + (c.x_load != "ldg") + (c.combine != "atomic")
+    return (levers, c.split, c.depth, c.warps, c.mt)
+
+
+def _gemv_values(c: space.GemvConfig, shape: Any) -> dict[str, Any]:
+    return {"vec_elems": c.vec_elems, "rows": c.rows_per_block, "min_blocks": c.min_blocks}
+
+
+def _splitk_values(c: space_splitk.SplitKConfig, shape: Any) -> dict[str, Any]:
+    return {"n_tiles": c.n_tiles(shape.n), "x_row": c.x_row_halves(shape.d)}
+
+
+FAMILIES: dict[str, Family] = {
+    # CUDA-core GEMV, each W load used for all n columns (llama.cpp's kernel is a point)
+    "gemv": Family("gemv", space.GemvConfig, space.DOMAINS, space.LLAMA_CPP, "llama.cpp", "gemv.cu.j2", "gemv",
+                   _gemv_complexity, _gemv_values, "", space.all_configs, space.FALLBACKS, space.SWEEP_GRID,
+                   space.SWEEP_NOTE),
+    # tensor-core GEMM (mma.sync m16n8k16) with d split across blocks
+    "splitk": Family("splitk", space_splitk.SplitKConfig, space_splitk.DOMAINS, space_splitk.SPLITK_SEED,
+                     "splitk seed", "splitk_gemm.cu.j2", "splitk_gemm", _splitk_complexity, _splitk_values, "-splitk",
+                     space_splitk.all_configs, space_splitk.FALLBACKS, space_splitk.SWEEP_GRID,
+                     space_splitk.SWEEP_NOTE),
+}
+# Order of families in a search; the gemv family first (its seed is the llama.cpp config).
+FAMILY_NAMES = tuple(FAMILIES)
+DEFAULT_FAMILY = FAMILY_NAMES[0]   # a config or table record that names no family is of this one
+
+
+def family_of(config: Any) -> Family:
+    try:
+        return FAMILIES[config.family]
+    except (AttributeError, KeyError):
+        raise UsageError(f"not a gemvtune config: {type(config).__name__}") from None
+
+
+def get_family(name: str) -> Family:
+    if name not in FAMILIES:
+        raise UsageError(f"unknown family {name!r}; choose one of {', '.join(FAMILIES)}")
+    return FAMILIES[name]
+
+
+def parse_families(text: str) -> tuple[str, ...]:
+    names = tuple(dict.fromkeys(p.strip() for p in text.split(",") if p.strip()))
+    if not names:
+        raise UsageError("--family needs at least one of " + ", ".join(FAMILIES))
+    for n in names:
+        get_family(n)
+    return names
+
+
+def config_from_dict(data: Any) -> Any:
+    """A config of any family from its JSON object (``family`` defaults to gemv)."""
+    if not isinstance(data, dict):
+        raise UsageError(f"a config must be a JSON object, got {type(data).__name__}")
+    fam = data.get("family", DEFAULT_FAMILY)
+    if not isinstance(fam, str):
+        raise UsageError(f"config family must be a string, got {fam!r}")
+    return get_family(fam).config_cls.from_dict(data)
+
+
+def config_to_dict(config: Any) -> dict[str, Any]:
+    """JSON object of a config, naming its family (tables and CSVs keep both families apart)."""
+    return {"family": config.family, **config.to_dict()}
+
+
+def load_configs(path: str) -> list[Any]:
+    """A JSON file holding a list of config objects (or one object); each may name its ``family``
+    (gemv when it does not)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        raise UsageError(f"config file {path} does not exist") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UsageError(f"config file {path} is not valid JSON: {e}") from None
+    items = data if isinstance(data, list) else [data]
+    if not items:
+        raise UsageError(f"config file {path} holds no configs")
+    return [config_from_dict(x) for x in items]

@@ -1,0 +1,227 @@
+"""The GEMV family's parameter space: a frozen config, its domains, and validity with reasons."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from .configbase import ConfigBase
+from ..errors import UsageError
+from .shapes import Shape
+
+VEC_ELEMS = {"half": 1, "half2": 2, "half4": 4, "half8": 8}
+SMEM_X_LIMIT = 48 * 1024  # static shared memory a block may take without an opt-in
+MAX_GRID_Y = 65535
+
+# Every tunable and its domain, in the order they are shown and searched.
+DOMAINS: dict[str, tuple[Any, ...]] = {
+    "block": (32, 64, 128, 256, 512, 1024),          # threads per block
+    "vec": tuple(VEC_ELEMS),                           # bytes per W load: 2, 4, 8, 16
+    "acc": ("fp32", "fp16"),                           # per-thread accumulator type
+    "tpr": (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024),  # threads per row (rows per block = block/tpr)
+    "unroll": (1, 2, 4, 8),                            # independent W loads in flight per thread
+    "split_k": (1, 2, 4, 8, 16),                       # d split across blocks (grid.y)
+    "hint": ("default", "nc", "evict_first"),          # cache hint on W loads
+    "x_load": ("ldg", "smem"),                         # x read through L1/__ldg, or staged in smem
+    "pdl": ("off", "on"),                              # programmatic dependent launch (W prefetch, then wait)
+    "occ": ("auto", "half", "full"),                   # blocks per SM asked of the compiler (caps registers)
+}
+MAX_THREADS_PER_SM, MAX_BLOCKS_PER_SM = 2048, 32      # sm_90
+
+
+def fp16_max_chain(d: int) -> int:
+    """Longest FP16 accumulation chain allowed: its expected relative error u*sqrt(L/6) (u = 2^-11)
+    then stays at half of the FP16 error bound 4*u*sqrt(1 + d/3072) (see timing.error_bound)."""
+    return max(16, d // 128)
+
+
+@dataclass(frozen=True, order=True)
+class GemvConfig(ConfigBase):
+    """One point of the GEMV family. Hashable, so measurements are ``dict[GemvConfig, ...]``."""
+
+    block: int = 256
+    vec: str = "half2"
+    acc: str = "fp32"
+    tpr: int = 256
+    unroll: int = 1
+    split_k: int = 1
+    hint: str = "default"
+    x_load: str = "ldg"
+    pdl: str = "off"
+    occ: str = "auto"
+
+    family = "gemv"
+    DOMAINS = DOMAINS
+
+    # ---- derived values -------------------------------------------------------------------
+    @property
+    def vec_elems(self) -> int:
+        return VEC_ELEMS[self.vec]
+
+    @property
+    def min_blocks(self) -> int:
+        """``__launch_bounds__``'s minimum blocks per SM: 1 (the compiler's choice of registers), or
+        enough blocks for half / all of an SM's 2048 threads (at most 32 blocks), which caps the
+        registers per thread (e.g. 32 at full occupancy) so that more blocks fit in one wave."""
+        if self.occ == "auto":
+            return 1
+        threads = MAX_THREADS_PER_SM // (2 if self.occ == "half" else 1)
+        return max(1, min(MAX_BLOCKS_PER_SM, threads // self.block))
+
+    @property
+    def rows_per_block(self) -> int:
+        return self.block // self.tpr
+
+    def grid(self, shape: Shape) -> tuple[int, int, int]:
+        rows = self.rows_per_block
+        return ((shape.M + rows - 1) // rows, self.split_k, 1)
+
+    def vectors_per_split(self, d: int) -> int:
+        nvec = d // self.vec_elems
+        return (nvec + self.split_k - 1) // self.split_k
+
+    def kernels(self, shape: Shape) -> list[tuple[str, tuple[int, int, int], tuple[int, int, int]]]:
+        """The launches of one call, in order: (kernel name, grid, block)."""
+        return [("gemv", self.grid(shape), (self.block, 1, 1))]
+
+    def workspace(self, shape: Shape) -> tuple[int, int]:
+        """(float workspace elements, counters) one call needs."""
+        return max(1, self.split_k * shape.n * shape.M), max(1, self.grid(shape)[0])
+
+    def needs_workspace(self, shape: Shape) -> bool:
+        """Whether a kernel of one call reads ``ws`` or ``counters``: only split-K (partial sums, then
+        the last block of each row group adds them up)."""
+        return self.split_k > 1
+
+    def fp16_chain(self, d: int, n: int = 1) -> int:
+        """Most sequential additions into one accumulator lane (what sets the FP16 error).
+
+        A thread loads ceil(vps / tpr) vectors; with n = 1 the unrolled loop spreads them over
+        ``unroll`` accumulators, the remainder goes to the first one (with n > 1 each column has one
+        accumulator); each vector adds vec/lanes terms per lane."""
+        lanes = 1 if self.vec == "half" else 2
+        per_thread = -(-self.vectors_per_split(d) // self.tpr)
+        if n > 1:
+            return max(1, per_thread * self.vec_elems // lanes)
+        main = per_thread // self.unroll if self.unroll > 1 and self.unroll * self.tpr <= self.vectors_per_split(d) else 0
+        slot0 = main + (per_thread - main * self.unroll)
+        return max(1, slot0 * self.vec_elems // lanes)
+
+    # ---- validity -------------------------------------------------------------------------
+    def invalid_reasons(self, shape: Shape) -> list[str]:
+        """Why this config cannot run ``shape`` (empty: valid). Each reason is one short line."""
+        errs = self.domain_errors()
+        if errs:
+            return errs
+        r: list[str] = []
+        ve = self.vec_elems
+        if shape.d % ve:
+            r.append(f"d={shape.d} is not divisible by the {self.vec} width ({ve} halves)")
+            return r
+        if self.tpr > self.block:
+            r.append(f"tpr={self.tpr} threads per row exceed the block of {self.block}")
+            return r
+        nvec = shape.d // ve
+        if self.split_k > nvec:
+            r.append(f"split_k={self.split_k} exceeds the {nvec} {self.vec} vectors of a row")
+            return r
+        vps = self.vectors_per_split(shape.d)
+        if self.split_k > 1 and vps < self.tpr:
+            r.append(f"split_k={self.split_k} leaves {vps} vectors per split for {self.tpr} threads per row")
+        if self.unroll > 1 and self.unroll * self.tpr > vps:
+            r.append(
+                f"unroll={self.unroll} x tpr={self.tpr} needs {self.unroll * self.tpr} vectors per split, "
+                f"the row has {vps}: the unrolled loop would never run"
+            )
+        if self.acc == "fp16" and self.fp16_chain(shape.d, shape.n) > fp16_max_chain(shape.d):
+            r.append(f"fp16 accumulation chains of {self.fp16_chain(shape.d, shape.n)} terms exceed {fp16_max_chain(shape.d)} "
+                     f"(max(16, d/128)): the error would pass the fp16 bound; use more threads per row, "
+                     f"more unroll, or fp32")
+        if self.x_load == "smem" and shape.n * vps * ve * 2 > SMEM_X_LIMIT:
+            r.append(f"x slice of {shape.n * vps * ve * 2} B ({shape.n} column(s)) does not fit the {SMEM_X_LIMIT // 1024} KiB of shared memory")
+        return r
+
+    @property
+    def label(self) -> str:
+        return (
+            f"b{self.block}.{self.vec}.{self.acc}.t{self.tpr}.u{self.unroll}.k{self.split_k}"
+            f".{self.hint}.{self.x_load}" + (".pdl" if self.pdl == "on" else "")
+            + (f".occ{self.occ}" if self.occ != "auto" else "")
+        )
+
+
+# The llama.cpp kernel (seed 000): 256 threads on one row, half2 loads, FP32 accumulation, no split.
+LLAMA_CPP = GemvConfig(block=256, vec="half2", acc="fp32", tpr=256, unroll=1, split_k=1,
+                       hint="default", x_load="ldg")
+PRESETS = {"llama": LLAMA_CPP, "llama.cpp": LLAMA_CPP}
+# What a table runs for a shape it has no entry for (and no tuned config can run), tried in order:
+# the llama.cpp config, then scalar-half configs that run any d (one warp of a block per row; two
+# threads per row in blocks of 32).
+FALLBACKS: tuple[tuple[GemvConfig, str], ...] = (
+    (LLAMA_CPP, "llama.cpp fallback"),
+    (GemvConfig(vec="half", tpr=32, block=256), "generic fallback"),
+    (GemvConfig(vec="half", tpr=2, block=32), "generic fallback"),
+)
+
+# A sweep (gemvtune.tuning.sweep) measures every valid config of this grid (5,184 points before validity).
+SWEEP_GRID: dict[str, tuple[Any, ...]] = {
+    "block": (64, 128, 256, 512),
+    "vec": ("half2", "half4", "half8"),
+    "acc": ("fp32", "fp16"),
+    "tpr": (8, 16, 32, 64, 128, 256),
+    "unroll": (1, 2, 4, 8),
+    "split_k": (1, 2, 4),
+    "hint": ("default", "nc", "evict_first"),
+    "x_load": ("ldg",),
+    "pdl": ("off",),
+    "occ": ("auto",),
+}
+SWEEP_NOTE = (
+    "Left out of the full space (57,600 points before pdl was added) to fit one session's GPU time: block 32 and 1024, "
+    "scalar half loads, tpr 2, 4, 512 and 1024, split_k 8 and 16, and x staged in shared memory; "
+    "programmatic dependent launch (pdl=on) and the occupancy lever (occ=half/full), both added later, "
+    "are not in the recorded sweeps. "
+    "In the 200-config random samples of the decode suite (2026-11-29) none of these won a shape."
+)
+
+
+def all_configs() -> Iterator[GemvConfig]:
+    for values in itertools.product(*DOMAINS.values()):
+        yield GemvConfig(*values)
+
+
+def valid_configs(shape: Shape) -> list[GemvConfig]:
+    return [c for c in all_configs() if c.is_valid(shape)]
+
+
+def sample_configs(shape: Shape, k: int, seed: int = 0) -> list[GemvConfig]:
+    """The llama.cpp config (if valid) then k-1 distinct valid configs drawn uniformly, seeded."""
+    valid = valid_configs(shape)
+    rng = random.Random(seed)
+    out = [LLAMA_CPP] if LLAMA_CPP in valid else []
+    rest = [c for c in valid if c != LLAMA_CPP]
+    out += rng.sample(rest, min(max(k - len(out), 0), len(rest)))
+    return out
+
+
+def parse_config(text: str) -> GemvConfig:
+    """A preset name (``llama``), a JSON object, or ``key=value,key=value`` over the llama.cpp point."""
+    t = text.strip()
+    if t in PRESETS:
+        return PRESETS[t]
+    if t.startswith("{"):
+        try:
+            return GemvConfig.from_dict(json.loads(t))
+        except json.JSONDecodeError as e:
+            raise UsageError(f"config is not valid JSON: {e.msg} at column {e.colno}") from None
+    data: dict[str, Any] = LLAMA_CPP.to_dict()
+    for item in filter(None, (p.strip() for p in t.split(","))):
+        if "=" not in item:
+            raise UsageError(f"malformed config item {item!r}: expected key=value, a JSON object or a preset "
+                             f"({', '.join(PRESETS)})")
+        k, v = (s.strip() for s in item.split("=", 1))
+        data[k] = int(v) if v.lstrip("-").isdigit() else v
+    return GemvConfig.from_dict(data)

@@ -1,0 +1,63 @@
+"""The launches of one call of a variant, as data (pure: no GPU): kernels in order with grid and block,
+the workspace, the alignment its loads need and whether it uses programmatic dependent launch.
+
+Every place that launches a variant reads it from here: the run-time plan (``gemvtune.kernels.plan``: the
+runner, the dispatcher, the PyTorch op and the decode-step benchmark) and the exported C++ header.
+
+Kernel ABI, shared by every kernel of every family (the main kernel and its helpers):
+
+    extern "C" __global__ void NAME(const half* W, const half* x, OUT_T* y, const half* bias,
+                                    float* ws, unsigned int* counters, int M)
+
+OUT_T is ``float`` or ``half`` (``Epilogue.out``); ``bias`` is read only when ``Epilogue.bias``
+(it may be null otherwise); ``ws`` holds ``ws_floats`` floats and ``counters`` ``counters`` unsigned
+ints, zero before the first call (the kernels leave them zero again).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .epilogue import DEFAULT, Epilogue
+from ..errors import UsageError
+from .shapes import Shape
+
+WS_ALIGN = 256  # bytes: the counters start on their own aligned boundary after the partial sums
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    config: Any
+    shape: Shape
+    epilogue: Epilogue
+    kernels: tuple[tuple[str, tuple[int, int, int], tuple[int, int, int]], ...]  # (name, grid, block)
+    ws_floats: int          # float workspace elements (>= 1)
+    counters: int           # unsigned counters (>= 1)
+    align: int              # bytes every W, x (and bias) pointer must be aligned to
+    pdl: bool               # launched with programmatic stream serialization
+
+    @property
+    def counters_offset(self) -> int:
+        """Byte offset of the counters in one workspace allocation (floats first)."""
+        return -(-self.ws_floats * 4 // WS_ALIGN) * WS_ALIGN
+
+    @property
+    def workspace_bytes(self) -> int:
+        return self.counters_offset + self.counters * 4
+
+    @property
+    def needs_workspace(self) -> bool:
+        """Whether any kernel reads ws or counters: the config's family says (``config.needs_workspace``)."""
+        return bool(self.config.needs_workspace(self.shape))
+
+
+def launch_spec(config: Any, shape: Shape, epilogue: Epilogue = DEFAULT) -> LaunchSpec:
+    """The launches of ``config`` on ``shape`` with ``epilogue``; UsageError when it cannot run it."""
+    reasons = list(config.invalid_reasons(shape)) + epilogue.invalid_reasons(config)
+    if reasons:
+        raise UsageError(f"config {config.label}{epilogue.label} cannot run {shape}: " + "; ".join(reasons))
+    floats, counters = config.workspace(shape)
+    kernels = tuple((str(k), tuple(g), tuple(b)) for k, g, b in config.kernels(shape))
+    return LaunchSpec(config, shape, epilogue, kernels, max(1, int(floats)), max(1, int(counters)),
+                      int(config.vec_elems) * 2, getattr(config, "pdl", "off") == "on")

@@ -1,0 +1,88 @@
+"""Shapes of a GEMV: y[n, M] = x[n, d] . W[M, d]^T, and their parsing."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ..errors import UsageError
+
+# The largest memory of any single GPU on sale (288 GB, e.g. B300 / MI355X): a weight matrix larger
+# than this fits in no GPU, so such a shape is refused up front.
+MAX_WEIGHT_BYTES = 288 * 10**9
+MAX_BATCH = 16
+_INT32_MAX = 2**31 - 1
+_SHAPE_RE = re.compile(r"^\s*(\d+)\s*[xX]\s*(\d+)\s*$")
+
+
+@dataclass(frozen=True, order=True)
+class Shape:
+    """W is [M, d] row-major FP16, x is [n, d] FP16, y is [n, M] FP32; n = 1 is plain decode."""
+
+    M: int
+    d: int
+    n: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("M", "d", "n"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise UsageError(f"shape: {name} must be an integer, got {v!r}")
+            if v < 1:
+                raise UsageError(f"shape: {name} must be >= 1, got {v}")
+        if self.M > _INT32_MAX or self.d > _INT32_MAX:
+            raise UsageError(f"shape {self.M}x{self.d}: M and d must each be below 2^31")
+        if self.n > MAX_BATCH:
+            raise UsageError(f"shape: batch n={self.n} is above the supported {MAX_BATCH}")
+        if self.weight_bytes > MAX_WEIGHT_BYTES:
+            raise UsageError(
+                f"shape {self.M}x{self.d}: its FP16 weight matrix is {self.weight_bytes / 1e9:.0f} GB, "
+                f"more than any GPU holds ({MAX_WEIGHT_BYTES / 1e9:.0f} GB)"
+            )
+
+    @property
+    def weight_bytes(self) -> int:
+        return self.M * self.d * 2
+
+    @property
+    def bytes_moved(self) -> int:
+        """The fewest bytes a GEMV must move: W once, x once (FP16), y once (FP32)."""
+        return self.M * self.d * 2 + self.n * self.d * 2 + self.n * self.M * 4
+
+    @property
+    def key(self) -> str:
+        return f"{self.M}x{self.d}" + (f"@n{self.n}" if self.n != 1 else "")
+
+    def __str__(self) -> str:
+        return self.key
+
+
+def parse_shape(text: str, n: int = 1) -> Shape:
+    """Parse ``"14336x4096"`` (M x d) into a Shape; anything else raises UsageError."""
+    if not isinstance(text, str):
+        raise UsageError(f"shape must be a string like 14336x4096, got {text!r}")
+    m = _SHAPE_RE.match(text)
+    if not m:
+        raise UsageError(f"malformed shape {text!r}: expected MxD with positive integers, e.g. 14336x4096")
+    return Shape(int(m.group(1)), int(m.group(2)), n)
+
+
+def parse_batches(text: str) -> list[int]:
+    """Parse ``"1,2,4"`` into a sorted list of distinct batch sizes n in 1..MAX_BATCH."""
+    out: set[int] = set()
+    for part in str(text).split(","):
+        p = part.strip()
+        if not p.isdigit():
+            raise UsageError(f"malformed batch list {text!r}: expected positive integers like 1,2,4")
+        v = int(p)
+        if not 1 <= v <= MAX_BATCH:
+            raise UsageError(f"batch n={v} is outside 1..{MAX_BATCH}")
+        out.add(v)
+    return sorted(out)
+
+
+# The suite every speed claim is made on (MEASURING.md).
+DECODE_SUITE: list[tuple[int, int]] = [
+    (4096, 4096), (6144, 4096), (14336, 4096), (28672, 4096),
+    (4096, 14336), (128256, 4096), (1024, 16384),
+]

@@ -1,0 +1,155 @@
+"""The split-K GEMM family: Y[n, M] = X[n, d] . W^T on tensor cores (mma.sync m16n8k16, FP16 in, FP32
+accumulate), d split across blocks. A frozen config, its domains, and validity with reasons."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from .configbase import ConfigBase
+from .shapes import Shape
+
+SMEM_LIMIT = 48 * 1024   # static shared memory a block may take without an opt-in
+KCHUNK = 32              # halves of d per warp step: each lane loads 16 B of each of its rows
+MAX_GRID_Y = 65535
+
+DOMAINS: dict[str, tuple[Any, ...]] = {
+    "mt": (1, 2, 4),                    # m16 tiles per block: rows of W per block = 16 * mt
+    "warps": (1, 2, 4, 8),              # warps per block; they split the block's d range
+    "split": (1, 2, 4, 8, 16, 32),      # d split across blocks (grid.y)
+    "combine": ("atomic", "pass2"),     # partial sums: atomicAdd into y, or a second reduction kernel
+    "w_load": ("reg", "cpasync"),       # W tiles: 16-byte loads to registers, or cp.async into smem
+    "depth": (1, 2, 4),                 # d chunks of W in flight per warp (cp.async: pipeline stages)
+    "x_load": ("ldg", "smem"),          # X fragments through L1/__ldg, or the block's X slice in smem
+}
+
+
+@dataclass(frozen=True, order=True)
+class SplitKConfig(ConfigBase):
+    """One point of the split-K GEMM family. Hashable like GemvConfig."""
+
+    mt: int = 2
+    warps: int = 4
+    split: int = 4
+    combine: str = "atomic"
+    w_load: str = "reg"
+    depth: int = 2
+    x_load: str = "ldg"
+
+    family = "splitk"
+    DOMAINS = DOMAINS
+    acc = "fp32"          # tensor-core accumulation is FP32 (sets the error bound)
+    vec_elems = 8         # W is read in 16-byte pieces (sets the alignment the dispatcher checks)
+
+    # ---- derived values -------------------------------------------------------------------
+    @property
+    def rows_per_block(self) -> int:
+        return 16 * self.mt
+
+    @property
+    def block(self) -> int:
+        return 32 * self.warps
+
+    @staticmethod
+    def n_tiles(n: int) -> int:
+        return (n + 7) // 8
+
+    def chunks(self, d: int) -> int:
+        return -(-d // KCHUNK)
+
+    def chunks_per_split(self, d: int) -> int:
+        return -(-self.chunks(d) // self.split)
+
+    def grid(self, shape: Shape) -> tuple[int, int, int]:
+        return (-(-shape.M // self.rows_per_block), self.split, 1)
+
+    def kernels(self, shape: Shape) -> list[tuple[str, tuple[int, int, int], tuple[int, int, int]]]:
+        """The launches of one call, in order: (kernel name, grid, block)."""
+        main = ("splitk_gemm", self.grid(shape), (self.block, 1, 1))
+        if self.split == 1:
+            return [main]
+        total = shape.n * shape.M
+        aux = (min(-(-total // 256), 65535 * 4), 1, 1)
+        if self.combine == "atomic":
+            return [("zero_y", aux, (256, 1, 1)), main]
+        return [main, ("reduce_splits", aux, (256, 1, 1))]
+
+    def workspace(self, shape: Shape) -> tuple[int, int]:
+        """(float workspace elements, counters) one call needs."""
+        ws = self.split * shape.n * shape.M if self.needs_workspace(shape) else 1
+        return ws, 1
+
+    def needs_workspace(self, shape: Shape) -> bool:
+        """Whether a kernel of one call reads ``ws``: split partial sums combined in a second pass
+        (atomics add them straight into y)."""
+        return self.split > 1 and self.combine == "pass2"
+
+    def epilogue_reasons(self, epilogue: Any) -> list[str]:
+        """Why this config cannot fuse ``epilogue`` (gemvtune.kernels.epilogue.Epilogue) into its store."""
+        if self.split > 1 and self.combine == "atomic" and epilogue.out != "fp32":
+            return ["combine=atomic adds FP32 partial sums into y; an FP16 output needs combine=pass2"]
+        return []
+
+    def smem_bytes(self, shape: Shape) -> int:
+        npad = 8 * self.n_tiles(shape.n)
+        red = self.warps * self.rows_per_block * npad * 4 if self.warps > 1 else 0
+        w = self.depth * self.warps * 32 * self.mt * 2 * 16 if self.w_load == "cpasync" else 0
+        x = shape.n * self.x_row_halves(shape.d) * 2 if self.x_load == "smem" else 0
+        return red + w + x
+
+    def x_row_halves(self, d: int) -> int:
+        """Halves per staged X row: the split's d range, padded so that rows fall on other banks."""
+        length = self.chunks_per_split(d) * KCHUNK
+        return length + (32 if length % 64 == 0 else 0)
+
+    # ---- validity -------------------------------------------------------------------------
+    def invalid_reasons(self, shape: Shape) -> list[str]:
+        errs = self.domain_errors()
+        if errs:
+            return errs
+        r: list[str] = []
+        nch = self.chunks(shape.d)
+        if self.split > nch:
+            r.append(f"split={self.split} exceeds the {nch} chunks of {KCHUNK} along d={shape.d}")
+            return r
+        cps = self.chunks_per_split(shape.d)
+        if self.split > 1 and (self.split - 1) * cps >= nch:
+            r.append(f"split={self.split} with {cps} chunks per split leaves the last split empty (d={shape.d})")
+        if cps < self.warps:
+            r.append(f"warps={self.warps} exceed the {cps} d chunks of a split: some warps would idle")
+        if self.split == 1 and self.combine != "atomic":
+            r.append("split=1 has no partial sums to combine (combine=atomic is its canonical value)")
+        if self.w_load == "cpasync" and shape.d % 8:
+            r.append(f"cp.async needs 16-byte aligned W rows; d={shape.d} is not a multiple of 8")
+        if self.w_load == "reg" and self.mt * self.depth > 8:
+            r.append(f"mt={self.mt} x depth={self.depth} register tiles exceed 8 (128 registers of W in flight)")
+        sm = self.smem_bytes(shape)
+        if sm > SMEM_LIMIT:
+            r.append(f"{sm} B of shared memory (reduction, W stages, X) exceed {SMEM_LIMIT // 1024} KiB")
+        if self.grid(shape)[0] > 2**31 - 1:
+            r.append("too many row blocks for one grid")
+        return r
+
+    @property
+    def label(self) -> str:
+        comb = f".{self.combine}" if self.split > 1 else ""
+        return f"sk.m{self.rows_per_block}.w{self.warps}.s{self.split}{comb}.{self.w_load}{self.depth}.x{self.x_load}"
+
+
+# The point tried first: 32 rows per block, 4 warps, d split 4 ways, atomics, 2 chunks in flight.
+SPLITK_SEED = SplitKConfig()
+# A table's fallbacks for a shape it lacks: none (the GEMV family's run any shape).
+FALLBACKS: tuple[tuple[SplitKConfig, str], ...] = ()
+# A sweep measures the whole space (1,728 points before validity).
+SWEEP_GRID: dict[str, tuple[Any, ...]] = dict(DOMAINS)
+SWEEP_NOTE = "Nothing left out: the whole split-K space."
+
+
+def all_configs() -> Iterator[SplitKConfig]:
+    for values in itertools.product(*DOMAINS.values()):
+        yield SplitKConfig(*values)
+
+
+def valid_configs(shape: Shape) -> list[SplitKConfig]:
+    return [c for c in all_configs() if c.is_valid(shape)]

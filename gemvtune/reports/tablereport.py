@@ -1,0 +1,72 @@
+"""A table's contents as a DataFrame and a terminal summary. Labels and families come from the entries'
+validated configs, never from the table's own strings; every other string a table holds (GPU name,
+sampler, ...) is escaped before it reaches a terminal (``tableschema.printable``)."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any
+
+import numpy as np
+
+from ..runtime.table import Table, winner_config
+from ..runtime.tableschema import printable
+
+_NAN = float("nan")
+
+
+def _num(v: Any) -> float:
+    return float(v) if isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_)) else _NAN
+
+
+def _ratio(a: Any, b: Any) -> float:
+    a, b = _num(a), _num(b)
+    return a / b if b > 0 else _NAN
+
+
+def table_frame(t: Table) -> Any:
+    import pandas as pd
+
+    rows = []
+    for e in sorted(t.data["entries"].values(), key=lambda e: (e["M"], e["d"], e.get("n", 1))):   # numerically
+        w, b, s = e["winner"], e.get("baselines") or {}, e.get("search") or {}
+        cfg = winner_config(e)
+        cub = b.get("cublas-torch") or b.get("cublas") or {}
+        lla = b.get("llama.cpp") or {}
+        row = {"M": e["M"], "d": e["d"], "n": e.get("n", 1), "winner": cfg.label, "family": cfg.family,
+               "us": _num(w.get("us")), "us_min": _num(w.get("us_min")), "us_max": _num(w.get("us_max")),
+               "spread": _num(w.get("spread")), "gbps": _num(w.get("gbps")), "pct_ceiling": _num(w.get("pct_ceiling")),
+               "llama_us": _num(lla.get("us")), "cublas_us": _num(cub.get("us")),
+               "x_cublas": _ratio(cub.get("us"), w.get("us")), "x_llama": _ratio(lla.get("us"), w.get("us")),
+               "tie": e.get("tie"), "sampler": s.get("sampler"), "trials": s.get("measured_trials"),
+               "seed": s.get("seed"), "replayed": s.get("replayed") is True, "updated": e.get("updated")}
+        row.update({f"p_{k}": v for k, v in cfg.to_dict().items()})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _f(v: Any, spec: str) -> str:
+    v = _num(v)
+    return "-" if math.isnan(v) else format(v, spec)
+
+
+def _trials(v: Any) -> str:
+    v = _num(v)
+    return "?" if math.isnan(v) else str(int(v))
+
+
+def table_summary(t: Table) -> str:
+    df = table_frame(t)
+    g = t.gpu
+    read = (t.data.get("ceiling") or {}).get("read_gbps")
+    lines = [f"table {printable(t.path)}: {len(df)} entries; GPU {printable(g.get('name'))} (cc "
+             f"{printable(g.get('compute_capability'))}, driver {printable(g.get('driver'))}); read ceiling "
+             f"{_f(read, '.0f')} GB/s"]
+    for _, r in df.iterrows():
+        lines.append(f"  {r.M:>7d}x{r.d:<6d} n={r.n:<2d} {r.winner:44s} {_f(r.us, '8.2f'):>8s} µs "
+                     f"{_f(r.pct_ceiling, '5.1f'):>5s}% x{_f(r.x_cublas, '.3f')} cuBLAS x{_f(r.x_llama, '.3f')} "
+                     f"llama.cpp ({printable(r.sampler, 40)}, {_trials(r.trials)} trials"
+                     f"{', REPLAYED' if r.replayed else ''})")
+    return "\n".join(lines)
+

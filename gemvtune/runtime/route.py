@@ -1,0 +1,130 @@
+"""Which implementation runs a call: the table's tuned kernel or cuBLAS, decided from the table's own
+measurements (pure: no GPU). A table must never make a caller slower than what it replaces.
+
+Per (M, d, n):
+- the table holds the shape: the tuned winner runs when its measured median beats the cuBLAS baseline
+  measured in the same run (``cublas-torch``, torch ``F.linear``, for torch callers; ``cublas``,
+  ``cupy.matmul``, for CuPy) by more than ``MARGIN``; otherwise cuBLAS runs;
+- the table holds the same (M, d) at batch sizes on both sides of n, and the tuned kernel won at both:
+  the winner of the nearer one runs (the time of every n <= 16 is the read of W, so a win on both
+  sides is a measured reason); otherwise cuBLAS;
+- anything else goes to cuBLAS ("not in the table"), unless the caller asks for the policy ``tuned``
+  (always a gemvtune kernel: the tuned winner, else the nearest tuned shape's config, else the
+  llama.cpp config), which is what the benchmarks and kernel tests use.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+MARGIN = 0.01            # the tuned kernel must be this much faster than cuBLAS (the timing spread is 1-3%)
+POLICIES = ("fastest", "tuned")
+BASELINE = {"torch": "cublas-torch", "cupy": "cublas"}
+
+
+@dataclass(frozen=True)
+class Route:
+    kind: str                        # "tuned" (a gemvtune kernel) or "cublas"
+    config: Any = None               # the config to launch when kind == "tuned"
+    why: str = ""
+    tuned_us: float | None = None    # the table's measurements behind the choice (None: not measured)
+    cublas_us: float | None = None
+
+    @property
+    def tuned(self) -> bool:
+        return self.kind == "tuned"
+
+
+def _us(rec: Any) -> float | None:
+    if not isinstance(rec, dict) or rec.get("status", "ok") != "ok":
+        return None
+    v = rec.get("us")
+    return float(v) if isinstance(v, (int, float)) and v == v and v > 0 else None
+
+
+def _candidates(entry: dict[str, Any], shape: Any, out: str) -> list[tuple[float, Any]]:
+    """(µs, config) of the entry's measured kernels that can run ``shape`` with an ``out`` epilogue,
+    fastest first: the winner (the search's confirmed choice, ties included) when it can, else each
+    family's best that can (an FP16 output cannot come from an atomic split-K combine)."""
+    from ..kernels.epilogue import Epilogue
+    from ..kernels.families import DEFAULT_FAMILY, FAMILY_NAMES, config_from_dict
+
+    epi = Epilogue(out)
+    found: dict[Any, float] = {}
+    for rec in [entry.get("winner")] + [entry.get(f) for f in FAMILY_NAMES]:
+        us = _us(rec)
+        if us is None or not isinstance(rec.get("config"), dict):
+            continue
+        try:
+            cfg = config_from_dict({"family": rec.get("family", DEFAULT_FAMILY), **rec["config"]})
+        except Exception:
+            continue
+        if cfg.is_valid(shape) and not epi.invalid_reasons(cfg):
+            if rec is entry.get("winner"):
+                return [(us, cfg)]
+            found[cfg] = min(us, found.get(cfg, us))
+    return sorted(((us, cfg) for cfg, us in found.items()), key=lambda p: p[0])
+
+
+def measured(entry: dict[str, Any], framework: str, shape: Any = None, out: str = "fp32") -> tuple[float | None, float | None, Any]:
+    """(tuned µs, cuBLAS µs, tuned config) of a table entry for callers of ``framework`` wanting an
+    ``out`` output: the fastest measured kernel that can fuse it, and the cuBLAS baseline."""
+    base = entry.get("baselines") or {}
+    cublas = _us(base.get(BASELINE[framework])) or _us(base.get("cublas")) or _us(base.get("cublas-torch"))
+    if shape is None:
+        from ..kernels.shapes import Shape
+
+        shape = Shape(int(entry["M"]), int(entry["d"]), int(entry.get("n", 1)))
+    cands = _candidates(entry, shape, out)
+    return (cands[0][0], cublas, cands[0][1]) if cands else (None, cublas, None)
+
+
+def _wins(tuned: float | None, cublas: float | None) -> bool:
+    return tuned is not None and (cublas is None or tuned < cublas * (1.0 - MARGIN))
+
+
+def choose(table: Any, M: int, d: int, n: int, framework: str = "torch", policy: str = "fastest",
+           out: str = "fp32") -> Route:
+    """The route of one (M, d, n) call through ``table`` (a ``gemvtune.runtime.table.Table``) for a caller of
+    ``framework`` that wants an ``out`` (``fp32``/``fp16``) result."""
+    from ..kernels.epilogue import Epilogue
+    from ..kernels.shapes import Shape
+
+    if framework not in BASELINE:
+        raise ValueError(f"framework must be one of {', '.join(BASELINE)}, got {framework!r}")
+    if policy not in POLICIES:
+        raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
+    shape = Shape(M, d, n)
+    entry = table.entry(shape)
+    if policy == "tuned":
+        cfg, how = table.lookup(shape)
+        if how != "tuned":
+            table.config_for(shape)   # warns once: this shape runs a config tuned for another
+        if Epilogue(out).invalid_reasons(cfg):
+            t, c, alt = measured(entry, framework, shape, out) if entry else (None, None, None)
+            if alt is None:
+                return Route("cublas", None, f"{cfg.label} cannot give an {out} output and no other kernel is measured")
+            return Route("tuned", alt, f"{how}; {cfg.label} cannot give an {out} output: the best that can", t, c)
+        t, c, _ = measured(entry, framework, shape, out) if entry else (None, None, None)
+        return Route("tuned", cfg, how, t, c)
+    if entry is not None:
+        t, c, cfg = measured(entry, framework, shape, out)
+        if _wins(t, c):
+            return Route("tuned", cfg, f"tuned {t:.2f} µs beats cuBLAS " + (f"{c:.2f} µs" if c else "(not measured)"), t, c)
+        what = f"tuned {t:.2f} µs" if t else f"no measured kernel that gives an {out} output"
+        return Route("cublas", None, f"cuBLAS {c:.2f} µs is faster than, or within {MARGIN:.0%} of, {what}"
+                     if c else f"cuBLAS: {what}", t, c)
+    same = {k[2]: table.entry(Shape(*k)) for k in table.keys() if k[:2] == (M, d)}
+    lo = max((m for m in same if m < n), default=None)
+    hi = min((m for m in same if m > n), default=None)
+    if lo is None or hi is None:
+        near = f" (tuned at n={','.join(map(str, sorted(same)))} only)" if same else ""
+        return Route("cublas", None, f"{M}x{d} at n={n} is not in the table{near}")
+    low, high = measured(same[lo], framework, shape, out), measured(same[hi], framework, shape, out)
+    if not (_wins(*low[:2]) and _wins(*high[:2])):
+        return Route("cublas", None, f"n={n} is not in the table and cuBLAS won at n={lo} or n={hi}")
+    t, c, cfg = low if n - lo <= hi - n else high
+    near = lo if n - lo <= hi - n else hi
+    return Route("tuned", cfg, f"n={n} lies between tuned n={lo} and n={hi}, where tuned beat cuBLAS; "
+                 f"the n={near} kernel runs", t, c)

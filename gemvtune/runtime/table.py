@@ -1,0 +1,273 @@
+"""The per-GPU lookup table: versioned JSON keyed by (M, d, n), atomic merge-on-write, lookup with
+fallback, and run-time dispatch (``load_table(path).gemv(W, x)``)."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import json
+import math
+import os
+import warnings
+from pathlib import Path
+from typing import Any, Iterator
+
+from ..errors import UsageError
+from ..kernels.shapes import Shape
+from ..kernels.families import DEFAULT_FAMILY, FAMILIES, FAMILY_NAMES, config_from_dict
+
+SCHEMA_VERSION = 1
+
+
+def entry_key(shape: Shape) -> str:
+    return f"{shape.M}x{shape.d}x{shape.n}"
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive advisory lock beside the table, so concurrent writers serialize their merges; the
+    temporary files of killed writers are removed under it (gemvtune.safefile)."""
+    from ..safefile import locked
+
+    with locked(path):
+        yield
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(f"table {path} does not exist") from None
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as e:
+        raise UsageError(f"table {path} cannot be read: {e}") from None
+    if not text.strip():
+        raise UsageError(f"table {path} is empty")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise UsageError(f"table {path} is not valid JSON (truncated?): {e.msg} at line {e.lineno}") from None
+    if not isinstance(data, dict) or "schema" not in data or not isinstance(data.get("entries"), dict):
+        raise UsageError(f"table {path} is not a gemvtune table (no schema/entries)")
+    if data["schema"] != SCHEMA_VERSION:
+        raise UsageError(f"table {path} has schema version {data['schema']!r:.40}; this gemvtune reads version "
+                         f"{SCHEMA_VERSION}" + (" (made by a newer gemvtune: upgrade)" if isinstance(data["schema"], int)
+                                                 and data["schema"] > SCHEMA_VERSION else ""))
+    from .tableschema import validate_table
+
+    validate_table(data, path)   # the whole schema: types, ranges, finite times, configs valid for their shape
+    return data
+
+
+def winner_config(entry: dict[str, Any]) -> Any:
+    """The winning config of a table entry, of whichever family won (tables before split-K: the default family)."""
+    w = entry["winner"]
+    return config_from_dict({"family": w.get("family", DEFAULT_FAMILY), **w["config"]})
+
+
+def _atomic_write_json(path: Path, data: dict[str, Any]) -> None:
+    """Whole or not at all, keeping the table's mode (a new one: the umask's default)."""
+    from ..safefile import atomic_write
+
+    def write(f: Any) -> None:
+        json.dump(data, f, indent=1, sort_keys=True, default=_json_default)
+        f.write("\n")
+
+    atomic_write(path, write)
+
+
+def _check_same_gpu(path: Path, data: dict[str, Any], device: dict[str, Any] | None) -> None:
+    gpu = data.get("gpu")
+    if not isinstance(gpu, dict):
+        raise UsageError(f"table {path} is not a gemvtune table (no gpu)")
+    if device is not None and gpu.get("name") != device.get("name"):
+        raise UsageError(f"table {path} was made on {gpu.get('name')}, not {device.get('name')}: use a table per GPU")
+
+
+def check_updatable(path: str | Path, device: dict[str, Any] | None = None) -> Path:
+    """Before a search measures anything: the table at ``path`` can be written (its folder made if
+    missing, files created there, its lock opened) and, if it exists, is a valid table of ``device``'s
+    GPU model. One UsageError if not. Returns the path writes go to (a symbolic link followed)."""
+    from ..safefile import probe_folder, target
+
+    path = target(path)
+    if path.exists():
+        _check_same_gpu(path, _read(path), device)
+    probe_folder(path.parent, "table folder")
+    lock = path.with_name(path.name + ".lock")
+    try:
+        if os.path.lexists(lock):   # (a missing one is made at the first write: the folder is writable)
+            with open(lock):
+                pass
+    except OSError as e:
+        raise UsageError(f"cannot open the table's lock {lock}: {e.strerror or e}") from None
+    return path
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, float) and math.isnan(o):
+        return None
+    if hasattr(o, "item"):
+        return o.item()
+    raise TypeError(f"not JSON serializable: {type(o).__name__}")
+
+
+def gpu_identity(info: dict[str, Any]) -> dict[str, Any]:
+    keys = ("name", "compute_capability", "sm_count", "l2_bytes", "driver", "cuda_runtime", "cuda_driver_api")
+    return {k: info.get(k) for k in keys}
+
+
+def record(path: str | Path, shape: Shape, entry: dict[str, Any], device: dict[str, Any],
+           ceiling: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Add or replace one (M, d, n) entry, keeping every other; atomic, and serialized across processes.
+    A table made on another GPU model is refused (one table per GPU)."""
+    from ..safefile import target
+
+    path = target(path)   # through a symbolic link: the link stays a link
+    with _locked(path):
+        if path.exists():
+            data = _read(path)
+            _check_same_gpu(path, data, device)
+        else:
+            data = {"schema": SCHEMA_VERSION, "gpu": gpu_identity(device), "ceiling": ceiling or {}, "entries": {}}
+        data["gpu"] = gpu_identity(device)
+        if ceiling:
+            data["ceiling"] = ceiling
+        entry = {"M": shape.M, "d": shape.d, "n": shape.n, "updated": _now(), **entry}
+        winner_config(entry)  # never write a config we could not load
+        old = data["entries"].get(entry_key(shape)) or {}
+        for fam in FAMILY_NAMES:  # a family this search left out keeps its best from the earlier search
+            if fam not in entry and isinstance(old.get(fam), dict):
+                entry[fam] = {**old[fam], "kept_from": old[fam].get("kept_from") or old.get("updated")}
+        data["entries"][entry_key(shape)] = entry
+        _atomic_write_json(path, data)
+        return data
+
+
+class Table:
+    """A loaded table. ``gemv(W, x)`` runs the tuned kernel for W's shape."""
+
+    def __init__(self, data: dict[str, Any], path: str | None = None, strict_gpu: bool = False,
+                 policy: str = "fastest"):
+        from .route import POLICIES
+
+        if policy not in POLICIES:
+            raise UsageError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
+        self.data, self.path, self.strict_gpu, self.policy = data, path, strict_gpu, policy
+        self._routes: dict[tuple[int, int, int, str, str], Any] = {}
+        self._configs: dict[tuple[int, int, int], Any] = {
+            (int(e["M"]), int(e["d"]), int(e.get("n", 1))): winner_config(e) for e in data["entries"].values()
+        }
+        self._warned: set[tuple[int, int, int]] = set()
+        self._dispatch = None
+        self._gpu_checked = False
+
+    @property
+    def gpu(self) -> dict[str, Any]:
+        return self.data.get("gpu", {})
+
+    @property
+    def shapes(self) -> list[Shape]:
+        return [Shape(*k) for k in sorted(self._configs)]
+
+    def keys(self) -> list[tuple[int, int, int]]:
+        """(M, d, n) of every entry."""
+        return sorted(self._configs)
+
+    def entry(self, shape: Shape) -> dict[str, Any] | None:
+        return self.data["entries"].get(entry_key(shape))
+
+    def route(self, M: int, d: int, n: int, framework: str = "torch", out: str = "fp32") -> Any:
+        """The ``gemvtune.runtime.route.Route`` of an (M, d, n) call under this table's policy (cached): the
+        tuned kernel or cuBLAS, whichever the table measured faster (see ``gemvtune.runtime.route``)."""
+        key = (M, d, n, framework, out)
+        r = self._routes.get(key)
+        if r is None:
+            from .route import choose
+
+            r = self._routes[key] = choose(self, M, d, n, framework, self.policy, out)
+        return r
+
+    def lookup(self, shape: Shape) -> tuple[Any, str]:
+        """(config, how): the tuned winner (of either family) for (M, d, n); else the winner tuned for
+        the same (M, d) at the nearest batch n that is valid for this one (ties: the larger n); else
+        the tuned config of the nearest shape (log-distance in M and d) at this n; else the first of
+        each family's fallbacks (``Family.fallbacks``, families in registry order) that can run it: the
+        llama.cpp config, then generic GEMV configs."""
+        k = (shape.M, shape.d, shape.n)
+        if k in self._configs:
+            return self._configs[k], "tuned"
+        same = sorted(((abs(n - shape.n), -n), cfg, n) for (M, d, n), cfg in self._configs.items()
+                      if (M, d) == (shape.M, shape.d) and cfg.is_valid(shape))
+        if same:
+            return same[0][1], f"winner tuned at n={same[0][2]}"
+        best = None
+        for (M, d, n), cfg in self._configs.items():
+            if n != shape.n or not cfg.is_valid(shape):
+                continue
+            dist = abs(math.log(M / shape.M)) + abs(math.log(d / shape.d))
+            if best is None or dist < best[0]:
+                best = (dist, cfg, f"nearest tuned shape {M}x{d}")
+        if best:
+            return best[1], best[2]
+        for fam in FAMILY_NAMES:
+            for cfg, why in FAMILIES[fam].fallbacks:
+                if cfg.is_valid(shape):
+                    return cfg, why
+        raise UsageError(f"no fallback config ({', '.join(FAMILY_NAMES)}) can run shape {shape}")
+
+    def config_for(self, shape: Shape) -> Any:
+        cfg, how = self.lookup(shape)
+        if how != "tuned" and (shape.M, shape.d, shape.n) not in self._warned:
+            self._warned.add((shape.M, shape.d, shape.n))
+            warnings.warn(f"gemvtune: shape {shape} is not in the table; using the {how} ({cfg.label})",
+                          stacklevel=3)
+        return cfg
+
+    def gemv(self, W: Any, x: Any, out: Any = None, bias: Any = None, out_dtype: str = "fp32") -> Any:
+        """y = W x (+ bias); W [M, d] and x [d] (or X [n, d], n <= 16: Y = X W^T) FP16 on one CUDA
+        device (CuPy arrays or torch tensors), bias (optional) [M] FP16, out (optional) [M] (or
+        [n, M]) of ``out_dtype`` (``fp32`` or ``fp16``). Runs the table's route for (M, d, n): the
+        tuned kernel with the bias and the output cast fused into it, or cuBLAS (``F.linear`` /
+        ``cupy.matmul``, FP16 result, then cast) where the table measured cuBLAS faster or lacks the
+        shape (policy ``fastest``, the default; ``load_table(..., policy="tuned")`` always runs a
+        gemvtune kernel). Returns out (a CuPy array, or a torch tensor for torch input). Works inside
+        CUDA graph capture once each shape has run once outside it."""
+        if type(W).__module__.startswith("torch"):
+            from .torch_op import table_gemv
+
+            if not self._gpu_checked:
+                self._check_gpu(_torch_device_name(W))
+            return table_gemv(self, W, x, out, bias, out_dtype)
+        if self._dispatch is None:
+            from ..runners.cuda import Dispatcher
+
+            self._dispatch = Dispatcher()
+        if not self._gpu_checked:
+            self._check_gpu(self._dispatch.device_name())
+        return self._dispatch.gemv(self, W, x, out, bias, out_dtype)
+
+    def _check_gpu(self, name: str) -> None:
+        self._gpu_checked = True
+        made = self.gpu.get("name")
+        if made and made != name:
+            msg = f"table {self.path or ''} was tuned on {made}, this is {name}: its choices may be far from best"
+            if self.strict_gpu:
+                raise UsageError(msg)
+            warnings.warn("gemvtune: " + msg, stacklevel=3)
+
+
+def _torch_device_name(t: Any) -> str:
+    import torch
+
+    return torch.cuda.get_device_name(t.device) if t.is_cuda else "cpu"
+
+
+def load_table(path: str | Path, strict_gpu: bool = False, policy: str = "fastest") -> Table:
+    """Load a table written by ``gemvtune search``; any problem is one clear UsageError. ``policy``:
+    ``fastest`` (default) runs, per (M, d, n), whichever of the tuned kernel and cuBLAS the table
+    measured faster, and cuBLAS for shapes it lacks; ``tuned`` always runs a gemvtune kernel."""
+    return Table(_read(Path(path)), str(path), strict_gpu, policy)

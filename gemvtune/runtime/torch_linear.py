@@ -1,0 +1,208 @@
+"""PyTorch drop-in: ``GemvLinear`` runs an ``nn.Linear`` through the table's tuned kernels where it can
+(CUDA FP16, 1..16 rows of input) and through ``torch.nn.functional.linear`` everywhere else.
+
+This is the only gemvtune module that imports torch; ``import gemvtune`` does not load it.
+
+    table = gemvtune.runtime.table.load_table("results/nvidia-h200/table.json")
+    names = swap_linears(model, table)        # in place; the same Parameters, nothing copied
+    with torch.no_grad():
+        y = model(x)                          # warm-up: compiles each shape's kernel once
+    ...                                       # (now capturable in torch.cuda.graph)
+    restore_linears(model)                    # the original nn.Linear objects are back
+
+CUDA graphs: a layer compiles its kernel and allocates its workspace (a ``LaunchPlan``) the first time
+it sees a batch size n; that must happen outside capture. Run the model once with every batch size you
+will capture (on a side stream, as PyTorch's CUDA-graph documentation asks for any warm-up) before
+``torch.cuda.graph(...)``; ``torch.compile(mode="reduce-overhead")`` warms up by itself.
+
+``explain(model)`` says, per linear layer, whether it runs a tuned kernel or falls back, and why.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+
+from ..kernels.shapes import MAX_BATCH
+from .torch_op import _ALIGN, register_table, run_linear
+
+_F16 = torch.float16
+
+
+class GemvLinear(torch.nn.Module):
+    """Wraps an ``nn.Linear``: holds the *same* weight and bias Parameters (registered under the same
+    names, so ``state_dict`` keys do not change) and the original module, for ``restore_linears``.
+
+    ``forward(x)`` computes ``F.linear(x, weight, bias)`` (FP16 out, bias and cast fused into the tuned
+    kernel) through the table's route for (M, d, n), n = x.numel() // in_features: the tuned kernel
+    where the table measured it faster than cuBLAS, else ``F.linear`` itself. Anything the kernels
+    cannot take is ``F.linear`` too: CPU, FP32/BF16, n > max_batch, a gradient needed, a weight not
+    contiguous or not 16-byte aligned. Eager calls launch directly (``torch_op.run_linear``); under
+    ``torch.compile`` the layer is the custom op ``torch.ops.gemvtune.linear``, so
+    ``fullgraph=True`` traces it and Inductor's CUDA graphs capture its kernels.
+    """
+
+    def __init__(self, linear: torch.nn.Linear, table: Any, max_batch: int = MAX_BATCH):
+        super().__init__()
+        if not isinstance(linear, torch.nn.Linear):
+            raise TypeError(f"GemvLinear wraps an nn.Linear, got {type(linear).__name__}")
+        if not 1 <= max_batch <= MAX_BATCH:
+            raise ValueError(f"max_batch must be in 1..{MAX_BATCH}, got {max_batch}")
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.register_parameter("weight", linear.weight)
+        self.register_parameter("bias", linear.bias)
+        self.table, self.max_batch = table, max_batch
+        self._tid = register_table(table)
+        # Route per n (index 0 unused), decided once from the table's measurements: a constant that
+        # torch.compile reads without tracing the table.
+        self._tuned = (False,) + tuple(table.route(self.out_features, self.in_features, n, "torch", "fp16").tuned
+                                       for n in range(1, max_batch + 1))
+        self._original = (linear,)  # a tuple: not registered as a submodule (state_dict keys stay the same)
+
+    @property
+    def original(self) -> torch.nn.Linear:
+        return self._original[0]
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"bias={self.bias is not None}, max_batch={self.max_batch}")
+
+    def static_reason(self) -> str:
+        """Why no call of this layer can run a tuned kernel ("" when some can): what the weight is."""
+        w, b = self.weight, self.bias
+        if not w.is_cuda:
+            return f"weight on {w.device}, not a CUDA device"
+        if w.dtype != torch.float16:
+            return f"weight is {str(w.dtype).replace('torch.', '')}; the tuned kernels are FP16"
+        if not w.is_contiguous():
+            return "weight is not contiguous"
+        if w.data_ptr() % _ALIGN:
+            return f"weight is not {_ALIGN}-byte aligned"
+        if b is not None and (b.dtype != w.dtype or not b.is_contiguous() or b.device != w.device):
+            return "bias is not a contiguous FP16 vector on the weight's device"
+        return ""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.compiler.is_compiling():
+            return self._traced(x)
+        # Eager: the per-call CPU cost is what a user feels (decode is CPU-bound in eager mode), so
+        # this path reads only cheap attributes (dtype singletons, device indices) and one dict.
+        w, b = self.weight, self.bias
+        if (x.dtype is not _F16 or w.dtype is not _F16 or not x.is_cuda or x.get_device() != w.get_device()
+                or not x.dim() or x.shape[-1] != self.in_features or not w.is_contiguous()
+                or (b is not None and (b.dtype is not _F16 or not b.is_contiguous()))):
+            return F.linear(x, w, b)
+        if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad or (b is not None and b.requires_grad)):
+            return F.linear(x, w, b)  # the tuned kernels have no backward: autograd gets F.linear
+        n = x.numel() // self.in_features
+        if n > self.max_batch or not self._tuned[n]:
+            return F.linear(x, w, b)  # cuBLAS measured faster for this n, or the table lacks it
+        return run_linear(x, w, b, self.table, self._tid)
+
+    def _traced(self, x: torch.Tensor) -> torch.Tensor:
+        """What torch.compile traces: the same decisions on static properties, then the custom op
+        (its implementation checks pointers and alignment at run time)."""
+        w, b = self.weight, self.bias
+        k = self.in_features
+        if not (x.is_cuda and x.dtype == torch.float16 and w.dtype == torch.float16 and x.device == w.device
+                and x.dim() > 0 and x.shape[-1] == k and w.is_contiguous()
+                and (b is None or (b.dtype == torch.float16 and b.is_contiguous()))):
+            return F.linear(x, w, b)
+        if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad or (b is not None and b.requires_grad)):
+            return F.linear(x, w, b)
+        n = x.numel() // k
+        if n > self.max_batch or not self._tuned[n]:
+            return F.linear(x, w, b)
+        return torch.ops.gemvtune.linear(x, w, b, self._tid)
+
+
+def _linear_children(model: torch.nn.Module):
+    """(qualified name, parent, attribute name, child) for every direct child of every module."""
+    for pname, parent in model.named_modules(remove_duplicate=False):
+        for cname, child in list(parent.named_children()):
+            yield (f"{pname}.{cname}" if pname else cname), parent, cname, child
+
+
+def swap_linears(model: torch.nn.Module, table: Any,
+                 filter: Callable[[str, torch.nn.Module], bool] | None = None,
+                 max_batch: int = MAX_BATCH) -> list[str]:
+    """Replace, in place, every submodule of type exactly ``nn.Linear`` (subclasses such as quantized
+    or LoRA layers have their own forward and are left alone) for which ``filter(name, module)`` is
+    true (default: all) by a ``GemvLinear`` sharing its Parameters. Any dtype and device may be
+    swapped: what the tuned kernels cannot run falls back to ``F.linear``. A module shared under two
+    names gets one wrapper. The root module itself is never replaced. Returns the names replaced."""
+    done: dict[int, GemvLinear] = {}
+    names = []
+    for name, parent, cname, child in list(_linear_children(model)):
+        if type(child) is not torch.nn.Linear or (filter is not None and not filter(name, child)):
+            continue
+        if id(child) not in done:
+            done[id(child)] = GemvLinear(child, table, max_batch)
+        setattr(parent, cname, done[id(child)])
+        names.append(name)
+    return names
+
+
+def restore_linears(model: torch.nn.Module) -> list[str]:
+    """Put back the original ``nn.Linear`` objects where ``swap_linears`` put a ``GemvLinear`` (a
+    Parameter reassigned on the wrapper meanwhile is carried over). Returns the names restored."""
+    names = []
+    for name, parent, cname, child in list(_linear_children(model)):
+        if not isinstance(child, GemvLinear):
+            continue
+        orig = child.original
+        if orig.weight is not child.weight:
+            orig.weight = child.weight
+        if orig.bias is not child.bias:
+            orig.register_parameter("bias", child.bias)
+        setattr(parent, cname, orig)
+        names.append(name)
+    return names
+
+
+def explain(model: torch.nn.Module, n: int = 1) -> list[dict[str, Any]]:
+    """Per linear layer of ``model`` (swapped or not), what a call with n rows runs and why: a dict
+    with ``name, M, d, bias, route`` ("tuned", "cublas": ``F.linear`` chosen from the table's
+    measurements, or "F.linear": the layer cannot run a tuned kernel), ``why``, ``tuned_us`` and
+    ``cublas_us`` (the table's measurements behind the choice, or None)."""
+    if not 1 <= n <= MAX_BATCH:
+        raise ValueError(f"n must be in 1..{MAX_BATCH}, got {n}")
+    rows = []
+    for name, mod in model.named_modules():
+        if isinstance(mod, GemvLinear):
+            row = {"name": name, "M": mod.out_features, "d": mod.in_features, "bias": mod.bias is not None,
+                   "tuned_us": None, "cublas_us": None}
+            why = mod.static_reason()
+            if why:
+                rows.append({**row, "route": "F.linear", "why": why})
+                continue
+            if n > mod.max_batch:
+                rows.append({**row, "route": "F.linear", "why": f"n={n} above this layer's max_batch={mod.max_batch}"})
+                continue
+            r = mod.table.route(mod.out_features, mod.in_features, n, "torch", "fp16")
+            rows.append({**row, "route": "tuned" if r.tuned else "cublas", "why": r.why,
+                         "tuned_us": r.tuned_us, "cublas_us": r.cublas_us})
+        elif type(mod) is torch.nn.Linear:
+            rows.append({"name": name, "M": mod.out_features, "d": mod.in_features, "bias": mod.bias is not None,
+                         "route": "F.linear", "why": "not swapped (swap_linears left it, or a filter excluded it)",
+                         "tuned_us": None, "cublas_us": None})
+    return rows
+
+
+def format_explain(rows: list[dict[str, Any]]) -> str:
+    """A short text summary of ``explain``'s rows: counts per route, then one line per distinct
+    (M, d, route, why) with the layers it covers."""
+    from collections import Counter, defaultdict
+
+    counts = Counter(r["route"] for r in rows)
+    lines = [f"{len(rows)} linear layers: " + ", ".join(f"{counts[k]} {k}" for k in ("tuned", "cublas", "F.linear")
+                                                        if counts[k])]
+    groups: dict[tuple, list[str]] = defaultdict(list)
+    for r in rows:
+        groups[(r["M"], r["d"], r["route"], r["why"])].append(r["name"].rsplit(".", 1)[-1])
+    for (M, d, route, why), names in groups.items():
+        kinds = ", ".join(sorted(set(names)))
+        lines.append(f"  {M}x{d} {route:8s} x{len(names):<4d} [{kinds}] {why}")
+    return "\n".join(lines)

@@ -1,0 +1,173 @@
+"""The tuned GEMV as a PyTorch operator, ``torch.ops.gemvtune.linear``, and the lean eager launch path
+behind it and behind ``Table.gemv`` on torch tensors.
+
+``gemvtune::linear(Tensor x, Tensor weight, Tensor? bias, int table) -> Tensor`` computes
+``F.linear(x, weight, bias)`` (FP16 out, like ``nn.Linear``) with the route the table chose for
+(M, d, n): the tuned kernel, bias and cast fused into its final store, launched through its
+``LaunchPlan`` with raw pointers on torch's current stream, or cuBLAS (``F.linear``) where the table
+measured cuBLAS faster. It is a ``torch.library.custom_op`` with a fake implementation, so
+``torch.compile(fullgraph=True)`` traces it as one opaque op and Inductor's CUDA graphs capture its
+kernels. ``table`` is the id ``register_table`` gave the table (tables are not tensors).
+
+Eager callers (``GemvLinear`` outside ``torch.compile``) call ``run_linear`` directly: a Python-defined
+custom op costs about 15 µs per call in eager mode on the H200 host (``results/nvidia-h200/runs/issue16``),
+more than a bare launch, so the eager path skips the dispatcher; both paths run the same function.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from ..kernels.epilogue import Epilogue
+from ..errors import UsageError
+from ..kernels.plan import PLANS, LaunchPlan
+from ..kernels.shapes import MAX_BATCH, Shape
+
+_ALIGN = 16          # bytes: the widest load of any kernel (half8 / 16-byte W and x loads)
+_TABLES: dict[int, Any] = {}
+_IDS: dict[int, int] = {}
+_NEXT = itertools.count(1)
+# Plans by (table id, M, d, n, bias, out dtype, device): the hot path's one dict lookup.
+_FAST: dict[tuple, LaunchPlan] = {}
+_EPI = {(b, o): Epilogue(o, b) for b in (False, True) for o in ("fp16", "fp32")}
+# torch's current CUDA stream of a device as a raw pointer (0.1 µs; ``current_stream().cuda_stream``
+# costs 8 µs on the H200 host). CPU-only builds lack it: there is no CUDA call to make there.
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
+    lambda dev: torch.cuda.current_stream(dev).cuda_stream)
+
+
+def register_table(table: Any) -> int:
+    """A small integer naming ``table`` in ``torch.ops.gemvtune.linear`` calls (kept for the process)."""
+    tid = _IDS.get(id(table))
+    if tid is None or _TABLES.get(tid) is not table:
+        tid = next(_NEXT)
+        _TABLES[tid], _IDS[id(table)] = table, tid
+    return tid
+
+
+def _plan(tid: int, table: Any, config: Any, M: int, d: int, n: int, bias: bool, out: str, dev: int,
+          stream: int) -> LaunchPlan:
+    key = (tid, M, d, n, bias, out, dev)
+    plan = _FAST.get(key)
+    if plan is None:
+        plan = _FAST[key] = PLANS.get(config, Shape(M, d, n), _EPI[(bias, out)], dev, stream)
+    return plan
+
+
+def run_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, table: Any,
+               tid: int | None = None) -> torch.Tensor:
+    """``F.linear(x, weight, bias)`` through the table's route. The caller has checked what does not
+    change between calls (FP16 CUDA tensors on one device, weight contiguous [M, d], bias contiguous);
+    this checks the rest and falls back to ``F.linear`` for anything the tuned kernels cannot take."""
+    M, d = weight.shape
+    n = x.numel() // d if d else 0
+    if not 1 <= n <= MAX_BATCH:
+        return F.linear(x, weight, bias)
+    if tid is None:
+        tid = register_table(table)
+    dev = x.get_device()
+    has_bias = bias is not None
+    plan = _FAST.get((tid, M, d, n, has_bias, "fp16", dev))     # the hot path: one lookup
+    stream = _raw_stream(dev)
+    if plan is None:
+        route = table.route(M, d, n, "torch", "fp16")
+        if route.kind != "tuned":
+            return F.linear(x, weight, bias)
+        plan = _plan(tid, table, route.config, M, d, n, has_bias, "fp16", dev, stream)
+    if not x.is_contiguous():
+        x = x.contiguous()
+    wp, xp = weight.data_ptr(), x.data_ptr()
+    if wp % _ALIGN:
+        return F.linear(x, weight, bias)
+    if xp % _ALIGN:
+        x = x.clone()
+        xp = x.data_ptr()
+    y = torch.empty(x.shape[:-1] + (M,), dtype=x.dtype, device=x.device)
+    plan.launch(wp, xp, y.data_ptr(), bias.data_ptr() if has_bias else 0, stream)
+    return y
+
+
+@torch.library.custom_op("gemvtune::linear", mutates_args=())
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, table: int) -> torch.Tensor:
+    """``F.linear(x, weight, bias)`` through the route of table ``table`` (an id from ``register_table``)."""
+    if table not in _TABLES:
+        raise UsageError(f"gemvtune::linear: no table registered under id {table}")
+    if weight.dim() != 2 or x.shape[-1] != weight.shape[1]:
+        raise UsageError(f"gemvtune::linear: x {tuple(x.shape)} does not match weight {tuple(weight.shape)}")
+    ok = (x.is_cuda and x.dtype == torch.float16 and weight.dtype == torch.float16 and weight.device == x.device
+          and weight.is_contiguous() and (bias is None or (bias.dtype == torch.float16 and bias.is_contiguous()
+                                                           and bias.device == x.device)))
+    if not ok:
+        return F.linear(x, weight, bias)
+    return run_linear(x, weight, bias, _TABLES[table], table)
+
+
+@linear.register_fake
+def _linear_fake(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, table: int) -> torch.Tensor:
+    torch._check(weight.dim() == 2, lambda: f"gemvtune::linear: weight must be 2-D, got {weight.dim()}-D")
+    torch._check(x.dim() >= 1 and x.shape[-1] == weight.shape[1],
+                 lambda: f"gemvtune::linear: x {tuple(x.shape)} does not match weight {tuple(weight.shape)}")
+    if bias is not None:
+        torch._check(bias.dim() == 1 and bias.shape[0] == weight.shape[0],
+                     lambda: f"gemvtune::linear: bias {tuple(bias.shape)} does not match weight {tuple(weight.shape)}")
+    return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
+def _dtype_name(dt: Any) -> str:
+    return str(dt).replace("torch.", "")
+
+
+def table_gemv(table: Any, W: torch.Tensor, x: torch.Tensor, out: torch.Tensor | None, bias: torch.Tensor | None,
+               out_dtype: str) -> torch.Tensor:
+    """``Table.gemv`` on torch tensors: y [M] (x [d]) or [n, M] (x [n, d]) of ``out_dtype``."""
+    want_out = {"fp32": torch.float32, "fp16": torch.float16}.get(out_dtype)
+    if want_out is None:
+        raise UsageError(f"out_dtype must be fp32 or fp16, got {out_dtype!r}")
+    for name, t in (("W", W), ("x", x), ("out", out), ("bias", bias)):
+        if t is not None and not isinstance(t, torch.Tensor):
+            raise UsageError(f"{name} must be a torch tensor like W, got {type(t).__name__}")
+        if t is not None and not t.is_cuda:
+            raise UsageError(f"{name} is on the CPU; gemv needs CUDA tensors")
+    for name, t, want in (("W", W, torch.float16), ("x", x, torch.float16), ("bias", bias, torch.float16),
+                          ("out", out, want_out)):
+        if t is not None and t.dtype != want:
+            raise UsageError(f"{name} must be {_dtype_name(want)}, got {_dtype_name(t.dtype)}")
+    if W.dim() != 2:
+        raise UsageError(f"W must be 2-D [M, d], got shape {tuple(W.shape)}")
+    M, d = W.shape
+    if x.dim() == 2 and x.shape[0] == 1:
+        x = x.reshape(-1)
+    n = 1 if x.dim() == 1 else x.shape[0]
+    if x.dim() not in (1, 2) or x.shape[-1] != d or not 1 <= n <= MAX_BATCH:
+        raise UsageError(f"x must have shape [{d}] or [n, {d}] with n <= {MAX_BATCH} to match W {tuple(W.shape)}, "
+                         f"got {tuple(x.shape)}")
+    if not (W.is_contiguous() and x.is_contiguous()):
+        raise UsageError("W and x must be C-contiguous (row-major, no strided views)")
+    if x.device != W.device or (out is not None and out.device != W.device) or (bias is not None and bias.device != W.device):
+        raise UsageError(f"W, x, bias and out must be on one device (W on {W.device}, x on {x.device})")
+    if bias is not None and (bias.shape != (M,) or not bias.is_contiguous()):
+        raise UsageError(f"bias must be a contiguous [{M}] tensor, got {tuple(bias.shape)}")
+    ysh = (M,) if n == 1 else (n, M)
+    if out is not None and (out.numel() != n * M or not out.is_contiguous()):
+        raise UsageError(f"out must be a contiguous {_dtype_name(want_out)} tensor of {n * M} elements")
+    W, x = W.detach(), x.detach()
+    route = table.route(M, d, n, "torch", out_dtype)
+    if route.kind != "tuned":
+        y = F.linear(x, W, bias)
+        if out is None:
+            return y.to(want_out)
+        out.view(ysh).copy_(y)
+        return out
+    if W.data_ptr() % _ALIGN or x.data_ptr() % _ALIGN:
+        raise UsageError(f"W and x must be {_ALIGN}-byte aligned for the tuned kernel (is W an offset view?)")
+    dev = W.get_device()
+    stream = _raw_stream(dev)
+    plan = _plan(register_table(table), table, route.config, M, d, n, bias is not None, out_dtype, dev, stream)
+    if out is None:
+        out = torch.empty(ysh, dtype=want_out, device=W.device)
+    plan.launch(W.data_ptr(), x.data_ptr(), out.data_ptr(), bias.data_ptr() if bias is not None else 0, stream)
+    return out

@@ -1,0 +1,305 @@
+"""Optuna glue: one study per (M, d, n), the llama.cpp config first, invalid configs pruned without GPU
+time, duplicates served from the study; then the confirmation (gemvtune.tuning.confirm) picks the winner."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import logging
+import threading
+import math
+import sys
+import time
+from typing import Any, Callable
+
+import optuna
+
+from .confirm import SearchResult, complexity, confirm  # noqa: F401  (SearchResult, complexity: re-exported)
+from .coord import Coordinator
+from ..runners.base import Measurement, Status
+from .samplers import SAMPLERS, make_sampler  # noqa: F401  (re-exported)
+from .search_options import MAX_TRIALS, SearchOptions, study_record  # noqa: F401  (MAX_TRIALS: re-exported)
+from .storage import HEARTBEAT_S, Store, make_storage  # noqa: F401  (make_storage: re-exported)
+from ..kernels.shapes import Shape
+from ..kernels.families import DEFAULT_FAMILY, FAMILIES, get_family
+from .spacebound import STALL_PROPOSALS, candidates, enqueue_rest
+
+log = logging.getLogger("gemvtune")
+
+
+@contextlib.contextmanager
+def quiet_optuna():
+    """Optuna's INFO lines (one per trial) off while a search runs, restored after: never changed at
+    import time, nor left changed for the caller (``-v`` sets the level the caller wants)."""
+    logger = logging.getLogger("optuna")
+    before = logger.level
+    if not log.isEnabledFor(logging.INFO):   # (with -v, Optuna's lines are shown)
+        logger.setLevel(max(logging.WARNING, log.getEffectiveLevel()))
+    try:
+        yield
+    finally:
+        logger.setLevel(before)
+
+
+def study_name(shape: Shape, gpu_slug: str, family: str = DEFAULT_FAMILY) -> str:
+    return get_family(family).study_name(f"gemvtune-{gpu_slug}-{shape.M}x{shape.d}x{shape.n}")
+
+
+def family_domains(opts: SearchOptions, family: str) -> dict[str, Any]:
+    """The space a search of ``family`` covers: opts.domains' for it, else the family's whole space."""
+    return (opts.domains or {}).get(family) or FAMILIES[family].domains
+
+
+_ATTRS = ("status", "us_median", "us_min", "us_max", "gbps", "pct_ceiling", "relerr", "rowerr", "bound",
+          "registers", "spill_bytes", "smem_bytes", "compile_s", "launches", "samples", "copies", "launch_bound", "error")
+
+
+def _attrs(m: Measurement) -> dict[str, Any]:
+    out = {}
+    for k in _ATTRS:
+        v = getattr(m, k)
+        out[k] = None if isinstance(v, float) and math.isnan(v) else v
+    out["label"] = m.name
+    return out
+
+
+def local_coordinator(storage: Any) -> Coordinator:
+    """A coordinator for one process (a thread lock around the storage): still fails and retries the
+    running trials a killed earlier run left behind."""
+    return Coordinator(Store("memory:", "memory", storage, HEARTBEAT_S))
+
+
+@quiet_optuna()
+def run_search(runner: Any, shape: Shape, opts: SearchOptions, storage: Any, name: str,
+               echo: Callable[[str], None] = print, coord: Coordinator | None = None,
+               joiner: bool = False) -> SearchResult | None:
+    """Search every family of opts.families (one study each, ``name`` for gemv and ``name-<family>``
+    for the others), then confirm the best of all families against each other and the baselines.
+    With several workers on one study (``coord``), only the worker that claims the confirmation
+    confirms; the others return None."""
+    coord = coord or local_coordinator(storage)
+    started = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    t_start = time.time()
+    studies: dict[str, optuna.Study] = {}
+    measured0 = measured = 0
+    t0 = time.perf_counter()
+    for fam in opts.families:
+        sname = FAMILIES[fam].study_name(name)
+        jobs = trials_in_flight(opts, runner)
+        study = optuna.create_study(study_name=sname, storage=storage, direction="minimize",
+                                    sampler=make_sampler(opts.sampler, opts.seed + coord.worker.index, opts.n_startup,
+                                                         constant_liar=jobs > 1),
+                                    load_if_exists=True)
+        known = Coordinator.state(study)[2]
+        measured0 += len(known)
+        enqueue_seed(study, fam, family_domains(opts, fam))
+        study.set_user_attr("shape", [shape.M, shape.d, shape.n])
+        study.set_user_attr("family", fam)
+        if not studies:   # the first study describes the search, for workers that join by name
+            study.set_user_attr("search_options", study_record(opts))
+            info = runner.device_info()
+            study.set_user_attr("gpu", info.get("name", ""))
+        measured += optimize(study, runner, shape, opts, known, len(known), family=fam, coord=coord, echo=echo)
+        studies[fam] = study
+    search_s = time.perf_counter() - t0
+
+    base = studies[opts.families[0]]
+    key = f"{opts.trials}:{','.join(opts.families)}"
+    mine, who = coord.claim_confirm(base, key, since=t_start, joiner=joiner and measured == measured0)
+    if not mine:
+        echo(f"{shape}: {measured} measured trials in the study; the confirmation is by worker {who}")
+        return None
+    try:
+        result = confirm(runner, shape, studies, opts, echo)
+    finally:
+        coord.finish_confirm(base, key)   # (if this process dies before its table write, a re-run confirms again)
+    trials = [r for fam, st in studies.items() for r in trial_rows(st, fam)]
+    result.trials = trials
+    result.study_name = name
+    result.measured = measured
+    result.new_measured = measured - measured0
+    result.entry["search"] = {
+        "sampler": opts.sampler, "seed": opts.seed, "trials_budget": opts.trials, "families": list(opts.families),
+        "measured_trials": measured, "total_trials": len(trials), "study": name,
+        "started": started, "finished": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "search_s": round(search_s, 2), "confirm_rounds": opts.rounds, "top_k": opts.top_k,
+        "replayed": bool(getattr(runner, "replayed", False)),
+    }
+    return result
+
+
+def enqueue_seed(study: optuna.Study, family: str = DEFAULT_FAMILY, domains: dict[str, Any] | None = None) -> None:
+    """The family's seed is the first trial of every study (for gemv: the llama.cpp config), over the
+    parameters searched (a replay grid or a test may leave some out)."""
+    seed = FAMILIES[family].seed.to_dict()
+    if domains is not None:
+        seed = {k: v for k, v in seed.items() if k in domains}
+    if not any(t.params == seed for t in study.get_trials(deepcopy=False)):
+        study.enqueue_trial(seed, user_attrs={"enqueued": FAMILIES[family].seed_name})
+
+
+def trials_in_flight(opts: SearchOptions, runner: Any) -> int:
+    """opts.jobs, else the runner's compile_jobs; 1 for a runner that cannot compile ahead."""
+    jobs = opts.jobs or int(getattr(runner, "compile_jobs", 1))
+    return jobs if hasattr(runner, "precompile") else 1
+
+
+def _answer_duplicate(trial: optuna.Trial, seen: tuple[int, str, float | None]) -> float:
+    """A config the study already measured: its value, or pruned with its status. No GPU time."""
+    num, status, value = seen
+    trial.set_user_attr("duplicate_of", num)
+    trial.set_user_attr("status", status)
+    if status == Status.OK and value is not None:
+        return value
+    raise optuna.TrialPruned(f"same config as trial {num} ({status})")
+
+
+def optimize(study: optuna.Study, runner: Any, shape: Shape, opts: SearchOptions,
+             known: dict[str, tuple[int, str, float | None]] | None = None, measured0: int | None = None,
+             family: str = DEFAULT_FAMILY, coord: Coordinator | None = None,
+             echo: Callable[[str], None] | None = None) -> int:
+    """The trial loop: until the study holds opts.trials measured trials, counted over every worker
+    sharing it (or the timeout), or the search can measure nothing new: every config of the space (or of
+    the replayed sweep) is measured, or STALL_PROPOSALS proposals in a row measured nothing (each
+    invalid, already measured, or not recorded); ``echo`` says why it stopped early. Returns how many
+    measured trials the study holds."""
+    coord = coord or local_coordinator(study._storage)
+    if known is None:
+        known = Coordinator.state(study)[2]
+    if measured0 is None:
+        measured0 = len(known)
+    counter: dict[str, Any] = {"measured": measured0, "full": False, "idle": 0, "stop": ""}
+    jobs = trials_in_flight(opts, runner)
+    gpu_lock = threading.Lock() if jobs > 1 else contextlib.nullcontext()
+    fam = FAMILIES[family]
+    domains = family_domains(opts, family)
+    space = candidates(runner, shape, family, domains)
+
+    def exhausted() -> bool:
+        return space is not None and all(label in known for label in space)
+
+    def idle(trial: optuna.Trial) -> None:
+        """A proposal that measured nothing new: after too many in a row, or with the space spent, stop."""
+        counter["idle"] += 1
+        if counter["stop"]:
+            return
+        if exhausted():
+            where = "sweep" if getattr(runner, "replayed", False) else "space"
+            counter["stop"] = f"all {len(space)} valid configs of the {where} are measured"  # type: ignore[arg-type]
+        elif counter["idle"] >= STALL_PROPOSALS:
+            counter["stop"] = (f"{STALL_PROPOSALS} proposals in a row measured nothing new (invalid, already "
+                               "measured or not recorded): the sampler has nothing left to try")
+        if counter["stop"]:
+            trial.study.stop()
+
+    def measured_trial(trial: optuna.Trial) -> float:
+        try:
+            cfg = fam.config_cls(**{k: trial.suggest_categorical(k, list(v)) for k, v in domains.items()})
+        except Exception as e:   # the sampler failed (not the config): this trial is lost, the search goes on
+            trial.set_user_attr("status", "sampler_error")
+            trial.set_user_attr("error", f"{type(e).__name__}: {e}"[:300])
+            raise optuna.TrialPruned(f"sampler error: {e}") from None
+        trial.set_user_attr("label", cfg.label)
+        why = cfg.invalid_reasons(shape)
+        if why:
+            trial.set_user_attr("status", Status.INVALID)
+            trial.set_user_attr("error", "; ".join(why))
+            if opts.sampler == "gp":  # infeasible, with a value worse than anything measured (see make_sampler)
+                trial.set_user_attr("infeasible", 1.0)
+                return 2.0 * max((v for _, st, v in known.values() if st == Status.OK and v), default=1e3)
+            raise optuna.TrialPruned(why[0])
+        if cfg.label in known:
+            return _answer_duplicate(trial, known[cfg.label])
+        if jobs > 1:  # compile outside the GPU lock, while another trial measures (errors: measure records them)
+            runner.precompile(cfg, shape)
+        with gpu_lock:
+            verdict, info = coord.claim(study, trial, cfg.label, opts.trials)
+            if verdict == "dup":   # measured meanwhile, by another thread or worker
+                known[cfg.label] = info
+                return _answer_duplicate(trial, info)
+            if verdict in ("busy", "full"):
+                trial.set_user_attr("status", "unmeasured")
+                if verdict == "full":
+                    counter["full"] = True
+                    study.stop()
+                    raise optuna.TrialPruned("trial budget reached (counting every worker's trials)")
+                raise optuna.TrialPruned(f"the same config is being measured by trial {info}")
+            m = runner.measure(cfg, shape)
+            if m.status == "not_in_sweep":  # replay: nothing was recorded, nothing is made up or counted
+                trial.set_user_attr("status", m.status)
+                trial.set_user_attr("error", m.error)
+                raise optuna.TrialPruned(m.error)
+            for k, v in _attrs(m).items():
+                trial.set_user_attr(k, v)
+            trial.set_user_attr("measured", True)
+            counter["measured"] = max(counter["measured"] + 1, info + 1)
+            known[cfg.label] = (trial.number, m.status, m.us_median if m.ok else None)
+        if not m.ok:
+            raise optuna.TrialPruned(f"{m.status}: {m.error[:200]}")
+        return m.us_median
+
+    def objective(trial: optuna.Trial) -> float:
+        coord.start_trial(trial)
+        before = counter["measured"]
+        try:
+            return measured_trial(trial)
+        finally:
+            if counter["measured"] == before:
+                idle(trial)
+            else:
+                counter["idle"] = 0
+                if exhausted():
+                    idle(trial)
+            coord.end_trial(trial)
+
+    bar = None
+    if opts.progress and sys.stderr.isatty():
+        from tqdm import tqdm
+
+        bar = tqdm(total=opts.trials, initial=min(measured0, opts.trials), desc=f"{shape} {family}", unit="trial",
+                   file=sys.stderr, leave=False)
+
+    def callback(st: optuna.Study, t: optuna.trial.FrozenTrial) -> None:
+        if bar is not None and t.user_attrs.get("measured"):
+            bar.update(1)
+            try:
+                bar.set_postfix_str(f"best {st.best_value:.2f} µs")
+            except ValueError:
+                pass
+        if counter["measured"] >= opts.trials:
+            st.stop()
+
+    deadline = time.monotonic() + opts.timeout if opts.timeout else None
+    done = measured0
+    if exhausted():
+        counter["stop"] = f"all {len(space)} valid configs are measured"  # type: ignore[arg-type]
+    elif space is not None and opts.trials - measured0 >= sum(label not in known for label in space):
+        n = enqueue_rest(study, space, known, family)
+        log.info("%s %s: the budget covers the %d valid configs of the space: %d queued, each measured once",
+                 shape, family, len(space), n)
+    while done < opts.trials and not counter["stop"]:
+        before, counter["full"] = done, False
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            break
+        cap = 10 * (opts.trials - done) + 50  # invalid/duplicate proposals cost no GPU time, but are bounded
+        study.optimize(objective, n_trials=cap, timeout=left, callbacks=[callback], catch=(), n_jobs=jobs)
+        done, finished = coord.wait_budget(study, opts.trials, deadline)
+        counter["measured"] = done
+        if finished or (done == before and not counter["full"]):
+            break   # the budget is spent (by every worker), the time is up, or nothing new can be proposed
+    if bar is not None:
+        bar.close()
+    if counter["stop"] and done < opts.trials:
+        (echo or log.warning)(f"{shape} {family}: stopped at {done} of {opts.trials} measured trials: {counter['stop']}")
+    return done
+
+
+def trial_rows(study: optuna.Study, family: str = DEFAULT_FAMILY) -> list[dict[str, Any]]:
+    rows = []
+    for t in study.get_trials(deepcopy=False):
+        r: dict[str, Any] = {"family": family, "trial": t.number, "state": t.state.name, "value": t.value}
+        r.update({f"p_{k}": v for k, v in t.params.items()})
+        r.update(t.user_attrs)
+        rows.append(r)
+    return rows

@@ -1,0 +1,194 @@
+"""The search command's driver: per shape, search, write the trial CSV, record the table entry."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import errno
+import json
+import logging
+import os
+import re
+import sqlite3
+from pathlib import Path
+from typing import Any, Callable
+
+from ..reports.report import gpu_slug, provenance
+from .coord import Coordinator, this_worker
+from .search import SearchOptions, run_search, study_name
+from .storage import HEARTBEAT_S, open_store
+from ..kernels.shapes import Shape
+from ..errors import GemvtuneError, UsageError
+from .journal import DISK_FULL, WriteError, remedy, why_oserror
+from ..runtime.table import check_updatable, record
+
+# an OSError of one of these, while a search writes, ends it with one line (not a traceback)
+WRITE_ERRNOS = DISK_FULL | {errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO}
+
+
+def _ratio(a: Any, b: Any) -> str:
+    try:
+        return f"{a / b:.3f}"
+    except (TypeError, ZeroDivisionError):
+        return "-"
+
+
+def device_label(dev: dict[str, Any]) -> str:
+    """What the CSV's device column says: the device index this process used, its name and PCI bus id
+    (tells workers pinned to different GPUs apart)."""
+    return " ".join(str(x) for x in (dev.get("device", ""), dev.get("name", ""), dev.get("pci_bus_id", "")) if x != "")
+
+
+def run_searches(runner: Any, shapes: list[Shape], opts: SearchOptions, results_dir: str | None,
+                 table_path: str | None, echo: Callable[[str], None], writable: Callable[[str], Path],
+                 heartbeat_s: float = HEARTBEAT_S, joiner: bool = False,
+                 allow_replay_into_measured: bool = False, worker_index: int = 0) -> Path:
+    dev = runner.device_info()
+    out = writable(results_dir or str(Path("results") / gpu_slug(dev["name"])))
+    table = Path(table_path) if table_path else out / "table.json"
+    storage_url = opts.storage or f"journal:{out / 'optuna-journal.log'}"
+    table = preflight(table, storage_url, dev) or table   # every output writable, every table valid: before any work
+    if getattr(runner, "replayed", False):   # replayed results never merge into measured ones unasked
+        from ..runners.replay import refuse_replay_into_measured
+
+        refuse_replay_into_measured(table, storage_url, allow_replay_into_measured)
+    store = open_store(storage_url, heartbeat_s)
+    coord = Coordinator(store, this_worker(device_label(dev), worker_index))
+    quiet = _QuietTrialFailures()
+    optuna_log = logging.getLogger("optuna.study._optimize")
+    optuna_log.addFilter(quiet)
+    try:
+        _search_shapes(runner, shapes, opts, out, table, storage_url, coord, dev, echo, joiner)
+    except Exception as e:   # a full disk (or a folder turned read-only) mid-search: one line, work kept
+        failure = write_failure(e)
+        if failure is None:
+            raise
+        raise failure from None
+    finally:
+        optuna_log.removeFilter(quiet)
+        coord.close()
+    return table
+
+
+class _QuietTrialFailures(logging.Filter):
+    """Drop Optuna's report (a traceback, then a line) of a trial that failed because the storage could
+    not be written, or because the user pressed Ctrl-C (Optuna records the trial failed, reports it,
+    then raises the KeyboardInterrupt on): the search ends with gemvtune's own line for either."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.trials: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        m = re.match(r"Trial (\d+) failed", record.getMessage())
+        if m is None:
+            return True
+        err = record.exc_info[1] if record.exc_info else None
+        if err is not None and (isinstance(err, KeyboardInterrupt) or write_failure(err) is not None):
+            self.trials.add(m.group(1))
+            return False
+        return m.group(1) not in self.trials
+
+
+def preflight(table: Path | None, storage_url: str | None, dev: dict[str, Any] | None) -> Path | None:
+    """Check, before anything is measured, that the table can be written and, if it exists, is a valid
+    table (of this GPU model, given ``dev``), and that a journal or SQLite storage file can be written:
+    the file itself (read and appended to), its folder (the journal's lock is a file made and removed
+    there at every append) and the lock file gemvtune keeps beside it. One UsageError if not, and
+    nothing written. Returns the table's path to write (a symbolic link followed)."""
+    from ..safefile import probe_folder
+
+    if table is not None:
+        table = check_updatable(table, dev)
+    path = storage_file(storage_url or "")
+    if path is not None:
+        if path.exists() and not path.is_file():
+            raise UsageError(f"storage {path} is not a file")
+        probe_folder(path.parent, "storage folder")
+        lock = path.with_name(path.name + ".gemvtune.lock")   # (gemvtune.tuning.storage.storage_lock)
+        for f, what, mode in ((path, "storage", "ab"), (lock, "storage lock file", "a+")):
+            if f.exists():   # (a missing one is made in the folder just probed)
+                _check_writable(f, what, mode)
+        if not path.exists():
+            _check_writable(path, "storage", "ab")   # the empty file the storage would make anyway
+    return table
+
+
+def _check_writable(path: Path, what: str, mode: str) -> None:
+    """``path`` can be opened as the storage opens it, read and written: else one UsageError naming it."""
+    try:
+        with open(path, mode):
+            pass
+        if not os.access(path, os.R_OK | os.W_OK):   # (root passes, except on a read-only file system)
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+    except OSError as e:
+        raise UsageError(f"{what} {path} cannot be written: {why_oserror(e)}; nothing was measured: make it "
+                         "writable, or give another --results (or --storage)") from None
+
+
+def storage_file(url: str) -> Path | None:
+    """The local file behind a journal or SQLite storage URL, else None."""
+    url = url.strip()
+    if url.startswith("journal:"):
+        return Path(url[len("journal:"):]) if url[len("journal:"):] else None
+    if url.startswith("sqlite:///"):
+        db = url[len("sqlite:///"):].split("?", 1)[0]
+        return Path(db) if db and db != ":memory:" else None
+    return None
+
+
+def write_failure(e: BaseException) -> GemvtuneError | None:
+    """The one-line error for an exception caused, anywhere down its chain, by a failed write: the
+    journal's own (StorageWriteError), SQLite's full disk, or an output file's OSError (a full disk, a
+    read-only folder).
+    None if no write failed (Optuna may wrap a storage error in an AssertionError of its own)."""
+    seen: set[int] = set()
+    todo = [e]
+    while todo:
+        x = todo.pop()
+        if x is None or id(x) in seen:
+            continue
+        seen.add(id(x))
+        if isinstance(x, WriteError):
+            return x
+        if isinstance(x, OSError) and x.errno in WRITE_ERRNOS:
+            what = f" {x.filename}" if x.filename else ""
+            return WriteError(f"cannot write{what}: {why_oserror(x)}; the search stops here and every trial "
+                              f"completed so far is kept in its storage: {remedy(x)}run the same command again to resume")
+        if isinstance(x, sqlite3.Error) and ("is full" in str(x) or "disk I/O" in str(x)):   # SQLite's ENOSPC
+            return WriteError(f"cannot write the SQLite storage: {x}; the search stops here and every trial "
+                              "completed so far is kept in it: free some space, then run the same command again to resume")
+        todo += [x.__cause__, x.__context__, getattr(x, "orig", None)]
+    return None
+
+
+def _search_shapes(runner: Any, shapes: list[Shape], opts: SearchOptions, out: Path, table: Path, storage_url: str,
+                   coord: Coordinator, dev: dict[str, Any], echo: Callable[[str], None], joiner: bool) -> None:
+    import pandas as pd
+
+    storage, slug = coord.store.storage, gpu_slug(dev["name"])
+    ceil = runner.ceiling()
+    replay = " (REPLAYED from recorded sweeps)" if getattr(runner, "replayed", False) else ""
+    echo(f"{dev['name']}{replay}: read ceiling {ceil['read_gbps']:.0f} GB/s; storage {storage_url}; table {table}")
+    for shape in shapes:
+        name = study_name(shape, slug) + getattr(runner, "study_suffix", "")   # replay: its own studies
+        res = run_search(runner, shape, opts, storage, name, echo=echo, coord=coord, joiner=joiner)
+        if res is None:   # another worker of this study confirms and writes the table
+            runner.release()
+            continue
+        stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
+        csv = out / f"search-{shape.M}x{shape.d}x{shape.n}-{stamp}.csv"
+        pd.DataFrame(res.trials).to_csv(csv, index=False, float_format="%.6g")
+        meta = provenance(dev, ceiling=ceil, replayed=bool(getattr(runner, "replayed", False)), study=name, storage=storage_url, shape=[shape.M, shape.d, shape.n],
+                          search=res.entry["search"], winner=res.entry["winner"], baselines=res.entry["baselines"])
+        csv.with_suffix(".json").write_text(json.dumps(meta, indent=1, sort_keys=True, default=str) + "\n")
+        record(table, shape, res.entry, dev, ceil)
+        w, b = res.entry["winner"], res.entry["baselines"]
+        cub = (b.get("cublas-torch") or b.get("cublas") or {}).get("us")
+        lla = b["llama.cpp"].get("us")
+        fams = "  ".join(f"{f} {res.entry[f]['us']:.2f}" for f in opts.families if f in res.entry)
+        echo(f"{shape!s:>14s}  {w['label']:44s} {w['us']:8.2f} µs  {w['pct_ceiling']:5.1f}% ceiling  "
+             f"x{_ratio(cub, w['us'])} cuBLAS  x{_ratio(lla, w['us'])} llama.cpp  [{fams}]  "
+             f"({res.new_measured} new / {res.measured} measured trials{', tie' if res.tie else ''}"
+             f"{', launch-bound: W streams faster than an empty launch' if res.entry.get('launch_bound') else ''}) "
+             f"-> {csv.name}")
+        runner.release()

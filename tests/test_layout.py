@@ -1,0 +1,93 @@
+"""The package's layout holds (issue 18): no module imports itself back through others (import loops,
+lazy imports inside functions included), no module is over 400 lines, and every subpackage says what
+it holds and is drawn in docs/ARCHITECTURE.md."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from conftest import ROOT
+
+PKG = ROOT / "gemvtune"
+MAX_LINES = 400
+
+
+def _modname(p: Path) -> str:
+    parts = list(p.with_suffix("").relative_to(ROOT).parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_modname(p): p for p in PKG.rglob("*.py")}
+
+
+def imports_of(name: str, path: Path) -> set[str]:
+    """The gemvtune modules ``name`` imports anywhere in its file (lazy imports too)."""
+    pkg = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            base = pkg.split(".")
+            if node.level:
+                base = base[: len(base) - (node.level - 1)]
+                absm = ".".join(base + ([node.module] if node.module else []))
+            else:
+                absm = node.module or ""
+            for a in node.names:
+                sub = f"{absm}.{a.name}"
+                out.add(sub if sub in MODULES else absm)
+        elif isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+    return {m for m in out if m in MODULES and m != name}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import loop of ``graph`` (a path that comes back to its start), or None."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(v: str) -> list[str] | None:
+        state[v] = 1
+        stack.append(v)
+        for w in sorted(graph.get(v, ())):
+            if state.get(w) == 1:
+                return stack[stack.index(w):] + [w]
+            if w not in state and (c := visit(w)):
+                return c
+        stack.pop()
+        state[v] = 2
+        return None
+
+    for v in sorted(graph):
+        if v not in state and (c := visit(v)):
+            return c
+    return None
+
+
+def test_find_cycle_finds_a_loop_and_only_a_loop():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_no_import_loop_between_modules():
+    graph = {m: imports_of(m, p) for m, p in MODULES.items()}
+    # a package's __init__ importing its own modules is how packages work, not a loop
+    for m, p in MODULES.items():
+        if p.name == "__init__.py":
+            graph[m] = {t for t in graph[m] if not t.startswith(m + ".")}
+    assert find_cycle(graph) is None, " -> ".join(find_cycle(graph) or [])
+
+
+def test_no_module_over_400_lines():
+    long = {m: n for m, p in MODULES.items() if (n := p.read_text(encoding="utf-8").count("\n")) > MAX_LINES}
+    assert not long, long
+
+
+def test_every_subpackage_says_what_it_holds_and_is_drawn():
+    arch = (ROOT / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    subs = sorted(p.parent for p in PKG.rglob("__init__.py") if p.parent != PKG)
+    assert {s.name for s in subs} >= {"kernels", "runners", "tuning", "runtime", "clients", "reports", "cli"}
+    for s in subs:
+        doc = ast.get_docstring(ast.parse((s / "__init__.py").read_text(encoding="utf-8")))
+        assert doc and len(doc) > 40, f"{s} has no docstring saying what it holds"
+        assert f"{s.relative_to(PKG).as_posix()}/" in arch, f"docs/ARCHITECTURE.md does not draw {s.name}/"
