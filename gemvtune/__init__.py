@@ -6,9 +6,9 @@ report function needs it. ``load_table`` (and ``Table``) load on first use; ``Ge
 """
 
 from .errors import GemvtuneError, NoDeviceError, UsageError
+from .kernels.gemv import DOMAINS, LLAMA_CPP, GemvConfig, parse_config, sample_configs, valid_configs
 from .kernels.hfconfig import MODELS, model_shapes
 from .kernels.shapes import DECODE_SUITE, Shape, parse_batches, parse_shape
-from .kernels.gemv import DOMAINS, LLAMA_CPP, GemvConfig, parse_config, sample_configs, valid_configs
 from .kernels.splitk import SPLITK_SEED, SplitKConfig
 
 __version__ = "0.1.0"

@@ -4,7 +4,8 @@ stderr, only where stderr is a terminal (never in a pipe or a CI log), cleared w
 from __future__ import annotations
 
 import sys
-from typing import Any, Iterable, TextIO, TypeVar
+from collections.abc import Iterable
+from typing import Any, TextIO, TypeVar
 
 T = TypeVar("T")
 

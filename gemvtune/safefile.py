@@ -10,8 +10,9 @@ import os
 import stat
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from .errors import UsageError
 

@@ -20,7 +20,7 @@ def main() -> None:
     args = ap.parse_args()
     ea = json.load(open(args.a))["entries"]
     eb = json.load(open(args.b))["entries"]
-    print(f"| entry | A winner | A µs | A spread | B winner | B µs | B spread | B/A | within spread |")
+    print("| entry | A winner | A µs | A spread | B winner | B µs | B spread | B/A | within spread |")
     print("|---|---|---|---|---|---|---|---|---|")
     ok = 0
     for k in sorted(set(ea) & set(eb), key=lambda s: [int(x) for x in s.split("x")]):

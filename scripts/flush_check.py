@@ -17,10 +17,10 @@ from pathlib import Path
 import numpy as np
 
 from gemvtune import LLAMA_CPP
+from gemvtune.kernels.shapes import Shape
 from gemvtune.reports.report import provenance
 from gemvtune.runners.cuda import CudaRunner
 from gemvtune.runners.cuda._cupy import _rand_half, cp
-from gemvtune.kernels.shapes import Shape
 from gemvtune.runners.timing import copies_for, summarize
 
 

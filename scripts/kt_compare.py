@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from gemvtune.kernels.gemv import GemvConfig
 from gemvtune.reports.ktexport import KT_KERNEL_NAME, export_kt_cache, kt_problem_size
 from gemvtune.runners.replay import Sweep, sweep_files
-from gemvtune.kernels.gemv import GemvConfig
 from gemvtune.tuning.study import THRESHOLDS, trials_to_within
 
 STRATEGIES = ["random_sample", "genetic_algorithm", "simulated_annealing", "greedy_ils", "diff_evo", "pso",

@@ -13,10 +13,10 @@ import statistics
 from pathlib import Path
 
 from gemvtune.kernels.families import config_from_dict
+from gemvtune.kernels.gemv import DOMAINS
+from gemvtune.kernels.shapes import DECODE_SUITE, Shape, parse_shape
 from gemvtune.reports.report import provenance, write_csv
 from gemvtune.runners.cuda import CudaRunner
-from gemvtune.kernels.shapes import DECODE_SUITE, Shape, parse_shape
-from gemvtune.kernels.gemv import DOMAINS
 from gemvtune.runtime.table import load_table
 
 

@@ -13,9 +13,9 @@ import argparse
 import numpy as np
 
 from gemvtune.kernels.families import config_from_dict
+from gemvtune.kernels.shapes import parse_shape
 from gemvtune.runners.cuda import CudaRunner
 from gemvtune.runners.cuda._cupy import cp
-from gemvtune.kernels.shapes import parse_shape
 from gemvtune.runtime.table import load_table
 
 

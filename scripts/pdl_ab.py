@@ -18,11 +18,11 @@ import pandas as pd
 
 from gemvtune import LLAMA_CPP
 from gemvtune.kernels.families import config_from_dict
+from gemvtune.kernels.shapes import DECODE_SUITE, Shape, parse_shape
 from gemvtune.reports.report import provenance, write_csv
 from gemvtune.runners.cuda import CudaRunner
-from gemvtune.kernels.shapes import DECODE_SUITE, Shape, parse_shape
-from gemvtune.runtime.table import load_table
 from gemvtune.runners.timing import copies_for
+from gemvtune.runtime.table import load_table
 
 
 def _markdown(df: pd.DataFrame) -> str:

@@ -1,7 +1,13 @@
 """Issue 16 probe on the H200: per-call CPU cost of the launch paths a PyTorch layer can take
 (F.linear, a torch custom op, cuda-bindings cuLaunchKernel, ctypes), and transformers' compile config."""
-import ctypes, statistics, sys, time
-import torch, torch.nn.functional as F
+import ctypes
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
 
 def per_call(f, calls=300, reps=7):
     out = []
@@ -13,13 +19,16 @@ def per_call(f, calls=300, reps=7):
     return statistics.median(out)
 
 print("python", sys.version.split()[0], "torch", torch.__version__)
-import cuda.bindings, cuda.bindings.driver as drv
+import cuda.bindings
+import cuda.bindings.driver as drv
+
 print("cuda.bindings", cuda.bindings.__version__)
 try:
     import cuda.core; print("cuda.core", cuda.core.__version__)
 except Exception as e: print("cuda.core", e)
 import transformers; print("transformers", transformers.__version__)
 from transformers.generation.configuration_utils import CompileConfig
+
 print("CompileConfig()", CompileConfig().to_dict() if hasattr(CompileConfig(), "to_dict") else vars(CompileConfig()))
 
 dev = torch.device("cuda")
@@ -45,6 +54,7 @@ with torch.no_grad():
 
 # a real kernel through cuda-bindings and ctypes
 from gemvtune.kernels.compile import compile_source
+
 src = r'''#include <cuda_fp16.h>
 extern "C" __global__ void k(const half* W, const half* x, float* y, const half* b, float* ws, unsigned* c, int M) {
   int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < M) y[i] = __half2float(x[i % 4096]); }'''

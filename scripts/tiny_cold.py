@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 
 from gemvtune import LLAMA_CPP
+from gemvtune.kernels.shapes import Shape, parse_shape
 from gemvtune.reports.report import provenance, write_csv
 from gemvtune.runners.cuda import CudaRunner
-from gemvtune.kernels.shapes import Shape, parse_shape
 from gemvtune.runners.timing import summarize
 
 SHAPES = ("1x4096", "8x4096", "16x4096", "64x4096", "256x1024", "33x8200", "256x7168", "16x4096x8", "1024x4096")

@@ -2,8 +2,8 @@
 
 import math
 
-from gemvtune.runners.base import Measurement, RunnerBase, Status
 from gemvtune.kernels.gemv import GemvConfig
+from gemvtune.runners.base import Measurement, RunnerBase, Status
 
 TPR_BEST, VEC_BEST = 64, "half8"
 

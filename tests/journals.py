@@ -3,8 +3,8 @@
 import json
 
 import optuna
-
 from conftest import ROOT
+
 from gemvtune import Shape
 from gemvtune.tuning.search import make_storage, study_name
 

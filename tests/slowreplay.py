@@ -5,7 +5,7 @@ itself has no such switch."""
 import os
 from pathlib import Path
 
-from hooks.sitecustomize import ENV   # (in this process, the hook does nothing: ENV is not set here)
+from hooks.sitecustomize import ENV  # (in this process, the hook does nothing: ENV is not set here)
 
 HOOKS = Path(__file__).resolve().parent / "hooks"
 

@@ -7,8 +7,8 @@ import os
 import re
 
 import pytest
-
 from conftest import ROOT, run_cli
+
 from gemvtune import GemvConfig, Shape, UsageError, model_shapes, parse_config, parse_shape
 from gemvtune.kernels.hfconfig import HFModel, read_hf_config
 from gemvtune.runtime.table import load_table

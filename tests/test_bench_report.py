@@ -4,8 +4,8 @@ import math
 
 import pandas as pd
 import pytest
-
 from conftest import ROOT, run_cli
+
 from gemvtune import Shape
 from gemvtune.reports.benchreport import bench_markdown, geomean, plot_bench, summary_row
 from gemvtune.runners.base import Measurement, Status
@@ -63,9 +63,10 @@ def test_bench_cli_no_gpu_exit_3():
 def test_tuned_bench_glue_with_a_fake_runner(tmp_path, monkeypatch):
     """run_tuned_bench end to end on the CPU: the committed table's lookup, interleaved rounds, summary
     files and chart (the runner and the dispatch timing faked; compiles are real)."""
-    import gemvtune.runners.cuda as rc
-    import gemvtune.clients.percall as rd
     from fakes import FakeRunner
+
+    import gemvtune.clients.percall as rd
+    import gemvtune.runners.cuda as rc
     from gemvtune.clients.bench import run_tuned_bench
 
     class Fake(FakeRunner):

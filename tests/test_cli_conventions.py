@@ -6,14 +6,14 @@ import json
 import logging
 import re
 import sys
-import tomllib
 import types
 
+import conftest
 import pytest
+import tomllib
+from conftest import ROOT, run_cli
 from tqdm import tqdm
 
-import conftest
-from conftest import ROOT, run_cli
 from gemvtune.kernels import compile as gcompile
 from gemvtune.progress import progress, progress_bar
 
@@ -145,8 +145,8 @@ def _key(k: str) -> tuple[int, ...]:
 
 
 def test_report_sorts_shapes_numerically(tmp_path):
-    from gemvtune.runtime.table import load_table
     from gemvtune.reports.tablereport import table_frame, table_summary
+    from gemvtune.runtime.table import load_table
 
     data = json.loads(TABLE.read_text())
     data["entries"] = dict(sorted(data["entries"].items(), reverse=True))   # stored in reverse string order
@@ -173,8 +173,8 @@ def test_report_sorts_shapes_numerically(tmp_path):
 
 def test_summarize_escapes_sidecar_and_csv_strings(tmp_path):
     from gemvtune.reports.report import provenance, write_csv
-    from gemvtune.runners.base import Measurement
     from gemvtune.reports.summary import summarize_bench
+    from gemvtune.runners.base import Measurement
 
     def m(name, kind, us):
         return Measurement(name, kind, 4096, 4096, 1, "ok", us_median=us, us_min=us, us_max=us, gbps=3000.0,

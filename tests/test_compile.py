@@ -9,8 +9,8 @@ import pytest
 
 from gemvtune import LLAMA_CPP, GemvConfig, Shape
 from gemvtune.kernels.compile import CompileError, NvrtcUnavailable, Resources, _Nvrtc, compile_many, compile_source
-from gemvtune.kernels.render import render
 from gemvtune.kernels.gemv import DOMAINS, valid_configs
+from gemvtune.kernels.render import render
 
 
 def representative_subset() -> list[tuple[GemvConfig, Shape]]:
@@ -49,7 +49,7 @@ def test_subset_compiles_for_sm90():
     results = compile_many([(c.label.replace(".", "_"), render(c, s)) for c, s in SUBSET], arch="sm_90")
     failures = [(c.label, str(r)) for (c, _), r in zip(SUBSET, results) if isinstance(r, CompileError)]
     assert not failures
-    for (c, s), r in zip(SUBSET, results):
+    for (c, _s), r in zip(SUBSET, results):
         assert r.resources.registers > 0, c.label
         assert r.resources.registers <= min(255, 65536 // (c.block * c.min_blocks)), (c.label, r.resources)
         if c.occ == "auto":   # (capping registers for occupancy may spill: measured like anything else)
@@ -95,7 +95,7 @@ def batch_and_splitk_subset() -> list[tuple]:
     rng = random.Random(11)
     shapes = [Shape(129, 4104, 3), Shape(7, 72, 16), Shape(33, 4101, 8), Shape(4096, 4096, 1)]
     out = []
-    for i, (wl, xl, comb) in enumerate(itertools.product(sk.DOMAINS["w_load"], sk.DOMAINS["x_load"],
+    for _i, (wl, xl, comb) in enumerate(itertools.product(sk.DOMAINS["w_load"], sk.DOMAINS["x_load"],
                                                          sk.DOMAINS["combine"])):
         for s in shapes:
             pool = [c for c in sk.valid_configs(s) if (c.w_load, c.x_load, c.combine) == (wl, xl, comb)]

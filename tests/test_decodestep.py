@@ -5,11 +5,20 @@ import json
 import math
 
 import pytest
-
 from conftest import ROOT, run_cli
+
 from gemvtune import MODELS, Shape, UsageError
-from gemvtune.clients.decodestep import (IMPLS, NOTE, check_decode_args, decode_markdown, ratios, step_bytes, step_ops,
-                                 summary_frame, write_reports)
+from gemvtune.clients.decodestep import (
+    IMPLS,
+    NOTE,
+    check_decode_args,
+    decode_markdown,
+    ratios,
+    step_bytes,
+    step_ops,
+    summary_frame,
+    write_reports,
+)
 
 TABLE = ROOT / "results" / "nvidia-h200" / "table.json"
 

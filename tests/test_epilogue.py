@@ -12,9 +12,9 @@ from gemvtune import GemvConfig, Shape, UsageError
 from gemvtune.kernels import splitk as sk
 from gemvtune.kernels.compile import CompileError, Resources, compile_variants
 from gemvtune.kernels.epilogue import DEFAULT, EPILOGUES, Epilogue
+from gemvtune.kernels.gemv import valid_configs
 from gemvtune.kernels.launchspec import launch_spec
 from gemvtune.kernels.render import render
-from gemvtune.kernels.gemv import valid_configs
 from gemvtune.runners.timing import error_bound
 
 SHAPES = [Shape(7, 72, 3), Shape(7, 4104, 1)]

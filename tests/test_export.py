@@ -11,13 +11,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT, run_cli
-from gemvtune.runtime.export import build_header, namespace_of
+
+from gemvtune.kernels.gemv import GemvConfig
 from gemvtune.kernels.launchspec import launch_spec
 from gemvtune.kernels.shapes import Shape
-from gemvtune.kernels.gemv import GemvConfig
 from gemvtune.kernels.splitk import SplitKConfig
+from gemvtune.runtime.export import build_header, namespace_of
 from gemvtune.runtime.table import entry_key, load_table
 
 TABLE = ROOT / "results" / "nvidia-h200" / "table.json"

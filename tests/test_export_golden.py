@@ -10,15 +10,14 @@ and review the golden files' diff."""
 
 import difflib
 import os
-from pathlib import Path
 
 import pytest
-
 from conftest import ROOT
-from gemvtune.runtime.export import _namespaced, build_header
-from gemvtune.kernels.render import render
-from gemvtune.runtime.table import entry_key, load_table
 from test_export import TABLE, _synthetic_table
+
+from gemvtune.kernels.render import render
+from gemvtune.runtime.export import _namespaced, build_header
+from gemvtune.runtime.table import entry_key, load_table
 
 DATA = ROOT / "tests" / "data"
 

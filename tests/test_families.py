@@ -8,8 +8,8 @@ import pytest
 from gemvtune.kernels import families
 from gemvtune.kernels.families import DEFAULT_FAMILY, FAMILIES, FAMILY_NAMES
 from gemvtune.kernels.render import render
-from gemvtune.tuning.search import study_name
 from gemvtune.kernels.shapes import Shape
+from gemvtune.tuning.search import study_name
 
 
 def test_render_reads_the_family_template(monkeypatch):
@@ -104,8 +104,8 @@ def test_fallbacks_are_the_families_in_registry_order(monkeypatch):
 
 
 def test_needs_workspace_is_the_family_rule():
-    from gemvtune.kernels.launchspec import launch_spec
     from gemvtune.kernels.gemv import GemvConfig
+    from gemvtune.kernels.launchspec import launch_spec
     from gemvtune.kernels.splitk import SplitKConfig
 
     s = Shape(4096, 4096, 2)

@@ -13,11 +13,11 @@ import sys
 import time
 
 import pytest
-
 from conftest import ROOT, run_cli
+
 from gemvtune import LLAMA_CPP, Shape
-from gemvtune.safefile import STALE_TMP_S, atomic_write, locked, umask
 from gemvtune.runtime.table import load_table, record
+from gemvtune.safefile import STALE_TMP_S, atomic_write, locked, umask
 
 SWEEPS = str(ROOT / "results" / "nvidia-h200" / "sweeps")
 DEV = {"name": "NVIDIA H200", "compute_capability": "9.0"}

@@ -5,9 +5,9 @@ import random
 import pytest
 
 from gemvtune import LLAMA_CPP, GemvConfig, Shape
-from gemvtune.kernels.render import render
-from gemvtune.kernels.gemv import DOMAINS, valid_configs
 from gemvtune.kernels import splitk as space_splitk
+from gemvtune.kernels.gemv import DOMAINS, valid_configs
+from gemvtune.kernels.render import render
 
 pytestmark = pytest.mark.gpu
 

@@ -5,7 +5,6 @@ step's logits match stock within FP16 tolerance (compared up to the first differ
 import json
 
 import pytest
-
 from conftest import ROOT
 
 pytestmark = pytest.mark.gpu

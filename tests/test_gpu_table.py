@@ -5,8 +5,8 @@ import warnings
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT
+
 from gemvtune import Shape, UsageError
 from gemvtune.runtime.table import load_table
 

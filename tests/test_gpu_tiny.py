@@ -7,8 +7,8 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import ROOT
+
 from gemvtune import LLAMA_CPP, Shape
 from gemvtune.runners.timing import MAX_COPIES
 

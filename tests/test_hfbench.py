@@ -9,12 +9,22 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import ROOT, run_cli
-from gemvtune.reports.hfbench_report import (ROW_COLUMNS, SUMMARY_COLUMNS, explain_summary, mode_table, round_ratios,
-                                     short_table, summary_markdown, timing_stats, token_agreement, write_hf_reports)
+
 from gemvtune.clients.hfmodel import file_name, with_layers
 from gemvtune.clients.hfprofile import classify_kernel, is_gemvtune_kernel, kernel_totals, per_step, top_kernels
+from gemvtune.reports.hfbench_report import (
+    ROW_COLUMNS,
+    SUMMARY_COLUMNS,
+    explain_summary,
+    mode_table,
+    round_ratios,
+    short_table,
+    summary_markdown,
+    timing_stats,
+    token_agreement,
+    write_hf_reports,
+)
 
 TABLE = ROOT / "results" / "nvidia-h200" / "table.json"
 

@@ -1,6 +1,7 @@
 """Hugging Face config.json -> linear-layer shapes (gemvtune.kernels.hfconfig): the packaged presets, unfused as
 transformers builds them and fused as engines run them; bad files; search --hf-config on the CLI."""
 
+import dataclasses
 import importlib.resources
 import json
 import re
@@ -8,11 +9,10 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import ROOT, run_cli
+
 from gemvtune import MODELS, Shape, UsageError, model_shapes
-from gemvtune.kernels.hfconfig import (PRESET_SOURCES, PRESETS, HFModel, Linear, preset_path, read_hf_config,
-                               read_preset)
+from gemvtune.kernels.hfconfig import PRESET_SOURCES, PRESETS, HFModel, Linear, preset_path, read_hf_config, read_preset
 
 HF = ROOT / "gemvtune" / "kernels" / "hf_configs"
 
@@ -186,7 +186,7 @@ def test_missing_file_or_folder(tmp_path):
 def test_linear_is_frozen():
     lin = Linear("q_proj", 8, 8)
     assert lin.shape(2) == Shape(8, 8, 2) and lin.bias is False and lin.per_layer is True
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         lin.M = 9  # type: ignore[misc]
 
 

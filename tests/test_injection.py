@@ -9,15 +9,15 @@ import shutil
 
 import pandas as pd
 import pytest
-
 from conftest import ROOT, run_cli
+from test_export import _compile, _nvcc, _wrapper
+
 from gemvtune import UsageError
-from gemvtune.runtime.export import build_header
-from gemvtune.runners.replay import ReplayRunner
 from gemvtune.kernels.gemv import LLAMA_CPP, GemvConfig
 from gemvtune.kernels.shapes import Shape
+from gemvtune.runners.replay import ReplayRunner
+from gemvtune.runtime.export import build_header
 from gemvtune.runtime.table import load_table
-from test_export import _compile, _nvcc, _wrapper
 
 TABLE = ROOT / "results" / "nvidia-h200" / "table.json"
 SWEEP = ROOT / "results" / "nvidia-h200" / "sweeps" / "sweep-14336x4096x1.csv.gz"

@@ -10,8 +10,8 @@ import time
 
 import optuna
 import pytest
-
 from conftest import ROOT, run_cli
+
 from gemvtune import Shape
 from gemvtune.runners.replay import STUDY_SUFFIX
 from gemvtune.tuning.search import make_storage, study_name

@@ -10,9 +10,11 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import ROOT, run_cli
-from journals import SHAPE, SWEEPS, journal_study, measured as _measured, replay_study, whole as _whole
+from journals import SHAPE, SWEEPS, journal_study, replay_study
+from journals import measured as _measured
+from journals import whole as _whole
+
 from gemvtune.tuning.journal import scan
 from gemvtune.tuning.search import make_storage
 

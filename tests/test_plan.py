@@ -12,9 +12,9 @@ pytest.importorskip("cuda.bindings.driver", reason="cuda-bindings is not install
 import cuda.bindings.driver as real  # noqa: E402
 
 from gemvtune import GemvConfig, Shape, SplitKConfig  # noqa: E402
+from gemvtune.errors import GemvtuneError  # noqa: E402
 from gemvtune.kernels import plan as planmod  # noqa: E402
 from gemvtune.kernels.epilogue import Epilogue  # noqa: E402
-from gemvtune.errors import GemvtuneError  # noqa: E402
 from gemvtune.kernels.launchspec import launch_spec  # noqa: E402
 
 OK = (real.CUresult.CUDA_SUCCESS,)
@@ -40,7 +40,7 @@ class FakeDriver(types.SimpleNamespace):
 
     def cuInit(self, flags): self._rec("cuInit"); return OK
     def cuDeviceGet(self, i): return (OK[0], i)
-    def cuDevicePrimaryCtxRetain(self, dev): return (OK[0], "ctx%d" % dev)
+    def cuDevicePrimaryCtxRetain(self, dev): return (OK[0], f"ctx{dev}")
     def cuCtxPushCurrent(self, ctx): self.ctx_depth += 1; self._rec("push", ctx); return OK
     def cuCtxPopCurrent(self): self.ctx_depth -= 1; self._rec("pop"); return (OK[0], None)
     def cuModuleLoadData(self, data): self._rec("load", data); return (OK[0], "module")
@@ -103,8 +103,8 @@ def test_split_k_gemm_launches_every_kernel_in_order_without_workspace(fake):
     p = planmod.LaunchPlan(launch_spec(cfg, shape), b"x", 0)
     assert not any(c[0] == "alloc" for c in fake.calls)                     # atomics need no workspace
     p.launch(16, 32, 48)
-    assert [l[0] for l in fake.launches] == ["fn:zero_y", "fn:splitk_gemm"]
-    assert [l[1] for l in fake.launches] == [k[1] for k in cfg.kernels(shape)]
+    assert [launch[0] for launch in fake.launches] == ["fn:zero_y", "fn:splitk_gemm"]
+    assert [launch[1] for launch in fake.launches] == [k[1] for k in cfg.kernels(shape)]
     assert fake.launches[0][4][4:] == [None, None]                           # ws, counters null
 
 

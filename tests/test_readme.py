@@ -40,7 +40,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT, run_cli
 
 PAGES = {p.relative_to(ROOT).as_posix(): p.read_text(encoding="utf-8")

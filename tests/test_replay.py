@@ -5,8 +5,8 @@ import json
 import math
 
 import pytest
-
 from conftest import ROOT, run_cli
+
 from gemvtune import LLAMA_CPP, GemvConfig, Shape, UsageError
 from gemvtune.reports.ktexport import export_kt_cache
 from gemvtune.runners.replay import NOT_IN_SWEEP, ReplayRunner, Sweep, sweep_files
@@ -110,8 +110,9 @@ def test_kt_export(tmp_path):
 def test_a_sweep_holds_one_family(tmp_path, monkeypatch):
     """A sweep records its family (its grid: Family.sweep_grid); replay answers that family only. The
     committed sweeps name none: they hold the default family."""
-    import gemvtune.tuning.sweep as sweep_mod
     from fakes import FakeRunner, fake_us
+
+    import gemvtune.tuning.sweep as sweep_mod
     from gemvtune.kernels.families import DEFAULT_FAMILY, FAMILIES
     from gemvtune.kernels.splitk import SPLITK_SEED
 

@@ -8,11 +8,19 @@ import json
 import shutil
 
 import pytest
-
 from conftest import ROOT, run_cli
+
 from gemvtune import UsageError
-from gemvtune.runners.replay import (ALLOW_FLAG, STUDY_SUFFIX, ReplayRunner, is_replay_study, measured_outputs,
-                                     refuse_measured_study_names, refuse_replay_into_measured, storage_studies)
+from gemvtune.runners.replay import (
+    ALLOW_FLAG,
+    STUDY_SUFFIX,
+    ReplayRunner,
+    is_replay_study,
+    measured_outputs,
+    refuse_measured_study_names,
+    refuse_replay_into_measured,
+    storage_studies,
+)
 
 GPU = ROOT / "results" / "nvidia-h200"
 SWEEPS = GPU / "sweeps"

@@ -2,8 +2,8 @@
 runs; a shape the table lacks goes to cuBLAS unless the table holds a measured reason."""
 
 import pytest
-
 from conftest import ROOT
+
 from gemvtune.runtime.route import MARGIN, choose
 from gemvtune.runtime.table import Table, load_table
 

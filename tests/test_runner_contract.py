@@ -7,18 +7,17 @@ import inspect
 
 import numpy as np
 import pytest
-
 from conftest import ROOT
 from fakes import FakeRunner, HangRunner
+
 from gemvtune import Shape
 from gemvtune.kernels.compile import DEFAULT_ARCH
-from gemvtune.runners.base import (CompilesAhead, DeviceRunner, Runner, RunnerBase, contract_members,
-                                   missing_members)
+from gemvtune.kernels.gemv import DOMAINS
+from gemvtune.runners.base import CompilesAhead, DeviceRunner, Runner, RunnerBase, contract_members, missing_members
 from gemvtune.runners.isolated import IsolatedRunner
 from gemvtune.runners.replay import STUDY_SUFFIX, ReplayRunner
 from gemvtune.tuning.search import SearchOptions, trials_in_flight
 from gemvtune.tuning.spacebound import candidates
-from gemvtune.kernels.gemv import DOMAINS
 
 SWEEPS = ROOT / "results" / "nvidia-h200" / "sweeps"
 S = Shape(4096, 4096)

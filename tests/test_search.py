@@ -2,11 +2,11 @@ import collections
 
 import optuna
 import pytest
-
 from fakes import FakeRunner, fake_us
+
 from gemvtune import LLAMA_CPP, Shape, UsageError
-from gemvtune.tuning.search import SearchOptions, complexity, make_storage, run_search
 from gemvtune.kernels.gemv import DOMAINS
+from gemvtune.tuning.search import SearchOptions, complexity, make_storage, run_search
 
 SHAPE = Shape(4096, 4096)
 FLAT = {k: v for k, v in DOMAINS.items() if k != "occ"}   # the fake runner ignores occ: leave it out

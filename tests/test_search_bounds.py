@@ -7,17 +7,17 @@ import sys
 
 import optuna
 import pytest
-
 from conftest import ROOT, run_cli
 from fakes import FakeRunner
+
 from gemvtune.kernels.families import FAMILIES
+from gemvtune.kernels.shapes import Shape
 from gemvtune.runners.base import Measurement
 from gemvtune.runners.replay import NOT_IN_SWEEP, ReplayRunner
 from gemvtune.tuning.samplers import SAMPLERS
 from gemvtune.tuning.search import MAX_TRIALS, SearchOptions, enqueue_seed, optimize, quiet_optuna
 from gemvtune.tuning.search_options import BY_FLAG
 from gemvtune.tuning.spacebound import STALL_PROPOSALS, candidates
-from gemvtune.kernels.shapes import Shape
 
 SWEEPS = ROOT / "results" / "nvidia-h200" / "sweeps"
 
@@ -138,5 +138,5 @@ def test_a_budget_covering_the_space_measures_each_config_once():
     done = optimize(study, runner, shape, opts, echo=said.append)
     space = candidates(runner, shape, "gemv", domains)
     assert done == len(space) == len({c.label for c in runner.calls}) == len(runner.calls)   # each once
-    assert "all %d valid configs of the space are measured" % len(space) in said[0]
+    assert f"all {len(space)} valid configs of the space are measured" in said[0]
     assert len(study.trials) <= len(space) + 2

@@ -8,14 +8,22 @@ import json
 import click
 import optuna
 import pytest
-
 from fakes import FakeRunner
+
 from gemvtune import Shape, UsageError
 from gemvtune.cli.search import search, worker
-from gemvtune.tuning.search import run_search
-from gemvtune.tuning.search_options import (BY_FLAG, JOIN_OPTIONS, OPTIONS, SearchOptions, from_cli, from_study, study_record,
-                                     worker_argv)
 from gemvtune.kernels.gemv import DOMAINS
+from gemvtune.tuning.search import run_search
+from gemvtune.tuning.search_options import (
+    BY_FLAG,
+    JOIN_OPTIONS,
+    OPTIONS,
+    SearchOptions,
+    from_cli,
+    from_study,
+    study_record,
+    worker_argv,
+)
 
 # every option of the search command given a value other than its default
 FULL = ["--shape", "64x64", "--shape", "128x256", "--model", "llama-3-8b", "--hf-config", "/abs/a.json",

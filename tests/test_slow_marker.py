@@ -2,7 +2,6 @@
 CI job), through tests/conftest.py's own hooks, run here on a two-test project."""
 
 import pytest
-
 from conftest import ROOT, SLOW_REASON, run_slow
 
 pytest_plugins = ["pytester"]

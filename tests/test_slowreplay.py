@@ -5,9 +5,10 @@ import os
 import subprocess
 import sys
 
-import gemvtune.runners.replay as replay
 from conftest import ROOT
 from slowreplay import ENV, slow_replay_env
+
+import gemvtune.runners.replay as replay
 
 CODE = """
 import sys, time

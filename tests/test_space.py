@@ -3,9 +3,9 @@ import json
 import pytest
 
 from gemvtune import LLAMA_CPP, GemvConfig, Shape, UsageError, parse_config, sample_configs
-from gemvtune.kernels.shapes import DECODE_SUITE
 from gemvtune.kernels.families import load_configs
 from gemvtune.kernels.gemv import DOMAINS, all_configs
+from gemvtune.kernels.shapes import DECODE_SUITE
 
 
 def test_llama_point():

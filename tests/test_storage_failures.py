@@ -21,13 +21,15 @@ import sys
 import time
 
 import pytest
-
-import gemvtune.tuning.journal as jm
-import gemvtune.runners.replay as rp
-import gemvtune.tuning.search_run as sc
 from conftest import ROOT, run_cli
+from journals import SHAPE, SWEEPS, journal_study
+from journals import measured as _measured
+from journals import whole as _whole
 from slowreplay import slow_replay_env
-from journals import SHAPE, SWEEPS, journal_study, measured as _measured, whole as _whole
+
+import gemvtune.runners.replay as rp
+import gemvtune.tuning.journal as jm
+import gemvtune.tuning.search_run as sc
 from gemvtune.cli.main import main
 
 ROOT_USER = os.geteuid() == 0

@@ -1,8 +1,8 @@
 import math
 
 import pandas as pd
-
 from conftest import ROOT, run_cli
+
 from gemvtune.tuning.study import summarize_runs, trials_to_within
 
 SWEEP = ROOT / "results" / "nvidia-h200" / "sweeps" / "sweep-4096x4096x1.csv.gz"

@@ -2,8 +2,8 @@
 search on a committed H200 sweep), through the CLI."""
 
 import pandas as pd
-
 from conftest import ROOT, run_cli
+
 from gemvtune.runners.replay import STUDY_SUFFIX
 
 SWEEPS = str(ROOT / "results" / "nvidia-h200" / "sweeps")

@@ -8,14 +8,14 @@ import math
 import subprocess
 
 import pytest
-
 from conftest import ROOT, run_cli
+
 from gemvtune import UsageError
 from gemvtune.reports.crossover import crossover_frame
+from gemvtune.reports.tablereport import table_frame, table_summary
 from gemvtune.runtime.export import build_header
 from gemvtune.runtime.route import choose
 from gemvtune.runtime.table import load_table
-from gemvtune.reports.tablereport import table_frame, table_summary
 
 TABLE = ROOT / "results" / "nvidia-h200" / "table.json"
 GEMV_KEY, SK_KEY = "4096x4096x2", "4096x4096x8"   # a gemv winner with a splitk best; a splitk winner

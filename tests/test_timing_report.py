@@ -4,10 +4,18 @@ import math
 import pytest
 
 from gemvtune.reports.report import gpu_slug, provenance, shape_table, write_csv
-from gemvtune.runners.base import Measurement
 from gemvtune.reports.summary import summarize_bench
-from gemvtune.runners.timing import (MAX_COPIES, copies_for, error_bound, flushes_l2, gbps, launch_bound, launches_for,
-                             summarize)
+from gemvtune.runners.base import Measurement
+from gemvtune.runners.timing import (
+    MAX_COPIES,
+    copies_for,
+    error_bound,
+    flushes_l2,
+    gbps,
+    launch_bound,
+    launches_for,
+    summarize,
+)
 
 L2 = 60 * 2**20
 

@@ -4,19 +4,17 @@ a CUDA graph."""
 
 import subprocess
 import sys
-import warnings
 
 import pytest
-
 from conftest import ROOT
 
 torch = pytest.importorskip("torch", reason="torch is not installed (the PyTorch drop-in needs it)")
 nn = torch.nn
 F = torch.nn.functional
 
+from gemvtune.kernels.gemv import GemvConfig  # noqa: E402
 from gemvtune.runtime import torch_op  # noqa: E402
 from gemvtune.runtime.route import Route  # noqa: E402
-from gemvtune.kernels.gemv import GemvConfig  # noqa: E402
 from gemvtune.runtime.table import load_table  # noqa: E402
 from gemvtune.runtime.torch_linear import GemvLinear, explain, format_explain, restore_linears, swap_linears  # noqa: E402
 

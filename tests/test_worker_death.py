@@ -11,13 +11,13 @@ from collections import Counter
 
 import optuna
 import pytest
-
 from conftest import ROOT, run_cli
 from slowreplay import slow_replay_env
+
 from gemvtune import Shape
+from gemvtune.safefile import pid_alive
 from gemvtune.tuning.coord import Coordinator, Worker
 from gemvtune.tuning.search import study_name
-from gemvtune.safefile import pid_alive
 from gemvtune.tuning.storage import CREATED_BY, make_storage, open_store
 
 SWEEPS = str(ROOT / "results" / "nvidia-h200" / "sweeps")

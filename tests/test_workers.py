@@ -19,13 +19,13 @@ from collections import Counter
 import optuna
 import pandas as pd
 import pytest
-
 from conftest import ROOT, run_cli
 from slowreplay import slow_replay_env
+
 from gemvtune import LLAMA_CPP, GemvConfig, Shape
-from gemvtune.tuning.storage import make_storage, open_store, storage_lock
 from gemvtune.runners.replay import STUDY_SUFFIX
 from gemvtune.tuning.search import study_name
+from gemvtune.tuning.storage import make_storage, open_store, storage_lock
 
 SWEEP = ROOT / "results" / "nvidia-h200" / "sweeps" / "sweep-14336x4096x1.csv.gz"
 SUB = {"block": [128, 256], "vec": ["half2", "half8"], "acc": ["fp32"], "tpr": [64, 256], "unroll": [1, 2],

@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import click
 
+from ..errors import GemvtuneError, UsageError
 from ..kernels import gemv as sp
 from ..kernels.families import load_configs
-from ..tuning.search_options import SEED, ModelPreset
-from .options import one_line_usage_error, setup_logging, sort_shape_lines, writable_file
-from .options import gpu_check as _gpu_check, writable_dir as _writable_dir
-from ..errors import GemvtuneError, UsageError
 from ..kernels.shapes import Shape, parse_batches, parse_shape
+from ..tuning.search_options import SEED, ModelPreset
+from .options import gpu_check as _gpu_check
+from .options import one_line_usage_error, setup_logging, sort_shape_lines, writable_file
+from .options import writable_dir as _writable_dir
 
 
 def _shape_opt(f: Callable) -> Callable:
@@ -263,9 +264,8 @@ def verify(shape_texts: tuple[str, ...], spec: str, seed: int, batch: str) -> No
     shapes = [parse_shape(t, n) for t in shape_texts for n in parse_batches(batch)]
     picks = {s: select_configs(spec, s, seed) for s in shapes}
     _gpu_check()
-    from ..runners.cuda import CudaRunner
-
     from ..kernels.compile import compile_variants
+    from ..runners.cuda import CudaRunner
 
     r = CudaRunner()
     compile_variants([(c, s) for s, cs in picks.items() for c in cs if c.is_valid(s)], arch=r.arch)  # in parallel
@@ -311,8 +311,8 @@ def summarize(csv_path: str, md_path: str | None) -> None:
               help="write crossover.csv and one µs-against-n plot per shape (entries at several n) here")
 def report(table_path: str, csv_path: str | None, cross_dir: str | None) -> None:
     """Render a table's contents (shapes in numeric order) as CSV and a short terminal summary."""
-    from ..runtime.table import load_table
     from ..reports.tablereport import table_frame, table_summary
+    from ..runtime.table import load_table
 
     t = load_table(table_path)
     if csv_path:
@@ -342,7 +342,10 @@ def report(table_path: str, csv_path: str | None, cross_dir: str | None) -> None
 
 # The one registration point of the commands defined in the other cli_* modules (they import nothing
 # from here: no import loop).
-from . import export as cli_export, percall as cli_percall, replay as cli_replay, search as cli_search  # noqa: E402
+from . import export as cli_export  # noqa: E402
+from . import percall as cli_percall  # noqa: E402
+from . import replay as cli_replay  # noqa: E402
+from . import search as cli_search  # noqa: E402
 
 for _cmd in (cli_search.search, cli_search.worker, cli_replay.sweep, cli_replay.study, cli_replay.study_report,
              cli_replay.plot_study, cli_export.export, cli_percall.percall):

@@ -9,7 +9,6 @@ import os
 import re
 import warnings
 from pathlib import Path
-from typing import Any
 
 import click
 

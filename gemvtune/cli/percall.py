@@ -9,9 +9,10 @@ from pathlib import Path
 
 import click
 
-from .options import gpu_check as _gpu_check, writable_dir as _writable_dir
 from ..errors import UsageError
 from ..kernels.shapes import parse_shape
+from .options import gpu_check as _gpu_check
+from .options import writable_dir as _writable_dir
 
 
 @click.command()

@@ -8,10 +8,11 @@ from typing import Any
 
 import click
 
-from .options import gpu_check as _gpu_check, writable_dir as _writable_dir
 from ..errors import UsageError
 from ..kernels.families import DEFAULT_FAMILY, FAMILIES
 from ..kernels.shapes import Shape, parse_shape
+from .options import gpu_check as _gpu_check
+from .options import writable_dir as _writable_dir
 
 log = logging.getLogger("gemvtune")
 
@@ -150,8 +151,8 @@ def plot_study(storage: str, names: tuple[str, ...], out_dir: str) -> None:
     import optuna
     import pandas as pd
 
-    from ..tuning.storage import open_store
     from ..reports.studyplots import convergence_rows, importances, plot_convergence, plot_importance
+    from ..tuning.storage import open_store
 
     st = open_store(storage).storage
     have = {s.study_name for s in optuna.get_all_study_summaries(st, include_best_trial=False)}

@@ -9,11 +9,12 @@ from typing import Any
 
 import click
 
-from .options import gpu_check as _gpu_check, writable_dir as _writable_dir
-from ..kernels.families import DEFAULT_FAMILY
 from ..errors import UsageError
+from ..kernels.families import DEFAULT_FAMILY
 from ..kernels.shapes import Shape, parse_shape
 from ..tuning.search_options import click_options, from_cli, from_study, worker_argv
+from .options import gpu_check as _gpu_check
+from .options import writable_dir as _writable_dir
 
 
 def _make_runner(shapes: list[Shape], replay_path: str | None, watchdog_s: float | None) -> tuple[Any, Any, str | None]:

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import datetime as _dt
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from ..kernels.compile import compile_variants
+from ..kernels.gemv import LLAMA_CPP, GemvConfig
+from ..kernels.shapes import Shape
 from ..reports.report import gpu_slug, provenance, shape_table, write_csv
 from ..runners.base import Measurement
-from ..kernels.shapes import Shape
-from ..kernels.gemv import LLAMA_CPP, GemvConfig
 
 
 def _start(echo: Callable[[str], None]) -> tuple:
@@ -65,8 +65,8 @@ def run_tuned_bench(shapes: list[Shape], table_path: str, out_dir: str | None, e
     import pandas as pd
 
     from ..reports.benchreport import bench_markdown, plot_bench, summary_row
-    from .percall import dispatch_overhead
     from ..runtime.table import load_table
+    from .percall import dispatch_overhead
 
     table = load_table(table_path)
     runner, dev, ceil = _start(echo)

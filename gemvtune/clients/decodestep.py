@@ -11,8 +11,9 @@ import datetime as _dt
 import json
 import math
 import statistics
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..errors import UsageError
 from ..kernels.hfconfig import MODELS, model_shapes
@@ -157,8 +158,8 @@ def measure_decode_step(runner: Any, ops: list[tuple[str, Shape]], table: Any, r
     import pandas as pd
 
     from ..kernels.compile import compile_variants
-    from ..runners.cuda.decode import DecodeStepBench, free_bytes, launchers, verify
     from ..kernels.gemv import LLAMA_CPP
+    from ..runners.cuda.decode import DecodeStepBench, free_bytes, launchers, verify
 
     shapes = list(dict.fromkeys(s for _, s in ops))
     looked = {s: table.lookup(s) for s in shapes}
@@ -171,7 +172,7 @@ def measure_decode_step(runner: Any, ops: list[tuple[str, Shape]], table: Any, r
     for impl, res in verify(runner, configs, launch).items():
         info["verify"][impl] = {str(s): {"ok": ok, "relerr": rel, "why": why} for s, ok, rel, why in res}
         info["verified"][impl] = all(ok for _, ok, _, _ in res)
-        for s, ok, rel, why in res:
+        for s, ok, _rel, why in res:
             if not ok:
                 echo(f"WARNING: the {impl} kernel for {s} failed verification: {why}")
     echo("verified: " + ", ".join(f"{impl} {'ok' if v else 'FAILED'}" for impl, v in info["verified"].items())
@@ -224,9 +225,9 @@ def write_reports(samples: Any, info: dict[str, Any], meta: dict[str, Any], out:
 
 def run_decode_step(model: str, layers: int, table_path: str, out_dir: str | None,
                     echo: Callable[[str], None] = print, rounds: int = 3, replays: int = 20) -> Path:
-    from .bench import _start
     from ..reports.report import gpu_slug
     from ..runtime.table import load_table
+    from .bench import _start
 
     ops = step_ops(model, layers)
     table = load_table(table_path)

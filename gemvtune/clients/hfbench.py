@@ -19,17 +19,18 @@ import datetime as _dt
 import platform
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..errors import NoDeviceError, UsageError
 from ..reports.hfbench_report import ROW_COLUMNS, mode_table, short_table, write_hf_reports, write_rows_csv
+from ..reports.report import gpu_slug, provenance
 from .hfcheck import agreement, explain_rows, logit_diffs
 from .hfcompile import compile_summary, raise_recompile_limits
 from .hfmodel import Variants, build_config, build_model, check_transformers, pad_id, read_config
 from .hfprofile import profile_linear_share
 from .hfrounds import Bench, run_rounds
-from ..reports.report import gpu_slug, provenance
 
 
 def positive_int(value: Any, option: str) -> int:

@@ -9,7 +9,8 @@ import math
 import os
 import re
 import tempfile
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from ..reports.hfbench_report import IMPLS, MODES
 from .hfrounds import Bench, first_line, sync
@@ -159,8 +160,8 @@ def profile_linear_share(b: Bench, compiled: bool = True) -> dict[str, Any]:
                 if mode == "compiled":  # this variant's graphs in place (blocked scheme: the other's were last)
                     b.generate(mode, k)
                     sync(b.torch, b.device)
-                full = _profile_totals(b, lambda: b.generate(mode, k))
-                base = _profile_totals(b, lambda: b.generate(mode, 1))
+                full = _profile_totals(b, lambda mode=mode, k=k: b.generate(mode, k))
+                base = _profile_totals(b, lambda mode=mode: b.generate(mode, 1))
                 out[impl][mode] = {"tokens": k, "per_step": per_step(full, base, k - 1),
                                    "top": top_kernels(full, base, k - 1)}
             except Exception as e:

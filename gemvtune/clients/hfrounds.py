@@ -8,7 +8,8 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..reports.hfbench_report import IMPLS, MODES
 from .hfcompile import dynamo_counts, dynamo_delta, reset_compile

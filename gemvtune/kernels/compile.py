@@ -20,13 +20,14 @@ import json
 import os
 import re
 import time
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
-from .epilogue import DEFAULT, Epilogue
 from ..errors import GemvtuneError
+from .epilogue import DEFAULT, Epilogue
 
 DEFAULT_ARCH = "sm_90"
 
@@ -68,7 +69,7 @@ class Resources:
     smem_bytes: int = 0
 
     @classmethod
-    def parse(cls, log: str, kernel: str | None = None) -> "Resources":
+    def parse(cls, log: str, kernel: str | None = None) -> Resources:
         # ptxas reports per entry function; take the block of the named kernel (or the first).
         blocks = re.split(r"Compiling entry function '", log)
         text = blocks[1] if len(blocks) > 1 else log

@@ -7,11 +7,13 @@ epilogues it can fuse), its template and one entry."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
-from . import gemv as space, splitk as space_splitk
 from ..errors import UsageError
+from . import gemv as space
+from . import splitk as space_splitk
 
 
 @dataclass(frozen=True)

@@ -5,11 +5,12 @@ from __future__ import annotations
 import itertools
 import json
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
-from .configbase import ConfigBase
 from ..errors import UsageError
+from .configbase import ConfigBase
 from .shapes import Shape
 
 VEC_ELEMS = {"half": 1, "half2": 2, "half4": 4, "half8": 8}

@@ -12,7 +12,7 @@ import json
 import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -237,7 +237,7 @@ def read_preset(name: str) -> HFModel:
     return _read_preset(preset_path(name).stem)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _read_preset(name: str) -> HFModel:
     return dataclasses.replace(read_hf_config(preset_path(name)), name=name)
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .epilogue import DEFAULT, Epilogue
 from ..errors import UsageError
+from .epilogue import DEFAULT, Epilogue
 from .shapes import Shape
 
 WS_ALIGN = 256  # bytes: the counters start on their own aligned boundary after the partial sums

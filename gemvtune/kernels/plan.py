@@ -22,10 +22,11 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import threading
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
-from .epilogue import DEFAULT, Epilogue
 from ..errors import GemvtuneError
+from .epilogue import DEFAULT, Epilogue
 from .launchspec import LaunchSpec, launch_spec
 from .shapes import Shape
 
@@ -150,7 +151,7 @@ class LaunchPlan:
 
     @classmethod
     def build(cls, config: Any, shape: Shape, epilogue: Epilogue = DEFAULT, device: int = 0,
-              arch: str | None = None, cubin_path: str | None = None) -> "LaunchPlan":
+              arch: str | None = None, cubin_path: str | None = None) -> LaunchPlan:
         """Compile (or take from the disk cache) and load. ``cubin_path`` gives a compiled variant
         instead (the runner passes planted sources this way)."""
         from .compile import compile_variant

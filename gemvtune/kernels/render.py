@@ -5,11 +5,10 @@ from __future__ import annotations
 import functools
 import hashlib
 from pathlib import Path
-
 from typing import Any
 
-from .epilogue import DEFAULT, Epilogue
 from ..errors import UsageError
+from .epilogue import DEFAULT, Epilogue
 from .families import FAMILIES
 from .shapes import Shape
 

@@ -4,8 +4,9 @@ accumulate), d split across blocks. A frozen config, its domains, and validity w
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 from .configbase import ConfigBase
 from .shapes import Shape

@@ -13,8 +13,9 @@ import csv
 import json
 import math
 import statistics
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 IMPLS = ("stock", "gemvtune")
 MODES = ("eager", "compiled")

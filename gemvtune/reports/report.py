@@ -8,8 +8,9 @@ import math
 import re
 import shlex
 import sys
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from ..runners.base import Measurement
 

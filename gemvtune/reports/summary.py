@@ -51,7 +51,7 @@ def summarize_bench(csv_path: str | Path) -> str:
            "| M×d | llama.cpp µs | ref seed µs | diff | cuBLAS torch µs | ref cuBLAS µs | diff |", "|---|---|---|---|---|---|---|"]
     for (M, d), g in df.groupby(["M", "d"], sort=False):
         md = f"{esc(M, 20)}×{esc(d, 20)}"
-        def one(kind: str):
+        def one(kind: str, g=g):
             r = g[(g.kind == kind) & (g.status == "ok")]
             return r.iloc[0] if len(r) else None
         llama, spin, cub, cut = one("llama.cpp"), one("spin-check"), one("cublas"), one("cublas-torch")

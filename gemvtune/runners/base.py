@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, ContextManager, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from ..kernels.compile import DEFAULT_ARCH
 from ..kernels.families import DEFAULT_FAMILY
@@ -153,7 +155,7 @@ class DeviceRunner(CompilesAhead, Protocol):
     @ceiling_gbps.setter
     def ceiling_gbps(self, gbps: float) -> None: ...
 
-    def on_stream(self) -> ContextManager[None]:
+    def on_stream(self) -> AbstractContextManager[None]:
         """The runner's device and stream current in this thread for a ``with`` block (the caller's back after)."""
         ...
 

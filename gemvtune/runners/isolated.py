@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..kernels.compile import precompile_variant
 from ..kernels.shapes import Shape

@@ -9,12 +9,13 @@ import json
 import math
 import os
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from ..errors import UsageError
-from ..kernels.shapes import Shape
 from ..kernels.families import DEFAULT_FAMILY, FAMILIES, FAMILY_NAMES, config_from_dict
+from ..kernels.shapes import Shape
 
 SCHEMA_VERSION = 1
 

@@ -20,7 +20,8 @@ will capture (on a side stream, as PyTorch's CUDA-graph documentation asks for a
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F

@@ -22,8 +22,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ..kernels.epilogue import Epilogue
 from ..errors import UsageError
+from ..kernels.epilogue import Epilogue
 from ..kernels.plan import PLANS, LaunchPlan
 from ..kernels.shapes import MAX_BATCH, Shape
 

@@ -5,17 +5,18 @@ within the measured spread goes to the simplest config."""
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import optuna
 
 from ..errors import UsageError
 from ..kernels.families import DEFAULT_FAMILY, FAMILIES, FAMILY_NAMES, config_to_dict, family_of
+from ..kernels.gemv import LLAMA_CPP
+from ..kernels.shapes import Shape
 from ..runners.base import Measurement, Status
 from .search_options import SearchOptions
-from ..kernels.shapes import Shape
-from ..kernels.gemv import LLAMA_CPP
 
 
 @dataclass

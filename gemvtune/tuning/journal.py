@@ -32,7 +32,8 @@ import sys
 import threading
 import time
 import uuid
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
 

@@ -6,23 +6,24 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import logging
-import threading
 import math
 import sys
+import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import optuna
 
+from ..kernels.families import DEFAULT_FAMILY, FAMILIES, get_family
+from ..kernels.shapes import Shape
+from ..runners.base import Measurement, Status
 from .confirm import SearchResult, complexity, confirm  # noqa: F401  (SearchResult, complexity: re-exported)
 from .coord import Coordinator
-from ..runners.base import Measurement, Status
 from .samplers import SAMPLERS, make_sampler  # noqa: F401  (re-exported)
 from .search_options import MAX_TRIALS, SearchOptions, study_record  # noqa: F401  (MAX_TRIALS: re-exported)
-from .storage import HEARTBEAT_S, Store, make_storage  # noqa: F401  (make_storage: re-exported)
-from ..kernels.shapes import Shape
-from ..kernels.families import DEFAULT_FAMILY, FAMILIES, get_family
 from .spacebound import STALL_PROPOSALS, candidates, enqueue_rest
+from .storage import HEARTBEAT_S, Store, make_storage  # noqa: F401  (make_storage: re-exported)
 
 log = logging.getLogger("gemvtune")
 

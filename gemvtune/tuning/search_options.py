@@ -7,9 +7,10 @@ line each worker process of ``--workers``/``--devices`` is started with (``worke
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import click
 
@@ -18,7 +19,6 @@ from ..kernels.families import FAMILY_NAMES, get_family, parse_families
 from .samplers import SAMPLERS
 from .spacebound import STALL_PROPOSALS
 from .storage import HEARTBEAT_S
-
 
 SEED = click.IntRange(min=0)   # a sampler or sample seed: numpy and Optuna want it >= 0
 

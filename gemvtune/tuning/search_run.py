@@ -9,17 +9,18 @@ import logging
 import os
 import re
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
+from ..errors import GemvtuneError, UsageError
+from ..kernels.shapes import Shape
 from ..reports.report import gpu_slug, provenance
+from ..runtime.table import check_updatable, record
 from .coord import Coordinator, this_worker
+from .journal import DISK_FULL, WriteError, remedy, why_oserror
 from .search import SearchOptions, run_search, study_name
 from .storage import HEARTBEAT_S, open_store
-from ..kernels.shapes import Shape
-from ..errors import GemvtuneError, UsageError
-from .journal import DISK_FULL, WriteError, remedy, why_oserror
-from ..runtime.table import check_updatable, record
 
 # an OSError of one of these, while a search writes, ends it with one line (not a traceback)
 WRITE_ERRNOS = DISK_FULL | {errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO}

@@ -11,8 +11,8 @@ from typing import Any
 import optuna
 
 from ..kernels.families import DEFAULT_FAMILY, FAMILIES
-from ..runners.base import Runner
 from ..kernels.shapes import Shape
+from ..runners.base import Runner
 
 STALL_PROPOSALS = 200     # proposals in a row that measure nothing new (invalid, repeated, not recorded): stop
 ENUMERATE_LIMIT = 50_000  # grids up to this many points are listed, to know when the space is spent

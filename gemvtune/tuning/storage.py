@@ -26,8 +26,9 @@ import hashlib
 import os
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 import optuna
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -182,8 +183,8 @@ def llama_position(sweep_paths: list[Path]) -> Any:
     """Where the llama.cpp config sits in each sweep: its time over the optimum and its rank."""
     import pandas as pd
 
-    from ..runners.replay import Sweep
     from ..kernels.gemv import LLAMA_CPP
+    from ..runners.replay import Sweep
 
     rows = []
     for p in sweep_paths:

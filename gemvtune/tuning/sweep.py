@@ -8,14 +8,16 @@ from __future__ import annotations
 import itertools
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..kernels.compile import compile_variants
 from ..kernels.families import DEFAULT_FAMILY, get_family
-from ..reports.report import provenance
+from ..kernels.gemv import SWEEP_GRID  # the default family's grid, kept under these names
+from ..kernels.gemv import SWEEP_NOTE as GRID_NOTE
 from ..kernels.shapes import Shape
-from ..kernels.gemv import SWEEP_GRID, SWEEP_NOTE as GRID_NOTE  # the default family's grid, kept under these names
+from ..reports.report import provenance
 
 __all__ = ["GRID_NOTE", "SWEEP_GRID", "grid_configs", "run_sweep", "sweep_path"]
 

@@ -6,8 +6,8 @@
 (one shape's rotating copies), ``device`` (device info, the read ceiling) and ``baselines`` (cuBLAS);
 ``_cupy`` holds cupy and ``scope`` (device, stream and allocator for a block, the caller's back after)."""
 
-from .dispatch import Dispatcher
 from ._cupy import cuda_available
+from .dispatch import Dispatcher
 from .runner import CudaRunner
 
 __all__ = ["CudaRunner", "Dispatcher", "cuda_available"]

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 try:
     import cupy as cp
@@ -89,7 +90,7 @@ def _two_cupys() -> str:
     return f"; more than one CuPy is installed ({', '.join(names)}): keep one" if len(names) > 1 else ""
 
 
-def _rand_half(shape, rng) -> "cp.ndarray":
+def _rand_half(shape, rng) -> cp.ndarray:
     """Uniform in [-1, 1), never zeros as a whole."""
     return (rng.random(shape, dtype=cp.float32) * 2 - 1).astype(cp.float16)
 

@@ -5,8 +5,9 @@ an empty kernel (the launch floor), an L2 fill and discard (the flush), and a sp
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 

@@ -4,11 +4,13 @@ itself as the harness (what ``Harness`` lists)."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, ContextManager, Protocol
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
 
 from ...kernels.shapes import Shape
-from ..timing import error_bound
 from ..base import Measurement, Status
+from ..timing import error_bound
 from ._cupy import cp
 
 
@@ -61,7 +63,7 @@ class Harness(Protocol):
     warmup: int
     gpu_lock: Any
 
-    def on_stream(self) -> ContextManager[None]: ...
+    def on_stream(self) -> AbstractContextManager[None]: ...
 
     def verify(self, launch: Callable[..., Any], shape: Shape, bound: float) -> tuple[bool, float, float, str]: ...
 

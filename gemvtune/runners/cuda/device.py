@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import os
 import subprocess
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -58,7 +59,7 @@ def read_ceiling(time_graph: Callable[[Callable[[int], None], int], list[float]]
     for blocks_per_sm in (2, 4, 8, 16):
         grid = (sm_count * blocks_per_sm,)
         n = 8 * copies
-        t = time_graph(lambda i: read_stream(grid, (256,), (bufs[i % copies], np.uint64(nbytes // 16), sink)), n)
+        t = time_graph(lambda i, grid=grid: read_stream(grid, (256,), (bufs[i % copies], np.uint64(nbytes // 16), sink)), n)
         st = summarize(t)
         per_grid[blocks_per_sm] = nbytes / (st.median * 1e-6) / 1e9
         if best is None or st.median < best[0].median:

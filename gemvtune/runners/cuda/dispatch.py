@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...kernels.epilogue import Epilogue
 from ...errors import NoDeviceError, UsageError
+from ...kernels.epilogue import Epilogue
 from ...kernels.plan import PLANS, LaunchPlan
 from ...kernels.shapes import MAX_BATCH, Shape
 from ._cupy import cp, cuda_available

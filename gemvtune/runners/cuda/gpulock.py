@@ -10,7 +10,7 @@ import contextlib
 import os
 import tempfile
 import threading
-from typing import Iterator
+from collections.abc import Iterator
 
 POLL_S = 0.005   # a waiting process tries the lock this often (filelock polls): the hand-over gap between workers
 

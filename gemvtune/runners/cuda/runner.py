@@ -15,17 +15,18 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
+from ...errors import NoDeviceError
 from ...kernels.compile import CompileError, compile_variant, precompile_variant
 from ...kernels.epilogue import DEFAULT, Epilogue
+from ...kernels.families import config_to_dict
 from ...kernels.launchspec import launch_spec
 from ...kernels.plan import LaunchPlan
-from ...errors import NoDeviceError
 from ...kernels.shapes import Shape
-from ...kernels.families import config_to_dict
-from ..timing import error_bound, gbps, launch_bound, launches_for, summarize
 from ..base import Measurement, RunnerBase, Status
+from ..timing import error_bound, gbps, launch_bound, launches_for, summarize
 from ._cupy import _rand_half, cp, cuda_available, scope
 from .auxkernels import AuxKernels, L2Flush, load_aux
 from .baselines import Baselines
@@ -33,7 +34,9 @@ from .buffers import ShapeBuffers, make_buffers
 from .device import device_info, pci_bus_id, read_ceiling
 from .gpulock import GpuLock
 from .timer import Before, Timer
-from .verify import Verifier, x_shape as _x_shape, y_shape as _y_shape
+from .verify import Verifier
+from .verify import x_shape as _x_shape
+from .verify import y_shape as _y_shape
 
 __all__ = ["CudaRunner", "ShapeBuffers"]
 

@@ -6,7 +6,9 @@ flush) is the caller's ``before(stream)``."""
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, ContextManager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any
 
 import numpy as np
 
@@ -22,7 +24,7 @@ class Timer:
     def __init__(self, stream: Any, device: int, spin: Any, no_pool: bool = False):
         self.stream, self.device, self.spin, self.no_pool = stream, device, spin, no_pool
 
-    def _scope(self) -> ContextManager[None]:
+    def _scope(self) -> AbstractContextManager[None]:
         return scope(self.device, self.stream, self.no_pool)
 
     def time_graph(self, launch: Callable[[int], None], n: int, warmup: int, replays: int,

@@ -5,7 +5,9 @@ its device, stream and random generator."""
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, ContextManager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any
 
 from ...kernels.epilogue import DEFAULT, Epilogue
 from ...kernels.shapes import Shape
@@ -32,7 +34,7 @@ class Verifier:
         self.stream, self.rng, self.device, self.no_pool = stream, rng, device, no_pool
         self._vmat: tuple | None = None
 
-    def _scope(self) -> ContextManager[None]:
+    def _scope(self) -> AbstractContextManager[None]:
         """The device (when given) and the stream current for the block; the caller's back after."""
         return scope(self.device, self.stream, self.no_pool)
 
