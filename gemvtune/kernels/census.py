@@ -14,7 +14,8 @@ from .shapes import Shape
 def census(configs: Iterable[Any], shape: Shape, domains: dict[str, Any]
            ) -> tuple[int, int, collections.Counter, dict[str, collections.Counter]]:
     """(total, valid, invalid count by first reason, valid count per parameter value)."""
-    total, valid, reasons = 0, 0, collections.Counter()
+    total, valid = 0, 0
+    reasons: collections.Counter[str] = collections.Counter()
     per_param: dict[str, collections.Counter] = {k: collections.Counter() for k in domains}
     for c in configs:
         total += 1

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 
@@ -14,6 +14,12 @@ class ConfigBase:
     family = ""
     DOMAINS: dict[str, tuple[Any, ...]] = {}
 
+    if TYPE_CHECKING:   # what every family's config defines (declared for the type checker only)
+        @property
+        def label(self) -> str: ...
+
+        def invalid_reasons(self, shape: Any) -> list[str]: ...
+
     def domain_errors(self) -> list[str]:
         errs = []
         for f in fields(self):  # type: ignore[arg-type]
@@ -23,7 +29,7 @@ class ConfigBase:
         return errs
 
     def is_valid(self, shape: Any) -> bool:
-        return not self.invalid_reasons(shape)  # type: ignore[attr-defined]
+        return not self.invalid_reasons(shape)
 
     def needs_workspace(self, shape: Any) -> bool:
         """Whether a kernel of one call of ``shape`` reads the workspace (``ws`` or ``counters``): the

@@ -14,12 +14,13 @@ from typing import Any
 from ..errors import UsageError
 from . import gemv as space
 from . import splitk as space_splitk
+from .configbase import ConfigBase
 
 
 @dataclass(frozen=True)
 class Family:
     name: str
-    config_cls: type
+    config_cls: type[ConfigBase]
     domains: dict[str, tuple[Any, ...]]
     seed: Any                       # the first trial of every study of this family
     seed_name: str                  # what a study calls that trial ("llama.cpp")

@@ -233,7 +233,7 @@ def contract_members(protocol: type = Runner) -> list[str]:
 def missing_members(cls: type, protocol: type = Runner) -> list[str]:
     """The members of ``protocol`` that class ``cls`` neither defines nor declares (an attribute set in
     ``__init__`` counts when the class annotates it): a structural check that needs no instance."""
-    declared = set()
+    declared: set[str] = set()
     for klass in cls.__mro__:
         declared.update(vars(klass))
         declared.update(getattr(klass, "__annotations__", {}))

@@ -54,7 +54,7 @@ def _candidates(entry: dict[str, Any], shape: Any, out: str) -> list[tuple[float
     found: dict[Any, float] = {}
     for rec in [entry.get("winner")] + [entry.get(f) for f in FAMILY_NAMES]:
         us = _us(rec)
-        if us is None or not isinstance(rec.get("config"), dict):
+        if us is None or not isinstance(rec, dict) or not isinstance(rec.get("config"), dict):
             continue
         try:
             cfg = config_from_dict({"family": rec.get("family", DEFAULT_FAMILY), **rec["config"]})

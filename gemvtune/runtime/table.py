@@ -11,11 +11,14 @@ import os
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from ..kernels.families import DEFAULT_FAMILY, FAMILIES, FAMILY_NAMES, config_from_dict
 from ..kernels.shapes import Shape
+
+if TYPE_CHECKING:
+    from ..runners.cuda import Dispatcher
 
 SCHEMA_VERSION = 1
 
@@ -163,7 +166,7 @@ class Table:
             (int(e["M"]), int(e["d"]), int(e.get("n", 1))): winner_config(e) for e in data["entries"].values()
         }
         self._warned: set[tuple[int, int, int]] = set()
-        self._dispatch = None
+        self._dispatch: Dispatcher | None = None
         self._gpu_checked = False
 
     @property

@@ -21,7 +21,7 @@ will capture (on a side stream, as PyTorch's CUDA-graph documentation asks for a
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -45,6 +45,9 @@ class GemvLinear(torch.nn.Module):
     ``fullgraph=True`` traces it and Inductor's CUDA graphs capture its kernels.
     """
 
+    weight: torch.nn.Parameter          # registered in __init__ (declared for the type checker)
+    bias: torch.nn.Parameter | None
+
     def __init__(self, linear: torch.nn.Linear, table: Any, max_batch: int = MAX_BATCH):
         super().__init__()
         if not isinstance(linear, torch.nn.Linear):
@@ -52,7 +55,8 @@ class GemvLinear(torch.nn.Module):
         if not 1 <= max_batch <= MAX_BATCH:
             raise ValueError(f"max_batch must be in 1..{MAX_BATCH}, got {max_batch}")
         self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.register_parameter("weight", linear.weight)
+        # nn.Linear declares its weight a Tensor; it is a Parameter (register_parameter checks)
+        self.register_parameter("weight", cast(torch.nn.Parameter, linear.weight))
         self.register_parameter("bias", linear.bias)
         self.table, self.max_batch = table, max_batch
         self._tid = register_table(table)

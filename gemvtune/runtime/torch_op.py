@@ -87,7 +87,7 @@ def run_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
         x = x.clone()
         xp = x.data_ptr()
     y = torch.empty(x.shape[:-1] + (M,), dtype=x.dtype, device=x.device)
-    plan.launch(wp, xp, y.data_ptr(), bias.data_ptr() if has_bias else 0, stream)
+    plan.launch(wp, xp, y.data_ptr(), bias.data_ptr() if bias is not None else 0, stream)
     return y
 
 

@@ -38,7 +38,7 @@ def make_buffers(shape: Shape, rng: Any, l2_bytes: int) -> ShapeBuffers:
     return ShapeBuffers(
         shape,
         [_rand_half((shape.M, shape.d), rng) for _ in range(c)],
-        ([x_block[i, :size].reshape(xs) for i in range(c)] if flush
+        ([x_block[i, :size].reshape(xs) for i in range(c)] if x_block is not None
          else [_rand_half(xs, rng) for _ in range(c)]),
         [cp.full(y_shape(shape), cp.nan, dtype=cp.float32) for _ in range(c)],
         c,

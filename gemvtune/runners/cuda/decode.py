@@ -99,9 +99,10 @@ class DecodeStepBench:
         capture). Returns the method."""
         try:
             import torch
+            have_torch = True
         except Exception:
-            torch = None
-        if torch is None:
+            have_torch = False
+        if not have_torch:
             ys = self.y[impl] = [None] * len(self.ops)
 
             def step(_i: int) -> None:

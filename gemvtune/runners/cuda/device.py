@@ -59,11 +59,15 @@ def read_ceiling(time_graph: Callable[[Callable[[int], None], int], list[float]]
     for blocks_per_sm in (2, 4, 8, 16):
         grid = (sm_count * blocks_per_sm,)
         n = 8 * copies
-        t = time_graph(lambda i, grid=grid: read_stream(grid, (256,), (bufs[i % copies], np.uint64(nbytes // 16), sink)), n)
+
+        def launch(i: int, grid: tuple[int] = grid) -> None:
+            read_stream(grid, (256,), (bufs[i % copies], np.uint64(nbytes // 16), sink))
+        t = time_graph(launch, n)
         st = summarize(t)
         per_grid[blocks_per_sm] = nbytes / (st.median * 1e-6) / 1e9
         if best is None or st.median < best[0].median:
             best = (st, blocks_per_sm)
+    assert best is not None   # the loop above ran (over four grid sizes)
     st, bps = best
     t_empty = summarize(time_graph(lambda i: empty((1,), (32,), ()), 2000))
     bufs.clear()

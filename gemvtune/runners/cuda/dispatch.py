@@ -4,7 +4,7 @@ current stream, or ``cupy.matmul`` where the table measured cuBLAS faster or lac
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from ...errors import NoDeviceError, UsageError
 from ...kernels.epilogue import Epilogue
@@ -22,7 +22,7 @@ class Dispatcher:
         why = cuda_available()
         if why:
             raise NoDeviceError(why)
-        self._plans: dict[tuple, LaunchPlan] = {}
+        self._plans: dict[tuple, LaunchPlan | None] = {}   # None: the route is cuBLAS
 
     def device_name(self) -> str:
         p = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
@@ -31,7 +31,7 @@ class Dispatcher:
     def plan(self, table: Any, M: int, d: int, n: int, bias: bool, out_dtype: str, dev: int, stream: int) -> LaunchPlan | None:
         """The plan of an (M, d, n) call, or None when the table's route is cuBLAS."""
         key = (M, d, n, bias, out_dtype, dev)
-        plan = self._plans.get(key, False)
+        plan: LaunchPlan | None | Literal[False] = self._plans.get(key, False)   # False: not decided yet
         if plan is False:
             route = table.route(M, d, n, "cupy", out_dtype)
             plan = PLANS.get(route.config, Shape(M, d, n), Epilogue(out_dtype, bias), dev, stream) if route.tuned else None
@@ -68,7 +68,7 @@ class Dispatcher:
                              f"{n * M} elements")
         stream = cp.cuda.get_current_stream().ptr
         key = (M, d, n, bias is not None, out_dtype, dev)
-        plan = self._plans.get(key, False)
+        plan: LaunchPlan | None | Literal[False] = self._plans.get(key, False)   # False: not decided yet
         if plan is False:
             plan = self.plan(table, M, d, n, bias is not None, out_dtype, dev, stream)
         if plan is None:  # cuBLAS measured faster, or the table lacks the shape: FP16 result, then cast
