@@ -204,6 +204,7 @@ def bench(shape_texts: tuple[str, ...], suite: str | None, model: str | None, sp
         if layers is not None:
             from ..clients.decodestep import run_decode_step
 
+            assert model is not None   # (check_decode_args refused --layers without --model)
             run_decode_step(model, layers, table_path, out_dir, echo=click.echo, rounds=rounds)
             return
         from ..clients.bench import run_tuned_bench

@@ -65,8 +65,8 @@ def sort_shape_lines(text: str) -> str:
     """A summary's per-shape lines (``  MxD n=N ...`` after a heading line) in numeric (M, d, n) order;
     left as it is when any body line is not one of them."""
     head, *body = text.split("\n")
-    keys = [_SHAPE_LINE.match(ln) for ln in body]
-    if not body or not all(keys):
+    keys = [m for m in (_SHAPE_LINE.match(ln) for ln in body) if m is not None]
+    if not body or len(keys) != len(body):
         return text
     order = sorted(range(len(body)), key=lambda i: tuple(int(g) for g in keys[i].groups()))
     return "\n".join([head] + [body[i] for i in order])

@@ -60,8 +60,9 @@ def device_env(device: str) -> dict[str, Any]:
         env.update(gpu=p.name, compute_capability=f"{p.major}.{p.minor}", sm_count=p.multi_processor_count,
                    memory_bytes=p.total_memory)
         try:
-            env["pci_bus_id"] = (f"{int(getattr(p, 'pci_domain_id', 0)):08X}:{int(p.pci_bus_id):02X}:"
-                                 f"{int(p.pci_device_id):02X}.0")
+            # (torch's stub of _CudaDeviceProperties lacks pci_bus_id / pci_device_id, which it has at run time)
+            env["pci_bus_id"] = (f"{int(getattr(p, 'pci_domain_id', 0)):08X}:{int(p.pci_bus_id):02X}:"  # type: ignore[attr-defined]
+                                 f"{int(p.pci_device_id):02X}.0")  # type: ignore[attr-defined]
         except Exception:
             pass
         try:

@@ -4,6 +4,7 @@ as a generate of k tokens minus one of 1 token over k - 1. torch is imported ins
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -64,7 +65,7 @@ def kernel_totals(trace_events: Iterable[dict[str, Any]]) -> dict[str, Any]:
     """GPU time by category from a Chrome trace's ``traceEvents`` (torch.profiler's export): complete
     events (ph ``X``) of category kernel, gpu_memcpy or gpu_memset; durations in µs. GPU-side user
     annotations and CPU events are left out (they would count the same time twice)."""
-    tot = {"linear_us": 0.0, "attention_us": 0.0, "other_us": 0.0, "memops_us": 0.0,
+    tot: dict[str, Any] = {"linear_us": 0.0, "attention_us": 0.0, "other_us": 0.0, "memops_us": 0.0,
            "linear_n": 0, "attention_n": 0, "other_n": 0, "memops_n": 0, "gemvtune_n": 0, "gemvtune_us": 0.0}
     by_name: dict[str, list[float]] = {}
     for e in trace_events:
@@ -160,8 +161,8 @@ def profile_linear_share(b: Bench, compiled: bool = True) -> dict[str, Any]:
                 if mode == "compiled":  # this variant's graphs in place (blocked scheme: the other's were last)
                     b.generate(mode, k)
                     sync(b.torch, b.device)
-                full = _profile_totals(b, lambda mode=mode, k=k: b.generate(mode, k))
-                base = _profile_totals(b, lambda mode=mode: b.generate(mode, 1))
+                full = _profile_totals(b, functools.partial(b.generate, mode, k))
+                base = _profile_totals(b, functools.partial(b.generate, mode, 1))
                 out[impl][mode] = {"tokens": k, "per_step": per_step(full, base, k - 1),
                                    "top": top_kernels(full, base, k - 1)}
             except Exception as e:

@@ -89,7 +89,10 @@ def measure_percall(table: Any, shape: Shape, calls: int = 300, repeats: int = 7
         outc = cp.empty(out32.shape if shape.n > 1 else (shape.M,), dtype=cp.float32)
         tuned.gemv(Wc, xc, out=outc)
         stream = cp.cuda.get_current_stream().ptr
-        cplan = tuned._dispatch.plan(tuned, shape.M, shape.d, shape.n, False, "fp32", 0, stream)
+        dispatch = tuned._dispatch
+        assert dispatch is not None   # (made by the tuned.gemv on CuPy arrays above)
+        cplan = dispatch.plan(tuned, shape.M, shape.d, shape.n, False, "fp32", 0, stream)
+        assert cplan is not None   # (policy "tuned" routes every shape to a gemvtune kernel, never cuBLAS)
         a, b, c = Wc.data.ptr, xc.data.ptr, outc.data.ptr
         fns_c = {"table.gemv cupy": lambda: tuned.gemv(Wc, xc, out=outc),
                  "bare launch cupy": lambda: cplan.launch(a, b, c, 0, stream),
@@ -165,7 +168,10 @@ def dispatch_overhead(table: Any, shape: Shape, calls: int = 200, repeats: int =
     out = cp.empty((shape.M,) if shape.n == 1 else (shape.n, shape.M), dtype=cp.float32)
     tuned.gemv(W, x, out=out)                       # builds the plan (compile, module, workspace)
     stream = cp.cuda.get_current_stream().ptr
-    plan = tuned._dispatch.plan(tuned, shape.M, shape.d, shape.n, False, "fp32", W.data.device_id, stream)
+    dispatch = tuned._dispatch
+    assert dispatch is not None   # (made by the tuned.gemv above)
+    plan = dispatch.plan(tuned, shape.M, shape.d, shape.n, False, "fp32", W.data.device_id, stream)
+    assert plan is not None   # (policy "tuned" routes every shape to a gemvtune kernel, never cuBLAS)
     wp, xp, yp = W.data.ptr, x.data.ptr, out.data.ptr
 
     def bare() -> None:

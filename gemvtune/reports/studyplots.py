@@ -14,7 +14,8 @@ import optuna
 
 def convergence_rows(study: optuna.Study) -> list[dict[str, Any]]:
     """Measured trials in trial order: their µs (None if not a correct, timed variant) and the best so far."""
-    rows, best = [], math.inf
+    rows: list[dict[str, Any]] = []
+    best = math.inf
     for t in sorted(study.get_trials(deepcopy=False), key=lambda t: t.number):
         a = t.user_attrs
         if not a.get("measured") or t.state not in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED):

@@ -7,12 +7,19 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import TypedDict
 
 from ..runtime.tableschema import printable as esc
 
+
+class _Reference(TypedDict):
+    ceiling_gbps: float
+    us: dict[tuple[int, int], tuple[float, float]]
+
+
 # MEASURING.md (shared notes, H200, 2026-11-29): median µs per launch, graph replay, cold L2, for the
 # seed kernel (block 256, half2, FP32 acc, 1 row/block) and cuBLAS via torch; its read ceiling.
-MEASURING_REFERENCE = {
+MEASURING_REFERENCE: _Reference = {
     "ceiling_gbps": 4476.0,
     "us": {  # (M, d): (seed kernel, cuBLAS via torch)
         (4096, 4096): (11.4, 13.6), (14336, 4096): (33.1, 31.2), (4096, 14336): (29.5, 32.7),

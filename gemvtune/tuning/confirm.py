@@ -7,7 +7,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import optuna
 
@@ -60,7 +60,7 @@ def confirm(runner: Any, shape: Shape, studies: dict[str, optuna.Study] | optuna
     for fam, study in studies.items():
         done = [t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.COMPLETE
                 and t.user_attrs.get("measured")]
-        done.sort(key=lambda t: t.value)
+        done.sort(key=lambda t: cast(float, t.value))   # (a COMPLETE trial of a single-objective study has one)
         cands: list[Any] = []
         for t in done:
             c = FAMILIES[fam].config_cls(**t.params)

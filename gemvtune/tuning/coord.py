@@ -99,8 +99,8 @@ class Coordinator:
     def state(study: optuna.Study, skip: int | None = None) -> tuple[int, int, dict, dict]:
         """(measured, claimed-and-running, label -> (number, status, value) of measured trials,
         label -> number of running claimed trials), over the study as the storage holds it now."""
-        measured: dict[str, tuple[int, str, float | None]] = {}
-        claimed: dict[str, int] = {}
+        measured: dict[str | None, tuple[int, str, float | None]] = {}   # (by label attribute)
+        claimed: dict[str | None, int] = {}
         done = inflight = 0
         for t in study.get_trials(deepcopy=False):
             a = t.user_attrs
@@ -198,6 +198,7 @@ class Coordinator:
             if mine:
                 study.set_user_attr(attr, {"worker": w.id, "host": w.host, "pid": w.pid, "started": now(), "done": False})
                 return True, ""
+        assert rec is not None   # (None was claimed above)
         return False, f"{rec.get('worker')} ({'done' if rec.get('done') else 'in progress'})"
 
     def finish_confirm(self, study: optuna.Study, key: str) -> None:

@@ -284,6 +284,8 @@ class SafeJournalFileBackend(JournalFileBackend):
     """JournalFileBackend that repairs a torn journal before reading or appending and never leaves a
     partial record of its own (see the module doc)."""
 
+    _lock: JournalLock   # (the lock_obj handed to JournalFileBackend; its acquire takes give_up)
+
     def __init__(self, path: str, grace_period: int = 5) -> None:
         # The lock is held only while a few lines are appended: one older than grace_period was left
         # by a killed process (SIGKILL), and is broken instead of stalling the next run.

@@ -153,6 +153,7 @@ JOIN_OPTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
 
 def click_options(command: str) -> Callable[[Callable], Callable]:
     """The click options of ``gemvtune search`` or ``gemvtune worker``, as one decorator."""
+    specs: list[tuple[Opt, dict[str, Any]]]
     if command == "search":
         specs = [(o, {}) for o in OPTIONS if o.flag and o.search]
     else:

@@ -143,7 +143,7 @@ def write_failure(e: BaseException) -> GemvtuneError | None:
     read-only folder).
     None if no write failed (Optuna may wrap a storage error in an AssertionError of its own)."""
     seen: set[int] = set()
-    todo = [e]
+    todo: list[BaseException | None] = [e]
     while todo:
         x = todo.pop()
         if x is None or id(x) in seen:

@@ -140,16 +140,16 @@ def open_store(url: str, heartbeat_s: float = HEARTBEAT_S) -> Store:
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # heartbeats are flagged experimental
-            st = optuna.storages.RDBStorage(url, heartbeat_interval=max(1, round(heartbeat_s)),
-                                            grace_period=max(2, round(GRACE_FACTOR * heartbeat_s)),
-                                            **_stale_callback_kw())
+            rdb = optuna.storages.RDBStorage(url, heartbeat_interval=max(1, round(heartbeat_s)),
+                                             grace_period=max(2, round(GRACE_FACTOR * heartbeat_s)),
+                                             **_stale_callback_kw())
     except Exception as e:
         raise UsageError(f"cannot open storage {url}: {str(e).splitlines()[0]}") from None
     lock_path = None
-    if st.engine.dialect.name == "sqlite":
-        db = st.engine.url.database
+    if rdb.engine.dialect.name == "sqlite":
+        db = rdb.engine.url.database
         lock_path = (db + ".gemvtune.lock") if db and db != ":memory:" else None
-    return Store(url, "rdb", st, heartbeat_s, lock_path=lock_path)
+    return Store(url, "rdb", rdb, heartbeat_s, lock_path=lock_path)
 
 
 def creator() -> dict[str, Any]:
@@ -229,16 +229,17 @@ def storage_lock(store: Store, name: str) -> Iterator[None]:
         from sqlalchemy import text
 
         with store.storage.engine.connect() as conn:
+            arg: dict[str, int | str]
             if store.dialect == "postgresql":
-                lock, unlock, arg = "SELECT pg_advisory_lock(:k)", "SELECT pg_advisory_unlock(:k)", {"k": key}
+                take, give, arg = "SELECT pg_advisory_lock(:k)", "SELECT pg_advisory_unlock(:k)", {"k": key}
             else:
-                lock, unlock, arg = "SELECT GET_LOCK(:k, 600)", "SELECT RELEASE_LOCK(:k)", {"k": f"gemvtune-{key & 0xFFFFFFFF:x}"}
-            conn.execute(text(lock), arg)
+                take, give, arg = "SELECT GET_LOCK(:k, 600)", "SELECT RELEASE_LOCK(:k)", {"k": f"gemvtune-{key & 0xFFFFFFFF:x}"}
+            conn.execute(text(take), arg)
             conn.commit()
             try:
                 yield
             finally:
-                conn.execute(text(unlock), arg)
+                conn.execute(text(give), arg)
                 conn.commit()
     else:   # redis, grpc: no lock to take (see the module doc)
         yield
