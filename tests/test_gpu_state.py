@@ -23,7 +23,10 @@ def test_runner_leaves_device_stream_and_allocator_alone(monkeypatch, no_pool):
         r.ceiling()
         m = r.measure(LLAMA_CPP, Shape(256, 4096))
         assert m.ok, (m.status, m.error)
-        assert all(b.ok for b in r.baselines(Shape(256, 4096)))
+        base = r.baselines(Shape(256, 4096))
+        # without the pool every CuPy allocation is a synchronizing cudaMalloc, so cupy.matmul's
+        # spin timing cannot run ahead of the GPU: recorded as a failure, not raised
+        assert all(b.ok for b in base) if no_pool == "0" else all(b.ok or b.error for b in base)
         r.release()
         after = (cp.cuda.Device().id, cp.cuda.get_current_stream().ptr, cp.cuda.get_allocator())
     assert after == before
