@@ -2,7 +2,8 @@
 so a process that sets one before its first use is honoured; a malformed value is one clear error.
 
     GEMVTUNE_CACHE_DIR   compiled kernels (cubins) go under <dir>/cubin (default ~/.cache/gemvtune)
-    GEMVTUNE_NO_POOL     1: every CUDA array is its own cudaMalloc (compute-sanitizer sees exact bounds)
+    GEMVTUNE_NO_POOL     1: every array the CUDA runner makes is its own cudaMalloc (compute-sanitizer sees
+                         exact bounds); scoped to the runner's work, CuPy's allocator is left as it was
 """
 
 from __future__ import annotations

@@ -33,11 +33,13 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
 
 from ..errors import GemvtuneError
+from ..safefile import atomic_write
 
 DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 _OP = b'{"op_code":'
@@ -173,20 +175,7 @@ def repair(path: str) -> str:
     if data.startswith(fixed):   # only cut at the end: no new space needed
         os.truncate(path, len(fixed))
     else:                        # a salvaged line: rewrite, atomically, keeping the file's mode
-        tmp = f"{path}.repair-{os.getpid()}.tmp"
-        try:
-            with open(tmp, "wb") as f:
-                f.write(fixed)
-                f.flush()
-                os.fsync(f.fileno())
-            os.chmod(tmp, os.stat(path).st_mode & 0o7777)
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        atomic_write(Path(path), lambda f: f.write(fixed), binary=True)
     n = fixed.count(b"\n")
     return f"journal {path} was damaged by an interrupted write: {what}; {saved}; repaired to its last " \
            f"complete record ({n} records kept)"

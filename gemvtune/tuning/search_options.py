@@ -39,7 +39,7 @@ class ModelPreset(click.Choice):
             self.fail(f"unknown model preset {value!r}; known: {', '.join(self.choices)}", param, ctx)
 
 MAX_TRIALS = 10_000   # --trials' upper bound: more than any useful budget, and a run that ends
-DEFAULT_TRIALS = 100  # --trials' default (the search-quality study, see README)
+DEFAULT_TRIALS = 100  # --trials' default (the search-quality study, docs/search.md)
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ OPTIONS: tuple[Opt, ...] = (   # in ``gemvtune search --help`` order
     Opt("--trials", "trials", click.IntRange(1, MAX_TRIALS), DEFAULT_TRIALS, field="trials", study=True,
         help="measured trials per shape, the study's total over all workers; a search also stops when "
              f"its space is measured, or when {STALL_PROPOSALS} proposals in a row measure nothing new "
-             f"(default: {DEFAULT_TRIALS}, from the search-quality study, see README)"),
+             f"(default: {DEFAULT_TRIALS}, from the search-quality study, docs/search.md)"),
     Opt("--timeout", "timeout", click.FloatRange(min=0, min_open=True), field="timeout", what="positive seconds",
         help="seconds of search per shape in this run"),
     Opt("--seed", "seed", SEED, 0, show_default=True, field="seed", study=True),

@@ -16,7 +16,7 @@ workers: claiming one of the study's measured-trial slots (the budget is global)
 confirmation stage. It is a file lock beside a journal or SQLite file (``<file>.gemvtune.lock``, a
 ``filelock.FileLock``: flock, released when its process dies), a PostgreSQL advisory lock,
 a MySQL named lock, or a thread lock for ``memory:``. Redis and gRPC offer none: there the budget can
-be overshot by at most (workers - 1) trials, and the README says so.
+be overshot by at most (workers - 1) trials, and docs/search.md says so.
 """
 
 from __future__ import annotations
