@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Issue 18 (the layout move, no behaviour change), H200. Full outputs under $OUT; a short table last.
-# PART=tests: every GPU test (CI=true, so slow-marked ones too), log tarred.
+# PART=tests: every GPU test (CI=true, so slow-marked ones too), log tarred; PERCALL_REPEATS="1 2": then
+#   gemvtune percall that many times.
 # PART=clients: per-call cost (gemvtune percall) and the Hugging Face bench of Llama-3-8B, eager and
 #   compiled (the run-time path's modules moved), then compute-sanitizer memcheck of `gemvtune verify`
 #   with GEMVTUNE_NO_POOL=1 (the runner's arrays now bypass the pool in a scoped allocator).
@@ -14,6 +15,9 @@ export PYTHONUNBUFFERED=1 GEMVTUNE_CACHE_DIR=/tmp/gemvtune-cache CI=true
 if [ "${PART:-tests}" = tests ]; then
   echo "command: CI=true python3 -m pytest -m gpu -p no:cacheprovider -rA" > $L/pytest-gpu.log
   timeout ${T_TESTS:-540} python3 -m pytest -m gpu -p no:cacheprovider -rA ${TESTS:-} >> $L/pytest-gpu.log 2>&1; echo "pytest rc=$?" >> $L/pytest-gpu.log
+  for i in ${PERCALL_REPEATS:-}; do   # per-call cost again on the same machine, after the tests
+    timeout 150 python3 -m gemvtune percall --out $L/percall-$i > $L/percall-$i.log 2>&1; echo "percall rc=$?" >> $L/percall-$i.log
+  done
   tar czf "$OUT/issue18-tests.tgz" -C $OUT issue18
   grep -E "^(FAILED|ERROR)" $L/pytest-gpu.log | head -20; grep -E "^E " $L/pytest-gpu.log | head -10
   tail -2 $L/pytest-gpu.log
