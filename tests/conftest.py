@@ -60,6 +60,19 @@ def _isolated_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("GEMVTUNE_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
 
 
+def flock_free(path) -> bool:
+    """Whether the flock on ``path`` can be taken right now (and it is released again at once)."""
+    import fcntl
+
+    with open(path) as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        fcntl.flock(f, fcntl.LOCK_UN)
+        return True
+
+
 def run_cli(*args: str, cwd: Path = ROOT, env: dict | None = None) -> subprocess.CompletedProcess:
     e = dict(os.environ)
     e.update(env or {})

@@ -13,7 +13,7 @@ import sys
 import time
 
 import pytest
-from conftest import ROOT, run_cli
+from conftest import ROOT, flock_free, run_cli
 
 from gemvtune import LLAMA_CPP, Shape
 from gemvtune.runtime.table import load_table, record
@@ -171,23 +171,11 @@ def test_atomic_write_leaves_the_old_file_when_the_write_fails(tmp_path):
     assert p.read_text() == "old" and sorted(x.name for x in tmp_path.iterdir()) == ["t.json"]
 
 
-def _flock_free(path) -> bool:
-    import fcntl
-
-    with open(path) as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False
-        fcntl.flock(f, fcntl.LOCK_UN)
-        return True
-
-
 def test_table_lock_is_a_flock_beside_the_file(tmp_path):
     p = tmp_path / "table.json"
     with locked(p):
-        assert not _flock_free(tmp_path / "table.json.lock")
-    assert _flock_free(tmp_path / "table.json.lock")   # released; the lock file stays
+        assert not flock_free(tmp_path / "table.json.lock")
+    assert flock_free(tmp_path / "table.json.lock")   # released; the lock file stays
 
 
 def test_table_lock_through_a_read_only_lock_file(tmp_path, monkeypatch):
@@ -203,5 +191,5 @@ def test_table_lock_through_a_read_only_lock_file(tmp_path, monkeypatch):
     p = tmp_path / "table.json"
     (tmp_path / "table.json.lock").touch()
     with locked(p):
-        assert not _flock_free(tmp_path / "table.json.lock")
-    assert _flock_free(tmp_path / "table.json.lock")
+        assert not flock_free(tmp_path / "table.json.lock")
+    assert flock_free(tmp_path / "table.json.lock")

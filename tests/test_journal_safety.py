@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, run_cli
+from conftest import ROOT, flock_free, run_cli
 from journals import SHAPE, SWEEPS, journal_study, replay_study
 from journals import measured as _measured
 from journals import whole as _whole
@@ -188,7 +188,6 @@ def test_storage_lock_is_a_filelock_beside_the_journal(tmp_path):
     """The workers' lock (gemvtune.tuning.storage.storage_lock) is a flock on ``<journal>.gemvtune.lock`` (a
     filelock.FileLock): held, another descriptor cannot take it; the threads of one process wait for each
     other; released, the file stays (waiters share its inode)."""
-    import fcntl
     import threading
     import time
 
@@ -197,15 +196,6 @@ def test_storage_lock_is_a_filelock_beside_the_journal(tmp_path):
     store = open_store(f"journal:{tmp_path / 'j.log'}")
     lock = tmp_path / "j.log.gemvtune.lock"
     assert store.lock_path == str(lock)
-
-    def free() -> bool:
-        with open(lock) as f:
-            try:
-                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return False
-            fcntl.flock(f, fcntl.LOCK_UN)
-            return True
 
     inside: list[int] = []
 
@@ -216,7 +206,7 @@ def test_storage_lock_is_a_filelock_beside_the_journal(tmp_path):
             inside.append(i)
 
     with storage_lock(store, "x"):
-        assert not free()
+        assert not flock_free(lock)
         threads = [threading.Thread(target=hold, args=(i,)) for i in range(3)]
         for t in threads:
             t.start()
@@ -225,4 +215,4 @@ def test_storage_lock_is_a_filelock_beside_the_journal(tmp_path):
     for t in threads:
         t.join(30)
     assert len(inside) == 6 and all(inside[k] == inside[k + 1] for k in range(0, 6, 2))   # one at a time
-    assert lock.exists() and free()
+    assert lock.exists() and flock_free(lock)
