@@ -249,3 +249,15 @@ def test_l2_flush_part_writes_three_l2s_then_discards_them(monkeypatch):
     assert f.scratch is None
     f.flush("s")
     assert f.scratch is not None and f.scratch is not scratch
+
+
+def test_cublas_torch_baseline_graph_lengths():
+    """cuBLAS's torch baseline is timed at the runner's length and at about 96 calls in whole passes
+    (issue 19: it runs fastest near 96 calls per graph); one flushed pass stays one length."""
+    from gemvtune.runners.cuda.baselines import SHORT_GRAPH, graph_lengths
+
+    assert graph_lengths(240, 6, False) == [240, 96]
+    assert graph_lengths(74, 2, False) == [74]            # already shorter than 96 calls
+    assert graph_lengths(256, 256, True) == [256]         # a flushed pass over the copies
+    assert all(k % 4 == 0 for k in graph_lengths(400, 4, False)) and SHORT_GRAPH in graph_lengths(400, 4, False)
+    assert graph_lengths(500, 7, False) == [500, 91]      # whole passes over 7 copies
