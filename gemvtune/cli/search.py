@@ -10,7 +10,6 @@ from typing import Any
 import click
 
 from ..errors import UsageError
-from ..kernels.families import DEFAULT_FAMILY
 from ..kernels.shapes import Shape, parse_shape
 from ..tuning.search_options import click_options, from_cli, from_study, worker_argv
 from .options import gpu_check as _gpu_check
@@ -38,14 +37,6 @@ def _make_runner(shapes: list[Shape], replay_path: str | None, watchdog_s: float
 
         return IsolatedRunner(CudaRunner, timeout_s=watchdog_s), None, None
     return CudaRunner(), None, None
-
-
-def _replayed_families(replay_path: str, shapes: list[Shape]) -> tuple[str, ...]:
-    """The families the recorded sweeps of ``shapes`` hold (a shape with no sweep fails later, in one line)."""
-    from ..runners.replay import ReplayRunner
-
-    runner = ReplayRunner(replay_path)
-    return tuple(dict.fromkeys(runner.sweep(s).family for s in shapes if s in runner.sweeps)) or (DEFAULT_FAMILY,)
 
 
 def _parse_devices(text: str | None) -> list[str]:
@@ -82,9 +73,7 @@ def search(shape_texts, model, hf_configs, fused, sampler, trials, timeout, seed
     if fused and not (model or hf_configs):
         raise UsageError("--fused picks the fused shapes of --model/--hf-config: give one of them")
     shapes = list(dict.fromkeys(Shape(s.M, s.d, n) for s in dict.fromkeys(base) for n in batches))
-    # a replayed search searches the family its sweeps recorded (unless --family says otherwise)
-    families = _replayed_families(replay_path, shapes) if replay_path and not family_text else None
-    opts = from_cli(click.get_current_context().params, **({"families": families} if families else {}))
+    opts = from_cli(click.get_current_context().params)
     devices = _parse_devices(devices_text)
     if devices and workers > 1:
         raise UsageError("give --devices (one worker per GPU) or --workers N, not both")
@@ -107,6 +96,8 @@ def search(shape_texts, model, hf_configs, fused, sampler, trials, timeout, seed
         return
     runner, domains, default_results = _make_runner(shapes, replay_path, watchdog_s)
     opts.domains = domains
+    if replay_path and not family_text:   # a replayed search searches the families its sweeps recorded
+        opts.families = tuple(dict.fromkeys(runner.sweep(s).family for s in shapes))
     from ..tuning.search_run import run_searches
 
     run_searches(runner, shapes, opts, results_dir or default_results, table_path, echo=click.echo,
