@@ -25,30 +25,16 @@ import torch
 from gemvtune.kernels.shapes import DECODE_SUITE, Shape, parse_batches, parse_shape
 from gemvtune.reports.report import provenance
 from gemvtune.runners.cuda import CudaRunner
+from gemvtune.runners.cuda.baselines import torch_graph, torch_replay_times
 
 
 def graph_us(calls, n_calls: int, reps: int) -> list[float]:
-    """µs per call of ``calls()`` (n_calls of them) captured in one torch CUDA graph, ``reps`` replays."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        calls()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        calls()
-    g.replay()
-    torch.cuda.synchronize()
-    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    out = []
-    for _ in range(reps):
-        e0.record()
-        g.replay()
-        e1.record()
-        e1.synchronize()
-        out.append(e0.elapsed_time(e1) * 1000.0 / n_calls)
+    """µs per call of ``calls()`` (n_calls of them) captured in one torch CUDA graph, ``reps`` replays
+    after one warm-up replay (the runner's own capture and replay helpers)."""
+    g, _ = torch_graph(torch, calls, calls)
+    t = torch_replay_times(torch, g, reps, n_calls, warmup=1)
     del g
-    return out
+    return t
 
 
 def plain(shape: Shape, copies: int, n_calls: int, reps: int, how: str) -> list[float]:
