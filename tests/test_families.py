@@ -123,7 +123,8 @@ def test_needs_workspace_is_the_family_rule():
 
 
 def test_sweep_grid_of_each_family():
-    from gemvtune.tuning.sweep import SWEEP_GRID, grid_configs, sweep_path
+    from gemvtune.kernels.gemv import SWEEP_GRID
+    from gemvtune.tuning.sweep import grid_configs, sweep_path
 
     for name, fam in FAMILIES.items():
         assert list(fam.sweep_grid) == list(fam.domains) and fam.sweep_note

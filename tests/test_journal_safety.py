@@ -16,7 +16,7 @@ from journals import measured as _measured
 from journals import whole as _whole
 
 from gemvtune.tuning.journal import scan
-from gemvtune.tuning.search import make_storage
+from gemvtune.tuning.storage import make_storage
 
 
 def _search(out, trials, *extra, **kw):

@@ -15,8 +15,8 @@ from gemvtune.kernels.shapes import Shape
 from gemvtune.runners.base import Measurement
 from gemvtune.runners.replay import NOT_IN_SWEEP, ReplayRunner
 from gemvtune.tuning.samplers import SAMPLERS
-from gemvtune.tuning.search import MAX_TRIALS, SearchOptions, enqueue_seed, optimize, quiet_optuna
-from gemvtune.tuning.search_options import BY_FLAG
+from gemvtune.tuning.search import SearchOptions, enqueue_seed, optimize, quiet_optuna
+from gemvtune.tuning.search_options import BY_FLAG, MAX_TRIALS
 from gemvtune.tuning.spacebound import STALL_PROPOSALS, candidates
 
 SWEEPS = ROOT / "results" / "nvidia-h200" / "sweeps"

@@ -244,7 +244,7 @@ def test_exhaustive_sampler_survives_a_trial_killed_while_sampling():
     exhaustive sampler must keep proposing (Optuna's stock one raises 'param_name mismatch')."""
     from optuna.distributions import CategoricalDistribution
 
-    from gemvtune.tuning.search import make_sampler
+    from gemvtune.tuning.samplers import make_sampler
 
     study = optuna.create_study(sampler=make_sampler("exhaustive", 0))
     study.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.FAIL, params={"a": 1},

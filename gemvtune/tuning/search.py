@@ -18,12 +18,12 @@ import optuna
 from ..kernels.families import DEFAULT_FAMILY, FAMILIES, get_family
 from ..kernels.shapes import Shape
 from ..runners.base import Measurement, Status
-from .confirm import SearchResult, complexity, confirm  # noqa: F401  (SearchResult, complexity: re-exported)
+from .confirm import SearchResult, confirm
 from .coord import Coordinator
-from .samplers import SAMPLERS, make_sampler  # noqa: F401  (re-exported)
-from .search_options import MAX_TRIALS, SearchOptions, study_record  # noqa: F401  (MAX_TRIALS: re-exported)
+from .samplers import make_sampler
+from .search_options import SearchOptions, study_record
 from .spacebound import STALL_PROPOSALS, candidates, enqueue_rest
-from .storage import HEARTBEAT_S, Store, make_storage  # noqa: F401  (make_storage: re-exported)
+from .storage import HEARTBEAT_S, Store
 
 log = logging.getLogger("gemvtune")
 
@@ -124,7 +124,7 @@ def run_search(runner: Any, shape: Shape, opts: SearchOptions, storage: Any, nam
         "measured_trials": measured, "total_trials": len(trials), "study": name,
         "started": started, "finished": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "search_s": round(search_s, 2), "confirm_rounds": opts.rounds, "top_k": opts.top_k,
-        "replayed": bool(getattr(runner, "replayed", False)),
+        "replayed": bool(runner.replayed),
     }
     return result
 
@@ -141,7 +141,7 @@ def enqueue_seed(study: optuna.Study, family: str = DEFAULT_FAMILY, domains: dic
 
 def trials_in_flight(opts: SearchOptions, runner: Any) -> int:
     """opts.jobs, else the runner's compile_jobs; 1 for a runner that cannot compile ahead."""
-    jobs = opts.jobs or int(getattr(runner, "compile_jobs", 1))
+    jobs = opts.jobs or int(runner.compile_jobs)
     return jobs if hasattr(runner, "precompile") else 1
 
 
@@ -185,7 +185,7 @@ def optimize(study: optuna.Study, runner: Any, shape: Shape, opts: SearchOptions
         if counter["stop"]:
             return
         if exhausted():
-            where = "sweep" if getattr(runner, "replayed", False) else "space"
+            where = "sweep" if runner.replayed else "space"
             counter["stop"] = f"all {len(space)} valid configs of the {where} are measured"  # type: ignore[arg-type]
         elif counter["idle"] >= STALL_PROPOSALS:
             counter["stop"] = (f"{STALL_PROPOSALS} proposals in a row measured nothing new (invalid, already "

@@ -48,7 +48,7 @@ def run_searches(runner: Any, shapes: list[Shape], opts: SearchOptions, results_
     table = Path(table_path) if table_path else out / "table.json"
     storage_url = opts.storage or f"journal:{out / 'optuna-journal.log'}"
     table = preflight(table, storage_url, dev) or table   # every output writable, every table valid: before any work
-    if getattr(runner, "replayed", False):   # replayed results never merge into measured ones unasked
+    if runner.replayed:   # replayed results never merge into measured ones unasked
         from ..runners.replay import refuse_replay_into_measured
 
         refuse_replay_into_measured(table, storage_url, allow_replay_into_measured)
@@ -168,10 +168,10 @@ def _search_shapes(runner: Any, shapes: list[Shape], opts: SearchOptions, out: P
 
     storage, slug = coord.store.storage, gpu_slug(dev["name"])
     ceil = runner.ceiling()
-    replay = " (REPLAYED from recorded sweeps)" if getattr(runner, "replayed", False) else ""
+    replay = " (REPLAYED from recorded sweeps)" if runner.replayed else ""
     echo(f"{dev['name']}{replay}: read ceiling {ceil['read_gbps']:.0f} GB/s; storage {storage_url}; table {table}")
     for shape in shapes:
-        name = study_name(shape, slug) + getattr(runner, "study_suffix", "")   # replay: its own studies
+        name = study_name(shape, slug) + runner.study_suffix   # replay: its own studies
         res = run_search(runner, shape, opts, storage, name, echo=echo, coord=coord, joiner=joiner)
         if res is None:   # another worker of this study confirms and writes the table
             runner.release()
@@ -179,7 +179,7 @@ def _search_shapes(runner: Any, shapes: list[Shape], opts: SearchOptions, out: P
         stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
         csv = out / f"search-{shape.M}x{shape.d}x{shape.n}-{stamp}.csv"
         pd.DataFrame(res.trials).to_csv(csv, index=False, float_format="%.6g")
-        meta = provenance(dev, ceiling=ceil, replayed=bool(getattr(runner, "replayed", False)), study=name, storage=storage_url, shape=[shape.M, shape.d, shape.n],
+        meta = provenance(dev, ceiling=ceil, replayed=bool(runner.replayed), study=name, storage=storage_url, shape=[shape.M, shape.d, shape.n],
                           search=res.entry["search"], winner=res.entry["winner"], baselines=res.entry["baselines"])
         csv.with_suffix(".json").write_text(json.dumps(meta, indent=1, sort_keys=True, default=str) + "\n")
         record(table, shape, res.entry, dev, ceil)

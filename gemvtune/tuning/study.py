@@ -33,7 +33,7 @@ SAMPLER_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
 def _sampler(variant: str, seed: int):
     import optuna
 
-    from .search import make_sampler
+    from .samplers import make_sampler
 
     kind, o = SAMPLER_VARIANTS[variant]
     if kind == "tpe-indep":

@@ -14,12 +14,10 @@ from typing import Any
 
 from ..kernels.compile import compile_variants
 from ..kernels.families import DEFAULT_FAMILY, get_family
-from ..kernels.gemv import SWEEP_GRID  # the default family's grid, kept under these names
-from ..kernels.gemv import SWEEP_NOTE as GRID_NOTE
 from ..kernels.shapes import Shape
 from ..reports.report import provenance
 
-__all__ = ["GRID_NOTE", "SWEEP_GRID", "grid_configs", "run_sweep", "sweep_path"]
+__all__ = ["grid_configs", "run_sweep", "sweep_path"]
 
 
 def grid_configs(grid: dict[str, tuple[Any, ...]] | None = None, family: str = DEFAULT_FAMILY) -> list[Any]:
