@@ -13,6 +13,7 @@ from typing import Any
 
 from ..errors import UsageError
 from . import gemv as space
+from . import mma as space_mma
 from . import splitk as space_splitk
 from .configbase import ConfigBase
 
@@ -48,12 +49,21 @@ def _splitk_complexity(c: space_splitk.SplitKConfig) -> tuple:
     return (levers, c.split, c.depth, c.warps, c.mt)
 
 
+def _mma_complexity(c: space_mma.MmaConfig) -> tuple:
+    levers = (c.split > 1) + (c.kw > 1) + (c.hint != "nc") + (c.pdl != "off")
+    return (levers, c.split, c.kw, c.rw, c.depth, c.mt)
+
+
 def _gemv_values(c: space.GemvConfig, shape: Any) -> dict[str, Any]:
     return {"vec_elems": c.vec_elems, "rows": c.rows_per_block, "min_blocks": c.min_blocks}
 
 
 def _splitk_values(c: space_splitk.SplitKConfig, shape: Any) -> dict[str, Any]:
-    return {"n_tiles": c.n_tiles(shape.n), "x_row": c.x_row_halves(shape.d)}
+    return {"n_tiles": c.n_tiles(shape.n), "x_row": c.x_row_halves(shape.d), "w_hint": "nc"}
+
+
+def _mma_values(c: space_mma.MmaConfig, shape: Any) -> dict[str, Any]:
+    return {"n_tiles": c.n_tiles(shape.n), "w_hint": c.hint}
 
 
 FAMILIES: dict[str, Family] = {
@@ -66,6 +76,10 @@ FAMILIES: dict[str, Family] = {
                      "splitk seed", "splitk_gemm.cu.j2", "splitk_gemm", _splitk_complexity, _splitk_values, "-splitk",
                      space_splitk.all_configs, space_splitk.FALLBACKS, space_splitk.SWEEP_GRID,
                      space_splitk.SWEEP_NOTE),
+    # tensor-core GEMV streaming W once for every n <= 16 (row warps share X, register ring, in-kernel split)
+    "mma": Family("mma", space_mma.MmaConfig, space_mma.DOMAINS, space_mma.MMA_SEED, "mma seed", "mma_gemv.cu.j2",
+                  "mma_gemv", _mma_complexity, _mma_values, "-mma", space_mma.all_configs, space_mma.FALLBACKS,
+                  space_mma.SWEEP_GRID, space_mma.SWEEP_NOTE),
 }
 # Order of families in a search; the gemv family first (its seed is the llama.cpp config).
 FAMILY_NAMES = tuple(FAMILIES)

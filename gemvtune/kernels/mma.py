@@ -1,0 +1,143 @@
+"""The mma GEMV family: Y[n, M] = X[n, d] . W^T on tensor cores (mma.sync m16n8k16, FP16 in, FP32
+accumulate), built so that its time is the time of reading W for every n <= 16: warps along rows share
+each X fragment through L1, a register ring per warp keeps W loads in flight, an optional split of d
+is combined inside the kernel (no second launch). A frozen config, its domains, and validity with reasons."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from .configbase import ConfigBase
+from .shapes import Shape
+
+SMEM_LIMIT = 48 * 1024   # static shared memory a block may take without an opt-in
+KCHUNK = 32              # halves of d per warp step: each lane loads 16 B of each of its rows
+MAX_WARPS = 16           # warps per block (rw x kw)
+MAX_RING = 8             # m16 tiles x ring depth: 8 x 2 x 16 B = 64 registers of W in flight per lane
+
+DOMAINS: dict[str, tuple[Any, ...]] = {
+    "mt": (1, 2, 4),                    # m16 tiles per warp: rows per warp = 16 * mt
+    "rw": (1, 2, 4, 8),                 # warps along rows (they share X fragments through L1)
+    "kw": (1, 2, 4, 8),                 # warps along d (partial sums added in shared memory)
+    "split": (1, 2, 4, 8, 16),          # d split across blocks (grid.y), combined by the last block
+    "depth": (1, 2, 4, 8),              # d chunks of W in flight per warp (the register ring)
+    "hint": ("nc", "evict_first"),      # W loads: non-coherent no-L1, or that plus an L2 evict-first policy
+    "pdl": ("off", "on"),               # programmatic dependent launch: fill the ring before waiting
+}
+
+
+@dataclass(frozen=True, order=True)
+class MmaConfig(ConfigBase):
+    """One point of the mma GEMV family. Hashable like GemvConfig."""
+
+    mt: int = 1
+    rw: int = 4
+    kw: int = 2
+    split: int = 1
+    depth: int = 4
+    hint: str = "nc"
+    pdl: str = "off"
+
+    family = "mma"
+    DOMAINS = DOMAINS
+    acc = "fp32"          # tensor-core accumulation is FP32 (sets the error bound)
+    vec_elems = 8         # W is read in 16-byte pieces (sets the alignment the dispatcher checks)
+
+    # ---- derived values -------------------------------------------------------------------
+    @property
+    def rows_per_block(self) -> int:
+        return 16 * self.mt * self.rw
+
+    @property
+    def warps(self) -> int:
+        return self.rw * self.kw
+
+    @property
+    def block(self) -> int:
+        return 32 * self.warps
+
+    @staticmethod
+    def n_tiles(n: int) -> int:
+        return (n + 7) // 8
+
+    def chunks(self, d: int) -> int:
+        return -(-d // KCHUNK)
+
+    def chunks_per_split(self, d: int) -> int:
+        return -(-self.chunks(d) // self.split)
+
+    def grid(self, shape: Shape) -> tuple[int, int, int]:
+        return (-(-shape.M // self.rows_per_block), self.split, 1)
+
+    def kernels(self, shape: Shape) -> list[tuple[str, tuple[int, int, int], tuple[int, int, int]]]:
+        """The launches of one call: one kernel, whatever the split."""
+        return [("mma_gemv", self.grid(shape), (self.block, 1, 1))]
+
+    def workspace(self, shape: Shape) -> tuple[int, int]:
+        """(float workspace elements, counters) one call needs: the split partial sums and one counter
+        per row group."""
+        if not self.needs_workspace(shape):
+            return 1, 1
+        return self.split * shape.n * shape.M, self.grid(shape)[0]
+
+    def needs_workspace(self, shape: Shape) -> bool:
+        return self.split > 1
+
+    def smem_bytes(self, shape: Shape) -> int:
+        return self.kw * self.rows_per_block * 8 * self.n_tiles(shape.n) * 4 if self.kw > 1 else 0
+
+    # ---- validity -------------------------------------------------------------------------
+    def invalid_reasons(self, shape: Shape) -> list[str]:
+        errs = self.domain_errors()
+        if errs:
+            return errs
+        r: list[str] = []
+        if self.warps > MAX_WARPS:
+            r.append(f"rw={self.rw} x kw={self.kw} = {self.warps} warps exceed {MAX_WARPS} per block")
+        nch = self.chunks(shape.d)
+        if self.split > nch:
+            r.append(f"split={self.split} exceeds the {nch} chunks of {KCHUNK} along d={shape.d}")
+            return r
+        cps = self.chunks_per_split(shape.d)
+        if self.split > 1 and (self.split - 1) * cps >= nch:
+            r.append(f"split={self.split} with {cps} chunks per split leaves the last split empty (d={shape.d})")
+        if cps < self.kw:
+            r.append(f"kw={self.kw} exceeds the {cps} d chunks of a split: some warps would idle")
+        if self.rw > 1 and 16 * self.mt * (self.rw - 1) >= shape.M:
+            r.append(f"rw={self.rw} row warps of {16 * self.mt} rows: the last would have no row of M={shape.M}")
+        if self.mt * self.depth > MAX_RING:
+            r.append(f"mt={self.mt} x depth={self.depth} ring slots exceed {MAX_RING} "
+                     f"({16 * self.mt * self.depth} registers of W per lane)")
+        sm = self.smem_bytes(shape)
+        if sm > SMEM_LIMIT:
+            r.append(f"{sm} B of shared memory for the d-warp reduction exceed {SMEM_LIMIT // 1024} KiB")
+        if self.grid(shape)[0] > 2**31 - 1:
+            r.append("too many row blocks for one grid")
+        return r
+
+    @property
+    def label(self) -> str:
+        return (f"mma.m{16 * self.mt}.r{self.rw}.k{self.kw}.s{self.split}.d{self.depth}.{self.hint}"
+                + (".pdl" if self.pdl == "on" else ""))
+
+
+# The point tried first: 16 rows per warp, 4 row warps x 2 d warps, no split, 4 chunks in flight.
+MMA_SEED = MmaConfig()
+# A table's fallbacks for a shape it lacks: none (the GEMV family's run any shape).
+FALLBACKS: tuple[tuple[MmaConfig, str], ...] = ()
+# A sweep measures the whole space (3,840 points before validity) but for the hint and pdl levers.
+SWEEP_GRID: dict[str, tuple[Any, ...]] = {**DOMAINS, "hint": ("nc",), "pdl": ("off",)}
+SWEEP_NOTE = ("Left out of the full space: the evict-first hint and programmatic dependent launch "
+              "(a search tries them; a sweep measures the tiling and the ring).")
+
+
+def all_configs() -> Iterator[MmaConfig]:
+    for values in itertools.product(*DOMAINS.values()):
+        yield MmaConfig(*values)
+
+
+def valid_configs(shape: Shape) -> list[MmaConfig]:
+    return [c for c in all_configs() if c.is_valid(shape)]
