@@ -1,6 +1,8 @@
 """Baselines timed in the same harness and run as the variants: cuBLAS via cupy.matmul (spin method)
-and via torch in a CUDA graph. A part of the CUDA runner: ``CudaRunner`` owns a ``Baselines`` made with
-itself as the harness (what ``Harness`` lists)."""
+and via torch in a CUDA graph, Inductor max-autotune in that same torch harness (``inductor``), and the
+seed kernel as written (llama.cpp's, d at run time: ``gemvtune.kernels.seed``) in a graph of launches.
+A part of the CUDA runner: ``CudaRunner`` owns a ``Baselines`` made with itself as the harness (what
+``Harness`` lists)."""
 
 from __future__ import annotations
 
@@ -64,6 +66,12 @@ class Harness(Protocol):
     replays: int
     warmup: int
     gpu_lock: Any
+    arch: str
+
+    def function(self, cubin_path: str, name: str) -> Any: ...
+
+    def time_graph(self, launch: Callable[[int], None], n: int, flush: bool = False,
+                   before: Callable[[Any], None] | None = None) -> list[float]: ...
 
     def on_stream(self) -> AbstractContextManager[None]: ...
 
@@ -81,10 +89,11 @@ class Harness(Protocol):
 
 
 class Baselines:
-    """cuBLAS baselines of one runner (``harness``), on its device and stream."""
+    """The baselines of one runner (``harness``), on its device and stream."""
 
     def __init__(self, harness: Harness):
         self.h = harness
+        self._inductor: dict[Shape, Any] = {}   # shape -> inductor.InductorCompile: compiled once per process
 
     def measure_cublas(self, shape: Shape) -> Measurement:
         """cuBLAS through cupy.matmul (FP16 in, FP32 compute, FP16 out), timed with the spin method
@@ -108,7 +117,8 @@ class Baselines:
         return m
 
     def baselines(self, shape: Shape) -> list[Measurement]:
-        """cuBLAS via cupy.matmul (spin) and, where torch is installed, via torch in a graph."""
+        """cuBLAS via cupy.matmul (spin) and, where torch is installed, via torch in a graph (what a search's
+        confirmation compares against; the benchmark adds ``measure_inductor`` and ``measure_seed``)."""
         with self.h.gpu_lock.held():
             out = [self.measure_cublas(shape)]
             t = self.measure_torch_linear(shape)
@@ -116,15 +126,38 @@ class Baselines:
             out.append(t)
         return out
 
-    def measure_torch_linear(self, shape: Shape) -> Measurement | None:
-        """cuBLAS through torch.nn.functional.linear (what MEASURING.md's references used), in a
-        CUDA graph over the same rotating copies. None where torch is not installed. Runs with the
-        runner's device current (torch's too) and its stream as CuPy's (the DLPack hand-overs order on it).
+    def time_torch(self, torch: Any, shape: Shape, b: Any, call: Callable[[int], Any]) -> tuple[list[float], int]:
+        """The torch baselines' harness: ``call(i)`` (the i-th call, over the copies of ``b``) captured in a
+        torch CUDA graph at each of ``graph_lengths`` (after 3 warm-up calls on a side stream), each
+        replayed like the variants (each replay after an L2 flush when ``b.flush``); (the samples of the
+        fastest length in µs per call, that length).
 
         cuBLAS's time per call depends on how many calls one graph holds (measured on the H200: 13.45 µs
         at 96 calls of 4096x4096, 13.71 at 240 and 480, while the variants' times do not rise with
         length; results/nvidia-h200/NOTES.md, issue 19), so it is timed at the runner's length and at
-        about 96 calls, and the faster is the baseline: the fastest way a user gets cuBLAS."""
+        about 96 calls, and the faster is the baseline: the fastest way a user gets it."""
+        h = self.h
+        n = h.launches(shape, b.copies, flush=b.flush)
+
+        def calls(k: int) -> list:
+            return [call(i) for i in range(k)]
+
+        best: tuple[float, list[float], int] | None = None
+        for k in graph_lengths(n, b.copies, b.flush):
+            g, _ = torch_graph(torch, partial(calls, 3), partial(calls, k))
+            t = torch_replay_times(torch, g, h.replays, k, warmup=h.warmup, before=h.flush_l2 if b.flush else None)
+            del g
+            if best is None or median(t) < best[0]:
+                best = (median(t), t, k)
+        torch.cuda.empty_cache()
+        assert best is not None   # graph_lengths gives at least one
+        return best[1], best[2]
+
+    def measure_torch_linear(self, shape: Shape) -> Measurement | None:
+        """cuBLAS through torch.nn.functional.linear (what MEASURING.md's references used), in a
+        CUDA graph over the same rotating copies (``time_torch``). None where torch is not installed.
+        Runs with the runner's device current (torch's too) and its stream as CuPy's (the DLPack
+        hand-overs order on it)."""
         try:
             import torch
         except Exception:
@@ -136,23 +169,65 @@ class Baselines:
                 b = h.buffers(shape)
                 Wt = [torch.from_dlpack(w) for w in b.W]
                 xt = [torch.from_dlpack(x).view(shape.n, shape.d) for x in b.x]
-                n = h.launches(shape, b.copies, flush=b.flush)
-                def calls(k: int) -> list:
-                    return [torch.nn.functional.linear(xt[i % b.copies], Wt[i % b.copies]) for i in range(k)]
-                best: tuple[float, list[float], int] | None = None
-                for k in graph_lengths(n, b.copies, b.flush):
-                    g, _ = torch_graph(torch, partial(calls, 3), partial(calls, k))
-                    t = torch_replay_times(torch, g, h.replays, k, warmup=h.warmup,
-                                           before=h.flush_l2 if b.flush else None)
-                    del g
-                    if best is None or median(t) < best[0]:
-                        best = (median(t), t, k)
-                torch.cuda.empty_cache()
+                t, k = self.time_torch(torch, shape, b, lambda i: torch.nn.functional.linear(xt[i % b.copies],
+                                                                                            Wt[i % b.copies]))
             except Exception as e:
                 m.status, m.error = Status.LAUNCH_ERROR, str(e).splitlines()[0]
                 return m
-            assert best is not None   # graph_lengths gives at least one
-            h.fill_times(m, best[1], shape, "graph", best[2], b)
+            h.fill_times(m, t, shape, "graph", k, b)
+        return m
+
+    def measure_inductor(self, shape: Shape, verify: bool = True) -> Measurement:
+        """torch.compile(F.linear, mode="max-autotune-no-cudagraphs") in the torch F.linear harness
+        (``inductor.measure_inductor``), compiled once per shape for this object's life; FP16 output,
+        verified. A failure (no torch, no Triton, a compile error, dynamo running it eagerly) is a
+        LAUNCH_ERROR measurement with its reason."""
+        from .inductor import measure_inductor
+
+        return measure_inductor(self.h, shape, self._inductor, self.time_torch, verify)
+
+    def measure_seed(self, shape: Shape, verify: bool = True) -> Measurement:
+        """The seed kernel as written: llama.cpp's mul_mat_vec with d and M read at run time
+        (``gemvtune.kernels.seed``), launched as a CuPy function, verified and timed like a variant
+        (graph of launches over the rotating copies). An odd d is INVALID, as llama.cpp refuses it."""
+        from ...kernels.compile import CompileError
+        from ...kernels.seed import SEED_KERNEL, SEED_KIND, SEED_NAME, compile_seed, seed_invalid_reasons, seed_launch
+
+        h = self.h
+        m = Measurement(SEED_NAME, SEED_KIND, shape.M, shape.d, shape.n, Status.OK)
+        why = seed_invalid_reasons(shape)
+        if why:
+            m.status, m.error = Status.INVALID, "; ".join(why)
+            return m
+        try:
+            compiled = compile_seed(shape.n, h.arch)
+        except CompileError as e:
+            m.status, m.error = Status.COMPILE_ERROR, str(e)
+            return m
+        r = compiled.resources
+        m.registers, m.spill_bytes, m.smem_bytes, m.compile_s = r.registers, r.spill_stores, r.smem_bytes, compiled.compile_s
+        m.bound = error_bound("fp32", shape.d)
+        grid, block, tail = seed_launch(shape)
+        with h.gpu_lock.held(), h.on_stream():
+            try:
+                kernel = h.function(compiled.cubin_path, SEED_KERNEL)
+
+                def launch(W: Any, x: Any, y: Any) -> None:
+                    kernel(grid, block, (W, x, y, *tail))
+
+                if verify:
+                    ok, m.relerr, m.rowerr, reason = h.verify(launch, shape, m.bound)
+                    if not ok:
+                        m.status, m.error = Status.WRONG, reason
+                        return m
+                b = h.buffers(shape)
+                n = h.launches(shape, b.copies, flush=b.flush)
+                t = h.time_graph(lambda i: launch(b.W[i % b.copies], b.x[i % b.copies], b.y[i % b.copies]), n,
+                                 flush=b.flush)
+            except Exception as e:
+                m.status, m.error = Status.LAUNCH_ERROR, (str(e).splitlines() or [type(e).__name__])[0]
+                return m
+            h.fill_times(m, t, shape, "graph", n, b)
         return m
 
 

@@ -337,3 +337,11 @@ class CudaRunner(RunnerBase):
         """cuBLAS through torch F.linear in a CUDA graph; None without torch (``Baselines.measure_torch_linear``)."""
         return self.baseline.measure_torch_linear(shape)
 
+    def measure_inductor(self, shape: Shape, verify: bool = True) -> Measurement:
+        """torch.compile max-autotune F.linear in the torch harness (``Baselines.measure_inductor``)."""
+        return self.baseline.measure_inductor(shape, verify)
+
+    def measure_seed(self, shape: Shape, verify: bool = True) -> Measurement:
+        """llama.cpp's kernel as written, d at run time (``Baselines.measure_seed``)."""
+        return self.baseline.measure_seed(shape, verify)
+
