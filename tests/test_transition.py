@@ -303,6 +303,14 @@ def test_bad_input_is_one_line_before_the_gpu(monkeypatch, capsys, args, words):
     assert len(err.strip().splitlines()) == 1 and words in err and "Traceback" not in err
 
 
+def test_without_torch_one_line_before_the_gpu(monkeypatch, capsys):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "torch", None)      # import torch raises ImportError
+    code, err, gpu = _run(monkeypatch, capsys, "--shape", "1024x1024")
+    assert code == 2 and not gpu and "needs torch" in err and len(err.strip().splitlines()) == 1
+
+
 def test_good_input_reaches_the_gpu_check(monkeypatch, capsys, tmp_path):
     code, err, gpu = _run(monkeypatch, capsys, "--shape", "1024x1024", "--suite", "decode", "--batch", "32..64",
                           "--table", str(tmp_path / "absent.json"), "--out", str(tmp_path / "o"))

@@ -42,5 +42,9 @@ def transition(shape_texts: tuple[str, ...], suite: str | None, batch_text: str,
         load_table(table_path)        # a missing or corrupt table fails before any GPU work
     if out_dir is not None:
         _writable_dir(out_dir)
+    try:
+        import torch  # noqa: F401  (cuBLAS and the compute ceiling are timed through it)
+    except ImportError:
+        raise UsageError("transition times cuBLAS through PyTorch and needs torch: pip install 'gemvtune[torch]'") from None
     _gpu_check()
     run_transition(pairs, ns, table_path, out_dir, echo=click.echo, peak_size=peak_size)
