@@ -35,7 +35,8 @@ def test_markdown_and_chart(tmp_path):
         r.update(bare_launch_us=3.0, table_gemv_us=3.6, dispatch_ratio=1.2)
     df = pd.DataFrame(rows)
     md = bench_markdown(df, {"read_gbps": 4000.0, "launch_floor_us": 0.5})
-    assert "×cuBLAS 1.300" in md and "×llama.cpp 1.200" in md and "1.20× the CPU time" in md
+    assert "×cuBLAS 1.300" in md and "×llama.cpp config 1.200" in md and "1.20× the CPU time" in md
+    assert "×Inductor - (lowest -)" in md and "×best(cuBLAS, Inductor) - (lowest -)" in md   # not measured: empty
     assert md.count("\n| 4096x4096 |") + md.count("| 14336x4096 |") == 2
     p = plot_bench(df, tmp_path / "b.png", "test")
     assert p.stat().st_size > 5000
@@ -79,6 +80,12 @@ def test_tuned_bench_glue_with_a_fake_runner(tmp_path, monkeypatch):
         def ceiling(self):
             return {"read_gbps": 4500.0, "read_gbps_min": 4400.0, "read_gbps_max": 4600.0, "launch_floor_us": 0.5}
 
+        def measure_seed(self, shape, verify=True):
+            return Measurement("seed", "seed", shape.M, shape.d, shape.n, Status.OK, us_median=12.5)
+
+        def measure_inductor(self, shape, verify=True):
+            return Measurement("ind", "inductor", shape.M, shape.d, shape.n, Status.OK, us_median=14.0, compile_s=30.0)
+
     monkeypatch.setattr(rc, "CudaRunner", Fake)
     monkeypatch.setattr(rd, "dispatch_overhead", lambda table, shape: {"bare_launch_us": 3.0, "table_gemv_us": 3.3,
                                                                        "dispatch_ratio": 1.1})
@@ -86,8 +93,19 @@ def test_tuned_bench_glue_with_a_fake_runner(tmp_path, monkeypatch):
     path = run_tuned_bench([Shape(4096, 4096), Shape(4096, 4096, 8), Shape(3000, 4096)], str(table), str(tmp_path),
                            echo=lambda s: None, rounds=2)
     df = pd.read_csv(path)
-    assert set(df.kind) == {"tuned", "llama.cpp", "cublas"} and (df.kind == "tuned").sum() == 6
+    assert set(df.kind) == {"tuned", "llama.cpp", "seed", "cublas", "inductor"} and (df.kind == "tuned").sum() == 6
+    assert set(df[df.kind == "llama.cpp"].name) == {"llama.cpp config (d compiled in)"}
+    assert (df.kind == "inductor").sum() == 6 and (df.kind == "seed").sum() == 6        # interleaved, every round
     summ = pd.read_csv(str(path).replace(".csv", "-summary.csv"))
     assert list(summ.n) == [1, 8, 1] and list(summ.lookup)[0] == "tuned" and "nearest" in list(summ.lookup)[2]
     assert (summ.x_cublas > 0).all() and (summ.dispatch_ratio == 1.1).all()
+    assert (summ.inductor_us == 14.0).all() and (summ.best_baseline_us == 14.0).all() and (summ.x_seed > 0).all()
+    assert (summ.inductor_compile_s == 30.0).all()
     assert path.with_name(path.stem + ".png").stat().st_size > 5000
+    md = path.with_name(path.stem + "-summary.md").read_text()
+    assert "| 1 | 2 | " in md and "| 8 | 1 | " in md and "tuned time / its n = 1 time" in md   # two batches: growth column
+    path = run_tuned_bench([Shape(4096, 4096)], str(table), str(tmp_path / "no-ind"), echo=lambda s: None, rounds=1,
+                           inductor=False)
+    assert "inductor" not in set(pd.read_csv(path).kind)
+    summ = pd.read_csv(str(path).replace(".csv", "-summary.csv"))
+    assert summ.x_inductor.isna().all() and summ.x_best.isna().all() and (summ.x_cublas > 0).all()

@@ -14,6 +14,7 @@ from ..kernels import gemv as sp
 from ..kernels.families import load_configs
 from ..kernels.shapes import Shape, parse_batches, parse_shape
 from ..tuning.search_options import SEED, ModelPreset
+from . import options as _options
 from .options import gpu_check as _gpu_check
 from .options import one_line_usage_error, setup_logging, sort_shape_lines, writable_file
 from .options import writable_dir as _writable_dir
@@ -143,27 +144,19 @@ def ceiling(gib: float) -> None:
 @click.option("--table", "table_path", default=None, help="table for --configs tuned (default results/<gpu>/table.json)")
 @click.option("--batch", "batch_text", default="1", show_default=True, help="batch sizes n, e.g. 1,2,4")
 @click.option("--rounds", default=3, show_default=True, type=click.IntRange(1, 50),
-              help="interleaved rounds (tuned, llama.cpp, cuBLAS) for --configs tuned")
+              help="interleaved rounds (tuned and every baseline) for --configs tuned")
 @click.option("--seed", default=0, show_default=True, type=SEED,
               help="seed of sample:N (with --hf-config: of the model's random weights)")
 @click.option("--out", "out_dir", default=None, help="output folder (default results/<gpu>/)")
 @click.option("--no-spin-check", is_flag=True, help="skip timing llama.cpp with the spin method too")
-@click.option("--layers", "layers_text", default=None, metavar="N",
-              help="with --model: time one whole decode step of N layers + LM head (one CUDA graph per "
-                   "implementation; default --out results/<gpu>/bench/); with --hf-config: build the model "
-                   "with N layers (default: the config's)")
-@click.option("--hf-config", "hf_config", default=None, metavar="PATH",
-              help="a Hugging Face config.json (or its folder): time greedy generate of transformers' model "
-                   "(random weights) stock vs swap_linears, eager and compiled (needs gemvtune[hf])")
-@click.option("--tokens", "tokens_text", default=None, metavar="N",
-              help="with --hf-config: new tokens per generate  [default: 128]")
-@click.option("--prompt-tokens", "prompt_text", default=None, metavar="N",
-              help="with --hf-config: random prompt tokens  [default: 16]")
+@_options.NO_INDUCTOR
+@_options.BENCH_MODEL_OPTIONS
 def bench(shape_texts: tuple[str, ...], suite: str | None, model: str | None, spec: str, table_path: str | None,
-          batch_text: str, rounds: int, seed: int, out_dir: str | None, no_spin_check: bool,
+          batch_text: str, rounds: int, seed: int, out_dir: str | None, no_spin_check: bool, no_inductor: bool,
           layers_text: str | None, hf_config: str | None, tokens_text: str | None, prompt_text: str | None) -> None:
-    """Benchmark in one process: the read ceiling, the table's tuned kernel, the llama.cpp config and
-    cuBLAS per shape (ratios, geometric means, CSV, bar chart); or chosen variants (--configs); or,
+    """Benchmark in one process: the read ceiling, then per shape the table's tuned kernel against the
+    llama.cpp config (d compiled in), the seed kernel as written (d at run time), cuBLAS and Inductor
+    max-autotune (ratios, geometric means per batch, CSV, bar chart); or chosen variants (--configs); or,
     with --layers, one decode step of a model (tuned vs llama.cpp config vs cuBLAS); or, with
     --hf-config, end-to-end greedy decode of a Hugging Face model, stock vs gemvtune."""
     from ..kernels.hfconfig import model_shapes
@@ -171,7 +164,8 @@ def bench(shape_texts: tuple[str, ...], suite: str | None, model: str | None, sp
 
     if hf_config is not None:
         _bench_hf(hf_config, layers_text, tokens_text, prompt_text, table_path, out_dir, rounds, seed,
-                  shape_texts, suite, model, spec, batch_text, no_spin_check)
+                  shape_texts, suite, model, spec, batch_text, {"--no-spin-check": no_spin_check,
+                                                                "--no-inductor": no_inductor})
         return
     for text, opt in ((tokens_text, "--tokens"), (prompt_text, "--prompt-tokens")):
         if text is not None:
@@ -209,7 +203,7 @@ def bench(shape_texts: tuple[str, ...], suite: str | None, model: str | None, sp
             return
         from ..clients.bench import run_tuned_bench
 
-        run_tuned_bench(shapes, table_path, out_dir, echo=click.echo, rounds=rounds)
+        run_tuned_bench(shapes, table_path, out_dir, echo=click.echo, rounds=rounds, inductor=not no_inductor)
         return
     for s in shapes:
         select_configs(spec, s, seed)  # bad --configs fails before any GPU work
@@ -217,19 +211,19 @@ def bench(shape_texts: tuple[str, ...], suite: str | None, model: str | None, sp
     from ..clients.bench import run_bench
 
     run_bench(shapes, lambda s: select_configs(spec, s, seed), out_dir, echo=click.echo,
-              spin_check=not no_spin_check)
+              spin_check=not no_spin_check, inductor=not no_inductor)
 
 
 def _bench_hf(hf_config: str, layers_text: str | None, tokens_text: str | None, prompt_text: str | None,
               table_path: str | None, out_dir: str | None, rounds: int, seed: int, shape_texts: tuple[str, ...],
-              suite: str | None, model: str | None, spec: str, batch_text: str, no_spin_check: bool) -> None:
+              suite: str | None, model: str | None, spec: str, batch_text: str, skips: dict[str, bool]) -> None:
     """bench --hf-config: every check that needs no GPU first (options, the config file, transformers,
     the table), then the GPU check, then gemvtune.clients.hfbench."""
     from ..clients.hfbench import build_config, check_transformers, positive_int, read_config, run_hf_bench
 
     clash = [opt for opt, given in (("--shape", shape_texts), ("--suite", suite), ("--model", model),
                                     ("--configs", spec != "tuned"), ("--batch", str(batch_text).strip() != "1"),
-                                    ("--no-spin-check", no_spin_check)) if given]
+                                    *skips.items()) if given]
     if clash:
         raise UsageError(f"--hf-config times a Hugging Face model's generate at batch 1: drop {', '.join(clash)}")
     layers = positive_int(layers_text, "--layers") if layers_text is not None else None

@@ -8,6 +8,7 @@ import logging
 import os
 import re
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -93,3 +94,29 @@ def gpu_check() -> None:
     why = cuda_available()
     if why:
         raise NoDeviceError(why)
+
+
+# ---- bench's options, declared here to keep cli/main.py short --------------------------------------------
+NO_INDUCTOR = click.option(
+    "--no-inductor", is_flag=True,
+    help="skip the Inductor baseline: torch.compile(F.linear, mode=max-autotune-no-cudagraphs), compiled and "
+         "autotuned once per shape (tens of seconds each)")
+
+
+def BENCH_MODEL_OPTIONS(f: Callable) -> Callable:  # noqa: N802  (a decorator, named like NO_INDUCTOR)
+    """bench's --layers (a decode step of a model preset, or the HF model's depth), --hf-config, --tokens and
+    --prompt-tokens (the Hugging Face end-to-end benchmark), in this order in --help."""
+    for opt in reversed((
+        click.option("--layers", "layers_text", default=None, metavar="N",
+                     help="with --model: time one whole decode step of N layers + LM head (one CUDA graph per "
+                          "implementation; default --out results/<gpu>/bench/); with --hf-config: build the model "
+                          "with N layers (default: the config's)"),
+        click.option("--hf-config", "hf_config", default=None, metavar="PATH",
+                     help="a Hugging Face config.json (or its folder): time greedy generate of transformers' model "
+                          "(random weights) stock vs swap_linears, eager and compiled (needs gemvtune[hf])"),
+        click.option("--tokens", "tokens_text", default=None, metavar="N",
+                     help="with --hf-config: new tokens per generate  [default: 128]"),
+        click.option("--prompt-tokens", "prompt_text", default=None, metavar="N",
+                     help="with --hf-config: random prompt tokens  [default: 16]"))):
+        f = opt(f)
+    return f

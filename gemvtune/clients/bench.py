@@ -1,14 +1,18 @@
-"""Measure chosen variants and the baselines of one or more shapes in one process."""
+"""Measure chosen variants and the baselines of one or more shapes in one process: the llama.cpp config (d
+compiled in), the seed kernel as written (d at run time), cuBLAS (cupy.matmul, torch F.linear) and, unless
+skipped, Inductor max-autotune (each shape compiled once per process, autotuning included)."""
 
 from __future__ import annotations
 
 import datetime as _dt
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from ..kernels.compile import compile_variants
 from ..kernels.gemv import LLAMA_CPP, GemvConfig
 from ..kernels.shapes import Shape
+from ..reports.benchreport import LLAMA_NAME
 from ..reports.report import gpu_slug, provenance, shape_table, write_csv
 from ..runners.base import Measurement
 
@@ -27,41 +31,69 @@ def _start(echo: Callable[[str], None]) -> tuple:
     return runner, dev, ceil
 
 
+def _llama(runner: Any, shape: Shape, verify: bool = True) -> Measurement:
+    """The GEMV family's llama.cpp config, named for what it is (kind "llama.cpp", as older CSVs have it)."""
+    m = runner.measure(LLAMA_CPP, shape, kind="llama.cpp", verify=verify)
+    m.name = LLAMA_NAME
+    return m
+
+
+def _check(first: dict[str, Measurement], kind: str) -> bool:
+    """Whether a contender is verified this round: in its first round, and again in every round after it
+    failed (a kernel wrong in the first round is never timed unverified later)."""
+    return kind not in first or not first[kind].ok
+
+
+def _extra_lines(ms: list[Measurement]) -> str:
+    """The seed kernel's and Inductor's rows, which the per-shape table leaves out."""
+    out = []
+    for m in ms:
+        if m.kind in ("seed", "inductor"):
+            out.append(f"  {m.name:46s} " + (f"{m.us_median:8.2f} µs  {m.pct_ceiling:5.1f}% of ceiling" if m.ok
+                                              else f"{m.status}: {m.error[:90]}"))
+    return "\n".join(out)
+
+
 def run_bench(shapes: list[Shape], pick: Callable[[Shape], list[GemvConfig]], out_dir: str | None,
-              echo: Callable[[str], None] = print, spin_check: bool = True, tag: str = "bench") -> Path:
+              echo: Callable[[str], None] = print, spin_check: bool = True, tag: str = "bench",
+              inductor: bool = True) -> Path:
     runner, dev, ceil = _start(echo)
     rows: list[Measurement] = []
     tables = []
     for shape in shapes:
         configs = [c for c in pick(shape) if c != LLAMA_CPP]
         compile_variants([(c, shape) for c in configs if c.is_valid(shape)], arch=runner.arch)  # warms the cache
-        ms = [runner.measure(LLAMA_CPP, shape, kind="llama.cpp")]
+        ms = [_llama(runner, shape), runner.measure_seed(shape)]
         if spin_check:
             ms.append(runner.measure_spin(LLAMA_CPP, shape))
         ms.append(runner.measure_cublas(shape))
         t = runner.measure_torch_linear(shape)
         if t is not None:
             ms.append(t)
+        if inductor:
+            ms.append(runner.measure_inductor(shape))
         for c in configs:
             ms.append(runner.measure(c, shape))
         rows += ms
         tables.append(f"{shape} ({shape.weight_bytes / 1e6:.0f} MB, floor {shape.bytes_moved / (ceil['read_gbps'] * 1e3):.2f} µs)\n"
-                      + shape_table(ms))
+                      + shape_table(ms) + "\n" + _extra_lines(ms))
         echo(tables[-1])
         runner.release()
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
     out = Path(out_dir) if out_dir else Path("results") / gpu_slug(dev["name"])
     name = f"{tag}-{stamp}.csv"
-    path = write_csv(rows, out / name, provenance(dev, ceiling=ceil, shapes=[str(s) for s in shapes]))
+    path = write_csv(rows, out / name, provenance(dev, ceiling=ceil, shapes=[str(s) for s in shapes], inductor=inductor))
     echo(f"wrote {path} ({len(rows)} rows) and {path.with_suffix('.json').name}")
     return path
 
 
 def run_tuned_bench(shapes: list[Shape], table_path: str, out_dir: str | None, echo: Callable[[str], None] = print,
-                    rounds: int = 3, dispatch: bool = True, tag: str = "bench-tuned") -> Path:
-    """Per shape, in one process: the read ceiling, then the table's tuned kernel, the llama.cpp config
-    and cuBLAS re-measured interleaved for ``rounds`` rounds; summary with ratios and geometric means,
-    the dispatch overhead of ``table.gemv``; CSV (every measurement), summary CSV/markdown, bar chart."""
+                    rounds: int = 3, dispatch: bool = True, tag: str = "bench-tuned", inductor: bool = True) -> Path:
+    """Per shape, in one process: the read ceiling, then the table's tuned kernel, the llama.cpp config, the
+    seed kernel as written, cuBLAS and (``inductor``) Inductor max-autotune re-measured interleaved for
+    ``rounds`` rounds (the correct ones verified in the first); summary with ratios, the best of cuBLAS and
+    Inductor, geometric means per batch n, the dispatch overhead of ``table.gemv``; CSV (every measurement),
+    summary CSV/markdown, bar chart."""
     import pandas as pd
 
     from ..reports.benchreport import bench_markdown, plot_bench, summary_row
@@ -78,28 +110,38 @@ def run_tuned_bench(shapes: list[Shape], table_path: str, out_dir: str | None, e
         cfg, how = table.lookup(shape)
         compile_variants([(c, shape) for c in (cfg, LLAMA_CPP) if c.is_valid(shape)], arch=runner.arch)
         ms: list[Measurement] = []
-        for r in range(rounds):
-            m = runner.measure(cfg, shape, kind="tuned", verify=(r == 0))
-            ms.append(m)
-            ms.append(runner.measure(LLAMA_CPP, shape, kind="llama.cpp", verify=(r == 0)))
-            ms += runner.baselines(shape)
+        first: dict[str, Measurement] = {}   # each contender's first-round result
+        for _ in range(rounds):
+            got = [runner.measure(cfg, shape, kind="tuned", verify=_check(first, "tuned")),
+                   _llama(runner, shape, verify=_check(first, "llama.cpp")),
+                   runner.measure_seed(shape, verify=_check(first, "seed"))]
+            got += runner.baselines(shape)
+            if inductor:
+                got.append(runner.measure_inductor(shape, verify=_check(first, "inductor")))
+            for m in got:
+                first.setdefault(m.kind, m)
+            ms += got
         row = summary_row(shape, ms, ceil["read_gbps"], how)
         if dispatch:
             row.update(dispatch_overhead(table, shape))
         summary.append(row)
         rows += ms
         echo(f"{shape!s:>14s} {row['tuned_us']:8.2f} µs {row['gbps']:6.0f} GB/s {row['pct_ceiling']:5.1f}%  "
-             f"x{row['x_cublas']:.3f} cuBLAS  x{row['x_llama']:.3f} llama.cpp  ({row['tuned']}, {how})")
+             + "  ".join(f"x{row[x]:.3f} {label}" if row[x] == row[x] else f"x- {label}" for x, label in
+                         (("x_best", "best"), ("x_cublas", "cuBLAS"), ("x_inductor", "Inductor"),
+                          ("x_llama", "llama.cpp config"), ("x_seed", "seed")))
+             + f"  ({row['tuned']}, {how})")
         runner.release()
     df = pd.DataFrame(summary)
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
     out = Path(out_dir) if out_dir else Path("results") / gpu_slug(dev["name"])
     path = write_csv(rows, out / f"{tag}-{stamp}.csv", provenance(dev, ceiling=ceil, table=str(table_path),
-                                                               shapes=[str(s) for s in shapes], rounds=rounds))
+                                                               shapes=[str(s) for s in shapes], rounds=rounds,
+                                                               inductor=inductor))
     df.to_csv(out / f"{tag}-{stamp}-summary.csv", index=False, float_format="%.6g")
     md = bench_markdown(df, ceil)
     (out / f"{tag}-{stamp}-summary.md").write_text(md)
-    plot_bench(df, out / f"{tag}-{stamp}.png", f"{dev['name']}: tuned vs llama.cpp config vs cuBLAS ({stamp})")
+    plot_bench(df, out / f"{tag}-{stamp}.png", f"{dev['name']}: tuned vs its baselines ({stamp})")
     echo(md)
     echo(f"wrote {path}, its -summary.csv/-summary.md and {tag}-{stamp}.png")
     return path

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TypedDict
 
 from ..runtime.tableschema import printable as esc
+from .benchreport import baseline_columns, batch_markdown
 
 
 class _Reference(TypedDict):
@@ -32,6 +33,10 @@ def _pct(a: float, b: float) -> str:
     return "-" if not (a == a and b == b) else f"{100 * (a / b - 1):+.1f}%"
 
 
+def _f(v: float, spec: str = ".2f") -> str:
+    return "-" if v != v else format(v, spec)
+
+
 def summarize_bench(csv_path: str | Path) -> str:
     import pandas as pd
 
@@ -47,36 +52,55 @@ def summarize_bench(csv_path: str | Path) -> str:
            f"- read ceiling (streaming kernel, same run): {ceil.get('read_gbps', math.nan):.0f} GB/s "
            f"(min..max {ceil.get('read_gbps_min', math.nan):.0f}..{ceil.get('read_gbps_max', math.nan):.0f}); "
            f"launch floor {ceil.get('launch_floor_us', math.nan):.2f} µs", ""]
-    out += ["## Per shape (median µs; ×cuBLAS against cuBLAS via torch in a graph, ×llama against the llama.cpp config)", "",
-            "| M×d | MB | llama.cpp µs | cuBLAS torch µs | cuBLAS cupy (spin) µs | best sampled variant | µs | spread | % ceiling | ×cuBLAS | ×llama | variants ok/tried |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    out += ["## Per shape (median µs; ×X = X's time / the variant's: ×cuBLAS against cuBLAS via torch in a graph, "
+            "×Inductor against torch.compile max-autotune in that harness, ×best against the faster of the two, "
+            "×llama against the llama.cpp config with d compiled in, ×seed against the seed kernel as written, d at run time)", "",
+            "| M×d | n | MB | llama.cpp config µs | seed µs | cuBLAS torch µs | cuBLAS cupy (spin) µs | Inductor µs | "
+            "best sampled variant | µs | spread | % ceiling | ×best | ×cuBLAS | ×Inductor | ×llama | ×seed | variants ok/tried |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     agree = ["## Spin method against graph method (llama.cpp config, same run)", "",
-             "| M×d | graph µs | spin µs | spin − graph µs | spin / graph |", "|---|---|---|---|---|"]
+             "| M×d | n | graph µs | spin µs | spin − graph µs | spin / graph |", "|---|---|---|---|---|---|"]
     ref = ["## Against MEASURING.md's reference numbers", "",
            f"Reference ceiling {MEASURING_REFERENCE['ceiling_gbps']:.0f} GB/s; this run's ceiling is "
-           f"{_pct(ceil.get('read_gbps', math.nan), MEASURING_REFERENCE['ceiling_gbps'])} off it.", "",
-           "| M×d | llama.cpp µs | ref seed µs | diff | cuBLAS torch µs | ref cuBLAS µs | diff |", "|---|---|---|---|---|---|---|"]
-    for (M, d), g in df.groupby(["M", "d"], sort=False):
+           f"{_pct(ceil.get('read_gbps', math.nan), MEASURING_REFERENCE['ceiling_gbps'])} off it. The reference's seed "
+           "kernel reads d at run time: it is compared with this run's seed kernel (the llama.cpp config, d compiled "
+           "in, where the run has no seed row).", "",
+           "| M×d | compared | µs | ref seed µs | diff | cuBLAS torch µs | ref cuBLAS µs | diff |",
+           "|---|---|---|---|---|---|---|---|"]
+    rows = []
+    keys = ["M", "d", "n"] if "n" in df else ["M", "d"]
+    for key, g in df.groupby(keys, sort=False):
+        M, d, n = (key + (1,))[:3]
         md = f"{esc(M, 20)}×{esc(d, 20)}"
-        def one(kind: str, g=g):
-            r = g[(g.kind == kind) & (g.status == "ok")]
-            return r.iloc[0] if len(r) else None
-        llama, spin, cub, cut = one("llama.cpp"), one("spin-check"), one("cublas"), one("cublas-torch")
-        base = cut if cut is not None else cub
+
+        def us(kind: str, g=g) -> float:
+            r = g[(g.kind == kind) & (g.status == "ok")].us_median
+            return float(r.median()) if len(r) else math.nan
+
+        lu, su, spin, cub, cut, iu = (us(k) for k in ("llama.cpp", "seed", "spin-check", "cublas", "cublas-torch", "inductor"))
+        bu = cut if cut == cut else cub
         v = g[g.kind == "variant"]
         ok = v[v.status == "ok"].sort_values("us_median")
-        best = ok.iloc[0] if len(ok) else None
-        mb = M * d * 2 / 1e6
-        lu = llama.us_median if llama is not None else math.nan
-        bu = base.us_median if base is not None else math.nan
+        tuned = g[(g.kind == "tuned") & (g.status == "ok")]
+        best = ok.iloc[0] if len(ok) else (tuned.sort_values("us_median").iloc[len(tuned) // 2] if len(tuned) else None)
         if best is not None:
-            out.append(f"| {md} | {mb:.0f} | {lu:.2f} | {bu:.2f} | "
-                       f"{(cub.us_median if cub is not None else math.nan):.2f} | `{esc(best['name'])}` | {best.us_median:.2f} | "
-                       f"{100 * best.spread:.1f}% | {best.pct_ceiling:.1f} | {bu / best.us_median:.3f} | {lu / best.us_median:.3f} | "
-                       f"{len(ok)}/{len(v)} |")
-        if llama is not None and spin is not None:
-            agree.append(f"| {md} | {lu:.2f} | {spin.us_median:.2f} | {spin.us_median - lu:+.2f} | {spin.us_median / lu:.3f} |")
+            t = best.us_median if len(ok) else us("tuned")
+            cols = baseline_columns(t, lu, su, bu, iu)
+            rows.append(dict(cols, M=int(M), d=int(d), n=int(n), tuned_us=t))
+            tried = f"{len(ok)}/{len(v)}" if len(v) else f"tuned ({len(tuned)} rounds)"
+            out.append(f"| {md} | {esc(n, 20)} | {M * d * 2 / 1e6:.0f} | {_f(lu)} | {_f(su)} | {_f(bu)} | {_f(cub)} | {_f(iu)} | "
+                       f"`{esc(best['name'])}` | {t:.2f} | {_f(100 * best.spread, '.1f')}% | {_f(best.pct_ceiling, '.1f')} | "
+                       + " | ".join(_f(cols[x], ".3f") for x in ("x_best", "x_cublas", "x_inductor", "x_llama", "x_seed"))
+                       + f" | {tried} |")
+        if lu == lu and spin == spin:
+            agree.append(f"| {md} | {esc(n, 20)} | {lu:.2f} | {spin:.2f} | {spin - lu:+.2f} | {spin / lu:.3f} |")
         r = MEASURING_REFERENCE["us"].get((int(M), int(d)))
-        if r:
-            ref.append(f"| {md} | {lu:.2f} | {r[0]} | {_pct(lu, r[0])} | {bu:.2f} | {r[1]} | {_pct(bu, r[1])} |")
+        if r and int(n) == 1:
+            which, mine = ("seed kernel", su) if su == su else ("llama.cpp config", lu)
+            ref.append(f"| {md} | {which} | {_f(mine)} | {r[0]} | {_pct(mine, r[0])} | {_f(bu)} | {r[1]} | {_pct(bu, r[1])} |")
+    if rows:
+        import pandas as pd
+
+        out += ["", "### Per batch n (geomean over the shapes; the lowest row named)", ""]
+        out += batch_markdown(pd.DataFrame(rows))
     return "\n".join(out + [""] + agree + [""] + ref) + "\n"
