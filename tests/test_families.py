@@ -11,10 +11,13 @@ from gemvtune.kernels.render import render
 from gemvtune.kernels.shapes import Shape
 from gemvtune.tuning.search import study_name
 
+TEMPLATED = {n: f for n, f in FAMILIES.items() if not f.library}   # the families rendered from a template
+LIBRARY = {n: f for n, f in FAMILIES.items() if f.library}       # a library's algorithms (cuBLASLt)
+
 
 def test_render_reads_the_family_template(monkeypatch):
     s = Shape(64, 4096)
-    for name, fam in FAMILIES.items():
+    for name, fam in TEMPLATED.items():
         assert render(fam.seed, s)   # each family's seed renders from its own template
         monkeypatch.setitem(families.FAMILIES, name, dataclasses.replace(fam, template="no-such.cu.j2"))
         with pytest.raises(jinja2.TemplateNotFound):
@@ -32,7 +35,10 @@ def test_study_names_come_from_the_registry(monkeypatch):
 
 def test_registry_order_and_default():
     assert FAMILY_NAMES[0] == DEFAULT_FAMILY == "gemv"
-    assert all(f.seed.family == n and isinstance(f.seed, f.config_cls) for n, f in FAMILIES.items())
+    assert all(f.seed.family == n and isinstance(f.seed, f.config_cls) for n, f in TEMPLATED.items())
+    assert LIBRARY and all(f.seed is None and f.candidates and f.runner_problem for f in LIBRARY.values())
+    assert all(f.kind == "template" and f.candidates is None for f in TEMPLATED.values())
+    assert FAMILY_NAMES[-len(LIBRARY):] == tuple(LIBRARY)   # after every kernel family: ties go to our kernels
     assert len({f.study_suffix for f in FAMILIES.values()}) == len(FAMILIES)   # study names never collide
 
 
@@ -57,8 +63,10 @@ def test_census_counts_every_config_of_each_family():
     assert total == __import__("math").prod(sizes) and total == valid + sum(reasons.values())
     assert valid == sum(c.is_valid(s) for c in sk.all_configs()) and set(per_param) == set(sk.domains)
     assert all(sum(cnt.values()) == valid for cnt in per_param.values())
-    for fam in FAMILIES.values():   # the first config of each space is a config of that family
+    for fam in TEMPLATED.values():   # the first config of each space is a config of that family
         assert isinstance(next(iter(fam.all_configs())), fam.config_cls)
+    for fam in LIBRARY.values():     # a library's space is its answer on the GPU: no census pretends to list it
+        assert not list(fam.all_configs()) and fam.census_note
 
 
 def test_space_command_prints_one_census_per_registered_family(monkeypatch):
@@ -67,17 +75,20 @@ def test_space_command_prints_one_census_per_registered_family(monkeypatch):
 
     from gemvtune.cli.main import cli
 
-    for name, fam in FAMILIES.items():   # two configs per family: its seed and one invalid one
+    for name, fam in TEMPLATED.items():   # two configs per family: its seed and one invalid one
         bad = fam.config_cls(**{**fam.seed.to_dict(), next(iter(fam.domains)): 10**6})
         monkeypatch.setitem(families.FAMILIES, name, dataclasses.replace(fam, all_configs=lambda f=fam, b=bad: [f.seed, b]))
     r = CliRunner().invoke(cli, ["space", "--shape", "4096x4096"])
     assert r.exit_code == 0, r.output
-    for fam in FAMILIES.values():
+    for fam in TEMPLATED.values():
         assert f": 1 valid of 2 {fam.name} configs" in r.output
         assert f"  {fam.seed_name} config {fam.seed.label}: valid" in r.output
     assert r.output.startswith("shape 4096x4096 (M=4096, d=4096, n=1): 1 valid of 2 gemv configs\n"
                                "  llama.cpp config b256.half2.fp32.t256.u1.k1.default.ldg: valid\n")
-    assert r.output.count("invalid, by first reason:") == len(FAMILIES)
+    assert r.output.count("invalid, by first reason:") == len(TEMPLATED)
+    for fam in LIBRARY.values():   # one line: where its configs come from, and that it needs the GPU
+        assert f"(M=4096, d=4096, n=1): {fam.name}: {fam.census_note}\n" in r.output
+        assert "no census without a device" in fam.census_note
 
 
 def test_fallbacks_are_the_families_in_registry_order(monkeypatch):
@@ -126,7 +137,10 @@ def test_sweep_grid_of_each_family():
     from gemvtune.kernels.gemv import SWEEP_GRID
     from gemvtune.tuning.sweep import grid_configs, sweep_path
 
-    for name, fam in FAMILIES.items():
+    for name in LIBRARY:   # no grid to sweep: one line, before any GPU work
+        with pytest.raises(families.UsageError, match="no sweep"):
+            grid_configs(family=name)
+    for name, fam in TEMPLATED.items():
         assert list(fam.sweep_grid) == list(fam.domains) and fam.sweep_note
         assert all(set(v) <= set(fam.domains[k]) for k, v in fam.sweep_grid.items())
         configs = grid_configs(family=name)

@@ -1,5 +1,6 @@
 """The census of a family's space for a shape (``gemvtune space``): how many configs are valid, how
-many valid ones take each parameter value, and why the others are invalid (by first reason)."""
+many valid ones take each parameter value, and why the others are invalid (by first reason). A library
+family (cuBLASLt) has no census without a GPU: its line says where its configs come from."""
 
 from __future__ import annotations
 
@@ -36,7 +37,10 @@ def reason_kind(reason: str) -> str:
 
 def census_lines(family: Any, shape: Shape) -> list[str]:
     """The lines ``gemvtune space`` prints for one family (a ``gemvtune.kernels.families.Family``) and shape:
-    the count, the family's seed config, valid configs per parameter value, invalid ones by reason."""
+    the count, the family's seed config, valid configs per parameter value, invalid ones by reason. A library
+    family's space is the library's answer on the GPU: its line says so (``Family.census_note``) instead."""
+    if family.library:
+        return [f"shape {shape} (M={shape.M}, d={shape.d}, n={shape.n}): {family.name}: {family.census_note}"]
     total, valid, reasons, per_param = census(family.all_configs(), shape, family.domains)
     lines = [f"shape {shape} (M={shape.M}, d={shape.d}, n={shape.n}): {valid} valid of {total} {family.name} configs"]
     why = family.seed.invalid_reasons(shape)

@@ -48,6 +48,17 @@ class CompileError(GemvtuneError):
         return f"{self}\noptions: {' '.join(self.options)}\n--- log ---\n{self.log}\n--- source ---\n{listing}"
 
 
+class NothingToCompile(CompileError):
+    """A config of a library family (cuBLASLt): the library runs it, there is no source to compile."""
+
+    def __init__(self, config: Any):
+        from .families import family_of
+
+        GemvtuneError.__init__(self, f"{config.label} is a {family_of(config).name} algorithm: the library runs it, "
+                                     "nothing to compile")
+        self.log, self.options, self.source = "", [], ""
+
+
 class NvrtcUnavailable(GemvtuneError):
     pass
 
@@ -244,9 +255,11 @@ def compile_variant(config: Any, shape: Any, arch: str = DEFAULT_ARCH, source: s
                     name: str | None = None, epilogue: Epilogue = DEFAULT) -> Compiled:
     """Render with ``epilogue`` (default: FP32 out, no bias) unless ``source`` is given, and compile
     one variant of a family."""
-    from .families import family_of
+    from .families import family_of, is_library
     from .render import render
 
+    if is_library(config):
+        raise NothingToCompile(config)
     src = source if source is not None else render(config, shape, epilogue)
     return compile_source(src, (name or config.label + epilogue.label).replace(".", "_"), arch,
                           family_of(config).main_kernel)
@@ -254,7 +267,11 @@ def compile_variant(config: Any, shape: Any, arch: str = DEFAULT_ARCH, source: s
 
 def precompile_variant(config: Any, shape: Any, arch: str = DEFAULT_ARCH, epilogue: Epilogue = DEFAULT) -> None:
     """Compile into the disk cache ahead of a measurement (thread-safe, CPU only); a failure is left
-    for the measurement to record."""
+    for the measurement to record; a library family's config has nothing to compile."""
+    from .families import is_library
+
+    if is_library(config):
+        return
     try:
         compile_variant(config, shape, arch, epilogue=epilogue)
     except Exception:
@@ -265,14 +282,18 @@ def compile_variants(pairs: Iterable[tuple[Any, ...]], arch: str = DEFAULT_ARCH,
                      epilogue: Epilogue = DEFAULT, progress: str | None = None) -> list[Compiled | CompileError]:
     """Render and compile (config, shape) or (config, shape, epilogue) items in parallel, in order
     (an item without its own epilogue gets ``epilogue``: by default FP32 out, no bias); compile failures
-    are returned in place (a config or epilogue render refuses raises UsageError); ``progress`` as in
-    ``compile_many``."""
+    are returned in place (a config or epilogue render refuses raises UsageError; a library family's config,
+    which has nothing to compile, gets a NothingToCompile in its place); ``progress`` as in ``compile_many``."""
     from .families import family_of
     from .render import render
 
-    items = []
-    for item in pairs:
+    items, library = [], {}
+    for i, item in enumerate(pairs):
         c, s = item[0], item[1]
         e = item[2] if len(item) > 2 else epilogue
+        if family_of(c).library:
+            library[i] = NothingToCompile(c)
+            continue
         items.append(((c.label + e.label).replace(".", "_"), render(c, s, e), family_of(c).main_kernel))
-    return compile_many(items, arch=arch, jobs=jobs, progress=progress)
+    done = iter(compile_many(items, arch=arch, jobs=jobs, progress=progress))
+    return [library[i] if i in library else next(done) for i in range(len(items) + len(library))]

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UsageError
+from . import cublaslt as space_lt
 from . import gemv as space
 from . import mma as space_mma
 from . import splitk as space_splitk
@@ -23,10 +24,10 @@ class Family:
     name: str
     config_cls: type[ConfigBase]
     domains: dict[str, tuple[Any, ...]]
-    seed: Any                       # the first trial of every study of this family
+    seed: Any                       # the first trial of every study of this family (None: a library's)
     seed_name: str                  # what a study calls that trial ("llama.cpp")
-    template: str                   # under templates/
-    main_kernel: str
+    template: str                   # under templates/ ("" for a library family)
+    main_kernel: str                # ("" for a library family)
     complexity: Callable[[Any], tuple]   # smaller is simpler: ties go to the simplest
     render_values: Callable[[Any, Any], dict[str, Any]]   # (config, shape) -> the family's own template values
     study_suffix: str               # appended to a shape's study name ("" for the first family)
@@ -34,6 +35,18 @@ class Family:
     fallbacks: tuple[tuple[Any, str], ...]     # (config, why) a table runs for a shape it lacks, in order
     sweep_grid: dict[str, tuple[Any, ...]]     # the part of the domains a sweep measures
     sweep_note: str                 # what the sweep grid leaves out of the domains (in each sweep's sidecar)
+    # "template": configs rendered from ``template`` and compiled (NVRTC); "library": a library's algorithms
+    # (cuBLASLt), measured and launched through the library: no template, no source, no census, no sweep;
+    # its space for a shape is ``candidates(runner, shape)``, asked of the runner on its device, and
+    # ``runner_problem(runner)`` says (one line) why a runner cannot give them, or None.
+    kind: str = "template"
+    candidates: Callable[[Any, Any], list[Any]] | None = None
+    runner_problem: Callable[[Any], str | None] | None = None
+    census_note: str = ""           # a library family's line in ``gemvtune space`` (what stands for its census)
+
+    @property
+    def library(self) -> bool:
+        return self.kind == "library"
 
     def study_name(self, base: str) -> str:
         return base + self.study_suffix
@@ -52,6 +65,14 @@ def _splitk_complexity(c: space_splitk.SplitKConfig) -> tuple:
 def _mma_complexity(c: space_mma.MmaConfig) -> tuple:
     levers = (c.split > 1) + (c.kw > 1) + (c.hint != "nc") + (c.pdl != "off")
     return (levers, c.split, c.kw, c.rw, c.depth, c.mt)
+
+
+def _lt_complexity(c: space_lt.CublasLtConfig) -> tuple:
+    return (c.split_k > 1, c.split_k, c.reduction, c.algo_id, c.tile, c.stages)
+
+
+def _no_values(c: Any, shape: Any) -> dict[str, Any]:
+    return {}   # (a library family renders nothing)
 
 
 def _gemv_values(c: space.GemvConfig, shape: Any) -> dict[str, Any]:
@@ -81,6 +102,12 @@ FAMILIES: dict[str, Family] = {
                   "mma_gemv", _mma_complexity, _mma_values, "-mma", space_mma.all_configs, space_mma.FALLBACKS,
                   space_mma.SWEEP_GRID, space_mma.SWEEP_NOTE),
 }
+# cuBLASLt's algorithms (nvmath-python's bindings): the heuristic's top ones per (M, d, n), split-K included.
+# Last in the registry: a tie within the spread goes to gemvtune's own kernels (gemvtune.tuning.confirm).
+FAMILIES["cublaslt"] = Family("cublaslt", space_lt.CublasLtConfig, space_lt.DOMAINS, None, "the heuristic's first", "", "",
+                              _lt_complexity, _no_values, "-cublaslt", space_lt.all_configs, space_lt.FALLBACKS,
+                              space_lt.SWEEP_GRID, space_lt.SWEEP_NOTE, kind="library", candidates=space_lt.candidates,
+                              runner_problem=space_lt.runner_problem, census_note=space_lt.CENSUS_NOTE)
 # Order of families in a search; the gemv family first (its seed is the llama.cpp config).
 FAMILY_NAMES = tuple(FAMILIES)
 DEFAULT_FAMILY = FAMILY_NAMES[0]   # a config or table record that names no family is of this one
@@ -91,6 +118,11 @@ def family_of(config: Any) -> Family:
         return FAMILIES[config.family]
     except (AttributeError, KeyError):
         raise UsageError(f"not a gemvtune config: {type(config).__name__}") from None
+
+
+def is_library(config: Any) -> bool:
+    """Whether ``config`` is a library's algorithm (no source: nothing to render or compile)."""
+    return family_of(config).library
 
 
 def get_family(name: str) -> Family:

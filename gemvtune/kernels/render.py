@@ -40,6 +40,8 @@ def render(config: Any, shape: Shape, epilogue: Epilogue = DEFAULT) -> str:
     fam = FAMILIES.get(getattr(config, "family", None))   # type: ignore[arg-type]
     if fam is None or not isinstance(config, fam.config_cls):
         raise UsageError(f"render needs a config of a gemvtune family ({', '.join(FAMILIES)}), got {type(config).__name__}")
+    if fam.library:
+        raise UsageError(f"{config.label} is a {fam.name} algorithm: the library runs it, there is no CUDA source to render")
     if not isinstance(epilogue, Epilogue):
         raise UsageError(f"render needs an Epilogue, got {type(epilogue).__name__}")
     reasons = config.invalid_reasons(shape)

@@ -1,6 +1,8 @@
 """A table as a standalone CUDA header for C++ engines (``gemvtune export --format cuda``); pure text.
 Each tuned (M, d, n) gets its rendered kernel(s) in ``namespace gemvtune_M_D_N`` (inside an anonymous one:
-several .cu files may include it), a generic run-time-shape kernel is the fallback, dispatch is exact. The C++
+several .cu files may include it), a generic run-time-shape kernel is the fallback, dispatch is exact. A
+shape whose winner is a library's algorithm (cuBLASLt) is marked "use your BLAS" with the algorithm's
+attributes and description (``gemvtune_blas_algorithm``), and no source. The C++
 text is templates/export_header.h.j2; this module gives it only validated numbers, identifiers and labels,
 the GPU name's safe ASCII subset, and each tuned kernel as gemvtune.kernels.render renders it."""
 
@@ -12,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
+from ..kernels.families import is_library
 from ..kernels.launchspec import launch_spec
 from ..kernels.render import render, templates_dir
 from ..kernels.shapes import Shape
@@ -69,6 +72,20 @@ def _entry(config: Any, shape: Shape, spec: Any) -> dict[str, Any]:
             "launches": [{"name": _ident(name), "grid": _ints(g), "block": _ints(b)} for name, g, b in spec.kernels]}
 
 
+_WORDS = re.compile(r"[A-Za-z0-9 ,.;:()=*_+-]+")
+
+
+def _blas(config: Any, shape: Shape) -> dict[str, Any]:
+    """One "use your BLAS" shape's values: the library algorithm's attributes (integers) and its description."""
+    words = config.describe()
+    if not _WORDS.fullmatch(words) or "*/" in words:
+        raise UsageError(f"export: the description of {config.label[:60]!r} has unexpected characters (a bug in "
+                         "gemvtune: please report it)")
+    return {"M": int(shape.M), "d": int(shape.d), "n": int(shape.n), "description": words,
+            "attrs": _ints([config.algo_id] + [v for _, v in config.attributes()]),
+            "label": f"{_label(config.family)}:{_label(config.label)}"}
+
+
 @functools.lru_cache(maxsize=1)
 def _env() -> Any:
     """Like gemvtune.kernels.render's (StrictUndefined, no autoescape: C++, not HTML), with block tags that leave no line."""
@@ -81,11 +98,14 @@ def _env() -> Any:
 def build_header(table: Table) -> str:
     """The whole header for a loaded table (deterministic: the same table gives the same text), from
     templates/export_header.h.j2."""
-    rows, entries = [], []
+    rows, entries, blas = [], [], []
     pdl_any = False
     for shape in table.shapes:
         cfg, how = table.lookup(shape)
         assert how == "tuned"
+        if is_library(cfg):   # "use your BLAS": the algorithm, described; no source
+            blas.append(_blas(cfg, shape))
+            continue
         spec = launch_spec(cfg, shape)
         pdl_any |= spec.pdl
         ws, off = (spec.workspace_bytes, spec.counters_offset) if spec.needs_workspace else (0, 0)
@@ -96,8 +116,8 @@ def build_header(table: Table) -> str:
     cc = str(table.gpu.get("compute_capability") or "9.0").replace(".", "")
     gpu = ascii_words(table.gpu.get("name"))   # a table string: a safe ASCII subset, never a newline
     text = _env().get_template(TEMPLATE).render(
-        gpu=gpu, count=len(table.shapes), sm=cc if cc.isdigit() else "90", need=90 if pdl_any else 80,
-        entries=entries, rows=rows)
+        gpu=gpu, count=len(entries), sm=cc if cc.isdigit() else "90", need=90 if pdl_any else 80,
+        entries=entries, rows=rows, blas=blas)
     return _checked(text)
 
 

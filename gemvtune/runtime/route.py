@@ -2,7 +2,8 @@
 measurements (pure: no GPU). A table must never make a caller slower than what it replaces.
 
 Per (M, d, n):
-- the table holds the shape: the tuned winner runs when its measured median beats the cuBLAS baseline
+- the table holds the shape: the tuned winner (a gemvtune kernel or a cuBLASLt algorithm, whichever the
+  search measured fastest) runs when its measured median beats the cuBLAS baseline
   measured in the same run (``cublas-torch``, torch ``F.linear``, for torch callers; ``cublas``,
   ``cupy.matmul``, for CuPy) by more than ``MARGIN``; otherwise cuBLAS runs;
 - the table holds the same (M, d) at batch sizes on both sides of n, and the tuned kernel won at both:
@@ -46,11 +47,13 @@ def _us(rec: Any) -> float | None:
 def _candidates(entry: dict[str, Any], shape: Any, out: str) -> list[tuple[float, Any]]:
     """(µs, config) of the entry's measured kernels that can run ``shape`` with an ``out`` epilogue,
     fastest first: the winner (the search's confirmed choice, ties included) when it can, else each
-    family's best that can (an FP16 output cannot come from an atomic split-K combine)."""
+    family's best that can (an FP16 output cannot come from an atomic split-K combine). A library's
+    algorithm (cuBLASLt) counts only for the entry's own shape: it is not carried to another n."""
     from ..kernels.epilogue import Epilogue
-    from ..kernels.families import DEFAULT_FAMILY, FAMILY_NAMES, config_from_dict
+    from ..kernels.families import DEFAULT_FAMILY, FAMILIES, FAMILY_NAMES, config_from_dict
 
     epi = Epilogue(out)
+    own = (int(entry.get("M", 0)), int(entry.get("d", 0)), int(entry.get("n", 1))) == (shape.M, shape.d, shape.n)
     found: dict[Any, float] = {}
     for rec in [entry.get("winner")] + [entry.get(f) for f in FAMILY_NAMES]:
         us = _us(rec)
@@ -60,7 +63,7 @@ def _candidates(entry: dict[str, Any], shape: Any, out: str) -> list[tuple[float
             cfg = config_from_dict({"family": rec.get("family", DEFAULT_FAMILY), **rec["config"]})
         except Exception:
             continue
-        if cfg.is_valid(shape) and not epi.invalid_reasons(cfg):
+        if cfg.is_valid(shape) and not epi.invalid_reasons(cfg) and (own or not FAMILIES[cfg.family].library):
             if rec is entry.get("winner"):
                 return [(us, cfg)]
             found[cfg] = min(us, found.get(cfg, us))

@@ -198,19 +198,20 @@ class Table:
     def lookup(self, shape: Shape) -> tuple[Any, str]:
         """(config, how): the tuned winner (of either family) for (M, d, n); else the winner tuned for
         the same (M, d) at the nearest batch n that is valid for this one (ties: the larger n); else
-        the tuned config of the nearest shape (log-distance in M and d) at this n; else the first of
+        the tuned config of the nearest shape (log-distance in M and d) at this n (never a library's
+        algorithm, e.g. cuBLASLt's: it runs only the shape it was measured on); else the first of
         each family's fallbacks (``Family.fallbacks``, families in registry order) that can run it: the
         llama.cpp config, then generic GEMV configs."""
         k = (shape.M, shape.d, shape.n)
         if k in self._configs:
             return self._configs[k], "tuned"
         same = sorted(((abs(n - shape.n), -n), cfg, n) for (M, d, n), cfg in self._configs.items()
-                      if (M, d) == (shape.M, shape.d) and cfg.is_valid(shape))
+                      if (M, d) == (shape.M, shape.d) and _transfers(cfg, shape))
         if same:
             return same[0][1], f"winner tuned at n={same[0][2]}"
         best = None
         for (M, d, n), cfg in self._configs.items():
-            if n != shape.n or not cfg.is_valid(shape):
+            if n != shape.n or not _transfers(cfg, shape):
                 continue
             dist = abs(math.log(M / shape.M)) + abs(math.log(d / shape.d))
             if best is None or dist < best[0]:
@@ -262,6 +263,12 @@ class Table:
             if self.strict_gpu:
                 raise UsageError(msg)
             warnings.warn("gemvtune: " + msg, stacklevel=3)
+
+
+def _transfers(config: Any, shape: Shape) -> bool:
+    """Whether a config tuned for another shape may run ``shape``: a kernel valid for it may; a library's
+    algorithm (cuBLASLt: chosen by the library for its own shape, its refusal known only on the GPU) may not."""
+    return config.is_valid(shape) and not FAMILIES[config.family].library
 
 
 def _torch_device_name(t: Any) -> str:

@@ -4,8 +4,8 @@ behind it and behind ``Table.gemv`` on torch tensors.
 ``gemvtune::linear(Tensor x, Tensor weight, Tensor? bias, int table) -> Tensor`` computes
 ``F.linear(x, weight, bias)`` (FP16 out, like ``nn.Linear``) with the route the table chose for
 (M, d, n): the tuned kernel, bias and cast fused into its final store, launched through its
-``LaunchPlan`` with raw pointers on torch's current stream, or cuBLAS (``F.linear``) where the table
-measured cuBLAS faster. It is a ``torch.library.custom_op`` with a fake implementation, so
+``LaunchPlan`` with raw pointers on torch's current stream (a cuBLASLt algorithm through its ``LtPlan``,
+bias in the library's epilogue), or cuBLAS (``F.linear``) where the table measured cuBLAS faster. It is a ``torch.library.custom_op`` with a fake implementation, so
 ``torch.compile(fullgraph=True)`` traces it as one opaque op and Inductor's CUDA graphs capture its
 kernels. ``table`` is the id ``register_table`` gave the table (tables are not tensors).
 
@@ -24,15 +24,16 @@ import torch.nn.functional as F
 
 from ..errors import UsageError
 from ..kernels.epilogue import Epilogue
-from ..kernels.plan import PLANS, LaunchPlan
+from ..kernels.ltplan import route_plan
 from ..kernels.shapes import MAX_BATCH, Shape
 
 _ALIGN = 16          # bytes: the widest load of any kernel (half8 / 16-byte W and x loads)
 _TABLES: dict[int, Any] = {}
 _IDS: dict[int, int] = {}
 _NEXT = itertools.count(1)
-# Plans by (table id, M, d, n, bias, out dtype, device): the hot path's one dict lookup.
-_FAST: dict[tuple, LaunchPlan] = {}
+# Plans by (table id, M, d, n, bias, out dtype, device): the hot path's one dict lookup (a cuBLASLt
+# algorithm's ``LtPlan`` has the same interface; a key whose algorithm the library refused is absent).
+_FAST: dict[tuple, Any] = {}
 _EPI = {(b, o): Epilogue(o, b) for b in (False, True) for o in ("fp16", "fp32")}
 # torch's current CUDA stream of a device as a raw pointer (0.1 µs; ``current_stream().cuda_stream``
 # costs 8 µs on the H200 host). CPU-only builds lack it: there is no CUDA call to make there.
@@ -50,11 +51,15 @@ def register_table(table: Any) -> int:
 
 
 def _plan(tid: int, table: Any, config: Any, M: int, d: int, n: int, bias: bool, out: str, dev: int,
-          stream: int) -> LaunchPlan:
+          stream: int) -> Any:
+    """The route's plan (kept in _FAST): a kernel's ``LaunchPlan`` or a cuBLASLt algorithm's ``LtPlan``
+    (same launch interface), or None where the library refuses its algorithm (cuBLAS runs)."""
     key = (tid, M, d, n, bias, out, dev)
     plan = _FAST.get(key)
     if plan is None:
-        plan = _FAST[key] = PLANS.get(config, Shape(M, d, n), _EPI[(bias, out)], dev, stream)
+        plan = route_plan(config, Shape(M, d, n), _EPI[(bias, out)], dev, stream)
+        if plan is not None:
+            _FAST[key] = plan
     return plan
 
 
@@ -78,6 +83,8 @@ def run_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
         if route.kind != "tuned":
             return F.linear(x, weight, bias)
         plan = _plan(tid, table, route.config, M, d, n, has_bias, "fp16", dev, stream)
+        if plan is None:
+            return F.linear(x, weight, bias)
     if not x.is_contiguous():
         x = x.contiguous()
     wp, xp = weight.data_ptr(), x.data_ptr()
@@ -167,6 +174,12 @@ def table_gemv(table: Any, W: torch.Tensor, x: torch.Tensor, out: torch.Tensor |
     dev = W.get_device()
     stream = _raw_stream(dev)
     plan = _plan(register_table(table), table, route.config, M, d, n, bias is not None, out_dtype, dev, stream)
+    if plan is None:   # the library refused the table's cuBLASLt algorithm for this call (warned once)
+        y = F.linear(x, W, bias)
+        if out is None:
+            return y.to(want_out)
+        out.view(ysh).copy_(y)
+        return out
     if out is None:
         out = torch.empty(ysh, dtype=want_out, device=W.device)
     plan.launch(W.data_ptr(), x.data_ptr(), out.data_ptr(), bias.data_ptr() if bias is not None else 0, stream)

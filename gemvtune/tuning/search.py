@@ -4,6 +4,7 @@ time, duplicates served from the study; then the confirmation (gemvtune.tuning.c
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as _dt
 import logging
 import math
@@ -15,7 +16,8 @@ from typing import Any
 
 import optuna
 
-from ..kernels.families import DEFAULT_FAMILY, FAMILIES, get_family
+from ..errors import UsageError
+from ..kernels.families import DEFAULT_FAMILY, FAMILIES, FAMILY_NAMES, get_family
 from ..kernels.shapes import Shape
 from ..runners.base import Measurement, Status
 from .confirm import SearchResult, confirm
@@ -79,6 +81,7 @@ def run_search(runner: Any, shape: Shape, opts: SearchOptions, storage: Any, nam
     With several workers on one study (``coord``), only the worker that claims the confirmation
     confirms; the others return None."""
     coord = coord or local_coordinator(storage)
+    opts = searchable(runner, opts, echo)
     started = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     t_start = time.time()
     studies: dict[str, optuna.Study] = {}
@@ -129,9 +132,28 @@ def run_search(runner: Any, shape: Shape, opts: SearchOptions, storage: Any, nam
     return result
 
 
+def searchable(runner: Any, opts: SearchOptions, echo: Callable[[str], None] | None = None) -> SearchOptions:
+    """``opts`` without the library families ``runner`` cannot ask (no nvmath-python, a replayed sweep):
+    each left out with a line when the families are the default (every registered one); one UsageError
+    when one was asked for by name. Template families are always searchable."""
+    keep = []
+    for f in opts.families:
+        fam = FAMILIES[f]
+        why = fam.runner_problem(runner) if fam.library and fam.runner_problem is not None else None
+        if why is None:
+            keep.append(f)
+        elif opts.families != FAMILY_NAMES:
+            raise UsageError(f"the {f} family cannot be searched here: {why}")
+        else:
+            (echo or log.warning)(f"the {f} family is not searched: {why}")
+    return opts if len(keep) == len(opts.families) else dataclasses.replace(opts, families=tuple(keep))
+
+
 def enqueue_seed(study: optuna.Study, family: str = DEFAULT_FAMILY, domains: dict[str, Any] | None = None) -> None:
     """The family's seed is the first trial of every study (for gemv: the llama.cpp config), over the
     parameters searched (a replay grid or a test may leave some out)."""
+    if FAMILIES[family].seed is None:   # a library family: its first trial is its library's first candidate
+        return
     seed = FAMILIES[family].seed.to_dict()
     if domains is not None:
         seed = {k: v for k, v in seed.items() if k in domains}
@@ -170,11 +192,13 @@ def optimize(study: optuna.Study, runner: Any, shape: Shape, opts: SearchOptions
     if measured0 is None:
         measured0 = len(known)
     counter: dict[str, Any] = {"measured": measured0, "full": False, "idle": 0, "stop": ""}
-    jobs = trials_in_flight(opts, runner)
-    gpu_lock = threading.Lock() if jobs > 1 else contextlib.nullcontext()
     fam = FAMILIES[family]
     domains = family_domains(opts, family)
-    space = candidates(runner, shape, family, domains)
+    # a library family (cuBLASLt): its space is what the library proposes for the shape, measured in its
+    # order, one at a time (nothing to compile ahead); the sampler proposes nothing of its own
+    space = library_space(runner, shape, family, echo) if fam.library else candidates(runner, shape, family, domains)
+    jobs = 1 if fam.library else trials_in_flight(opts, runner)
+    gpu_lock = threading.Lock() if jobs > 1 else contextlib.nullcontext()
 
     def exhausted() -> bool:
         return space is not None and all(label in known for label in space)
@@ -195,7 +219,10 @@ def optimize(study: optuna.Study, runner: Any, shape: Shape, opts: SearchOptions
 
     def measured_trial(trial: optuna.Trial) -> float:
         try:
-            cfg = fam.config_cls(**{k: trial.suggest_categorical(k, list(v)) for k, v in domains.items()})
+            if fam.library:   # (integer ranges: the enqueued candidates' values, never a sampled grid)
+                cfg = fam.config_cls(**{k: trial.suggest_int(k, lo, hi) for k, (lo, hi) in domains.items()})
+            else:
+                cfg = fam.config_cls(**{k: trial.suggest_categorical(k, list(v)) for k, v in domains.items()})
         except Exception as e:   # the sampler failed (not the config): this trial is lost, the search goes on
             trial.set_user_attr("status", "sampler_error")
             trial.set_user_attr("error", f"{type(e).__name__}: {e}"[:300])
@@ -209,6 +236,9 @@ def optimize(study: optuna.Study, runner: Any, shape: Shape, opts: SearchOptions
                 trial.set_user_attr("infeasible", 1.0)
                 return 2.0 * max((v for _, st, v in known.values() if st == Status.OK and v), default=1e3)
             raise optuna.TrialPruned(why[0])
+        if fam.library and space is not None and cfg.label not in space:   # the sampler's own proposal
+            trial.set_user_attr("status", "not_a_candidate")
+            raise optuna.TrialPruned(f"{cfg.label} is not one of the library's candidates for {shape}")
         if cfg.label in known:
             return _answer_duplicate(trial, known[cfg.label])
         if jobs > 1:  # compile outside the GPU lock, while another trial measures (errors: measure records them)
@@ -274,6 +304,9 @@ def optimize(study: optuna.Study, runner: Any, shape: Shape, opts: SearchOptions
     done = measured0
     if exhausted():
         counter["stop"] = f"all {len(space)} valid configs are measured"  # type: ignore[arg-type]
+    elif fam.library and space is not None:
+        n = enqueue_candidates(study, space, known)
+        log.info("%s %s: %d of the library's %d candidates queued, in its order", shape, family, n, len(space))
     elif space is not None and opts.trials - measured0 >= sum(label not in known for label in space):
         n = enqueue_rest(study, space, known, family)
         log.info("%s %s: the budget covers the %d valid configs of the space: %d queued, each measured once",
@@ -294,6 +327,29 @@ def optimize(study: optuna.Study, runner: Any, shape: Shape, opts: SearchOptions
     if counter["stop"] and done < opts.trials:
         (echo or log.warning)(f"{shape} {family}: stopped at {done} of {opts.trials} measured trials: {counter['stop']}")
     return done
+
+
+def library_space(runner: Any, shape: Shape, family: str, echo: Callable[[str], None] | None = None
+                  ) -> dict[str, dict[str, Any]]:
+    """A library family's candidates for ``shape`` (``Family.candidates``: cuBLASLt's heuristic on the runner's
+    device), best first, as label -> parameters. A library that gives none is a line (its reason), not an error:
+    the other families' searches go on."""
+    try:
+        configs = FAMILIES[family].candidates(runner, shape)   # type: ignore[misc]
+    except Exception as e:
+        (echo or log.warning)(f"{shape} {family}: no candidates: {' '.join(str(e).split())[:300] or type(e).__name__}")
+        return {}
+    return {c.label: c.to_dict() for c in configs}
+
+
+def enqueue_candidates(study: optuna.Study, space: dict[str, dict[str, Any]], known: dict[str, Any]) -> int:
+    """Queue every candidate of a library's ``space`` not measured (nor queued) yet, in the library's order
+    (its heuristic ranks them: with a budget below their number, its first ones are measured)."""
+    waiting = {tuple(sorted(t.params.items())) for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))}
+    rest = [p for label, p in space.items() if label not in known and tuple(sorted(p.items())) not in waiting]
+    for p in rest:
+        study.enqueue_trial(p, user_attrs={"enqueued": "library"}, skip_if_exists=False)
+    return len(rest)
 
 
 def trial_rows(study: optuna.Study, family: str = DEFAULT_FAMILY) -> list[dict[str, Any]]:

@@ -110,7 +110,8 @@ OPTIONS: tuple[Opt, ...] = (   # in ``gemvtune search --help`` order
     Opt("--batch", "batch_text", default="1", show_default=True,
         help="batch sizes n (columns of x) to tune each shape at, e.g. 1,2,4,8,16"),
     Opt("--family", "family_text", field="families", parse=_families, study=True,
-        help="kernel families to search: gemv,splitk (default: both; gemv only on --replay)"),
+        help="kernel families to search, comma-separated: " + ",".join(FAMILY_NAMES) + " (default: all; a "
+             "library family, cuBLASLt's algorithms, where this runner can ask it; on --replay: the sweeps' family)"),
     Opt("--replay", "replay_path",
         help="search recorded sweeps (a sweep-*.csv.gz or a folder of them) instead of a GPU"),
     Opt("--allow-replay-into-measured", "allow_replay", is_flag=True, default=False,

@@ -19,7 +19,7 @@ from ..reports.report import gpu_slug, provenance
 from ..runtime.table import check_updatable, record
 from .coord import Coordinator, this_worker
 from .journal import DISK_FULL, WriteError, remedy, why_oserror
-from .search import SearchOptions, run_search, study_name
+from .search import SearchOptions, run_search, searchable, study_name
 from .storage import HEARTBEAT_S, open_store
 
 # an OSError of one of these, while a search writes, ends it with one line (not a traceback)
@@ -43,6 +43,7 @@ def run_searches(runner: Any, shapes: list[Shape], opts: SearchOptions, results_
                  table_path: str | None, echo: Callable[[str], None], writable: Callable[[str], Path],
                  heartbeat_s: float = HEARTBEAT_S, joiner: bool = False,
                  allow_replay_into_measured: bool = False, worker_index: int = 0) -> Path:
+    opts = searchable(runner, opts, echo)   # a library family this runner cannot ask: before any work
     dev = runner.device_info()
     out = writable(results_dir or str(Path("results") / gpu_slug(dev["name"])))
     table = Path(table_path) if table_path else out / "table.json"

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..errors import UsageError
 from ..kernels.compile import compile_variants
 from ..kernels.families import DEFAULT_FAMILY, get_family
 from ..kernels.shapes import Shape
@@ -23,6 +24,8 @@ __all__ = ["grid_configs", "run_sweep", "sweep_path"]
 def grid_configs(grid: dict[str, tuple[Any, ...]] | None = None, family: str = DEFAULT_FAMILY) -> list[Any]:
     """Every point of ``grid`` (default: the family's sweep grid) as configs of ``family``."""
     fam = get_family(family)
+    if fam.library:
+        raise UsageError(f"the {fam.name} family has no sweep: {fam.sweep_note}")
     grid = fam.sweep_grid if grid is None else grid
     assert set(grid) == set(fam.domains)
     return [fam.config_cls(**dict(zip(grid, v))) for v in itertools.product(*grid.values())]

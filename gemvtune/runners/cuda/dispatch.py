@@ -1,6 +1,7 @@
 """Run-time dispatch of ``Table.gemv`` on CuPy arrays (torch tensors go through ``gemvtune.runtime.torch_op``):
-the table's route per (M, d, n), then the variant's ``LaunchPlan`` with raw pointers on CuPy's
-current stream, or ``cupy.matmul`` where the table measured cuBLAS faster or lacks the shape."""
+the table's route per (M, d, n), then the variant's ``LaunchPlan`` (or, for a cuBLASLt algorithm, its
+``LtPlan``: ``gemvtune.kernels.ltplan.route_plan``) with raw pointers on CuPy's current stream, or
+``cupy.matmul`` where the table measured cuBLAS faster, lacks the shape, or the library refuses the algorithm."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from typing import Any, Literal
 
 from ...errors import NoDeviceError, UsageError
 from ...kernels.epilogue import Epilogue
-from ...kernels.plan import PLANS, LaunchPlan
+from ...kernels.ltplan import route_plan
+from ...kernels.plan import LaunchPlan
 from ...kernels.shapes import MAX_BATCH, Shape
 from ._cupy import cp, cuda_available
 
@@ -22,7 +24,7 @@ class Dispatcher:
         why = cuda_available()
         if why:
             raise NoDeviceError(why)
-        self._plans: dict[tuple, LaunchPlan | None] = {}   # None: the route is cuBLAS
+        self._plans: dict[tuple, LaunchPlan | None] = {}   # None: the route is cuBLAS (LtPlans alike: same interface)
 
     def device_name(self) -> str:
         p = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
@@ -34,7 +36,7 @@ class Dispatcher:
         plan: LaunchPlan | None | Literal[False] = self._plans.get(key, False)   # False: not decided yet
         if plan is False:
             route = table.route(M, d, n, "cupy", out_dtype)
-            plan = PLANS.get(route.config, Shape(M, d, n), Epilogue(out_dtype, bias), dev, stream) if route.tuned else None
+            plan = route_plan(route.config, Shape(M, d, n), Epilogue(out_dtype, bias), dev, stream) if route.tuned else None
             self._plans[key] = plan
         return plan
 

@@ -20,8 +20,9 @@ from typing import Any
 
 from ...errors import NoDeviceError
 from ...kernels.compile import CompileError, compile_variant, precompile_variant
+from ...kernels.cublaslt import HEURISTIC_TOP
 from ...kernels.epilogue import DEFAULT, Epilogue
-from ...kernels.families import config_to_dict
+from ...kernels.families import config_to_dict, is_library
 from ...kernels.launchspec import launch_spec
 from ...kernels.plan import LaunchPlan
 from ...kernels.shapes import Shape
@@ -31,6 +32,7 @@ from ._cupy import _rand_half, cp, cuda_available, scope
 from .auxkernels import AuxKernels, L2Flush, load_aux
 from .baselines import Baselines
 from .buffers import ShapeBuffers, make_buffers
+from .cublaslt import LtPart
 from .device import device_info, pci_bus_id, read_ceiling
 from .gpulock import GpuLock
 from .timer import Before, Timer
@@ -99,6 +101,7 @@ class CudaRunner(RunnerBase):
         self.read_stream = self.aux.read_stream
         self.flusher = L2Flush(self.aux, self.l2_bytes, self.sm_count)
         self.timer = Timer(self.stream, device, self.aux.spin, self.no_pool)
+        self.lt = LtPart(device)   # cuBLASLt's algorithms (the library family), on this device
 
     def on_stream(self) -> contextlib.AbstractContextManager[None]:
         """``with runner.on_stream():`` the runner's device and stream are this thread's current CuPy device
@@ -172,6 +175,7 @@ class CudaRunner(RunnerBase):
 
     def release(self) -> None:
         self._bufs = None
+        self.lt.release()
         self.verifier.release()
         self.flusher.release()
         with cp.cuda.Device(self.device_id):
@@ -229,7 +233,7 @@ class CudaRunner(RunnerBase):
         return launches_for(shape.bytes_moved / (self.ceiling_gbps * 1e3) + 1.0, copies, self.target_us, cap)
 
     @staticmethod
-    def plan_launcher(plan: LaunchPlan) -> Callable[..., None]:
+    def plan_launcher(plan: Any) -> Callable[..., None]:
         """launch(W, x, y[, bias]) with CuPy arrays, on the current CuPy stream (capturable): call it
         inside ``on_stream()`` (the runner's timers and verify do) to run it on the runner's."""
         def launch(W, x, y, bias=None):
@@ -238,8 +242,20 @@ class CudaRunner(RunnerBase):
         return launch
 
     def launcher(self, config: Any, shape: Shape, epilogue: Epilogue = DEFAULT) -> Callable[..., None]:
-        """Compile and plan ``config`` for ``shape``; launch(W, x, y[, bias]) with CuPy arrays."""
+        """Compile and plan ``config`` for ``shape`` (a library's algorithm: its plan); launch(W, x, y[, bias])
+        with CuPy arrays."""
+        if is_library(config):
+            return self.plan_launcher(self.lt.get(config, shape, epilogue))
         return self.plan_launcher(self.prepare(config, shape, epilogue=epilogue)[1])
+
+    def lt_problem(self) -> str | None:
+        """Why cuBLASLt cannot be used on the runner's device (``HasCublasLt``), or None."""
+        return self.lt.problem()
+
+    def lt_heuristics(self, shape: Shape, top: int = HEURISTIC_TOP) -> list[tuple[Any, int]]:
+        """cuBLASLt's top algorithms for ``shape`` on the runner's device with their workspace bytes (``HasCublasLt``)."""
+        with self.on_stream():
+            return self.lt.heuristics(shape, top)
 
     def verify(self, launch: Callable[..., Any], shape: Shape, bound: float,
                epilogue: Epilogue = DEFAULT) -> tuple[bool, float, float, str]:
@@ -273,16 +289,22 @@ class CudaRunner(RunnerBase):
         if why:
             m.status, m.error = Status.INVALID, "; ".join(why)
             return m
-        try:
-            compiled, plan = self.prepare(config, shape, source, name, epilogue)
-        except CompileError as e:
-            m.status, m.error = Status.COMPILE_ERROR, str(e)
-            return m
-        except Exception as e:  # module load failure (bad image, too many resources)
-            m.status, m.error = Status.LAUNCH_ERROR, f"load: {str(e).splitlines()[0]}"
-            return m
-        r = compiled.resources
-        m.registers, m.spill_bytes, m.smem_bytes, m.compile_s = r.registers, r.spill_stores, r.smem_bytes, compiled.compile_s
+        plan: Any
+        if is_library(config):   # a library's algorithm (cuBLASLt): nothing compiled; a refusal is recorded in m
+            plan = self.lt.plan(m, config, shape, epilogue)
+            if plan is None:
+                return m
+        else:
+            try:
+                compiled, plan = self.prepare(config, shape, source, name, epilogue)
+            except CompileError as e:
+                m.status, m.error = Status.COMPILE_ERROR, str(e)
+                return m
+            except Exception as e:  # module load failure (bad image, too many resources)
+                m.status, m.error = Status.LAUNCH_ERROR, f"load: {str(e).splitlines()[0]}"
+                return m
+            r = compiled.resources
+            m.registers, m.spill_bytes, m.smem_bytes, m.compile_s = r.registers, r.spill_stores, r.smem_bytes, compiled.compile_s
         m.bound = error_bound(config.acc, shape.d, out=epilogue.out)
         try:
             launch = self.plan_launcher(plan)
