@@ -298,3 +298,12 @@ def test_bench_hf_config_refuses_no_inductor_in_one_line(tmp_path):
 
     r = run_cli("bench", "--hf-config", str(tmp_path), "--no-inductor")
     assert r.returncode == 2 and "drop --no-inductor" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_contender_wrong_in_its_first_round_is_verified_again_every_round():
+    from gemvtune.clients.bench import _check
+
+    s, first = Shape(64, 64), {}
+    assert _check(first, "seed")                                   # its first round
+    first["seed"], first["tuned"] = _m(s, "seed", 1.0), _m(s, "tuned", 1.0, ok=False)
+    assert not _check(first, "seed") and _check(first, "tuned") and _check(first, "inductor")
