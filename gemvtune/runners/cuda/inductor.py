@@ -115,11 +115,11 @@ def compile_linear(torch: Any, tag: str, args: tuple[Any, ...], mode: str | None
     """Compile F.linear for the shape of ``args`` (x, w) with its first call, outside any capture, and check
     that dynamo compiled a graph for it (the call did not run eagerly). Never raises: a failure is returned
     with its reason. ``backend``/``mode``: the tests' cheap stand-ins for Inductor on the CPU."""
-    from torch._dynamo.utils import counters
-
     t0 = time.perf_counter()
     codes: list[str] = []
     try:
+        from torch._dynamo.utils import counters
+
         kw: dict[str, Any] = {"mode": mode} if backend == "inductor" and mode else {}
         fn = torch.compile(fresh_linear(torch.nn.functional.linear, tag), backend=backend, dynamic=False,
                            fullgraph=True, **kw)
