@@ -44,11 +44,26 @@ def test_validity_reasons():
     assert MmaConfig().is_valid(s)
     assert any("warps exceed" in r for r in MmaConfig(rw=8, kw=4).invalid_reasons(s))
     assert any("ring slots" in r for r in MmaConfig(mt=4, depth=4).invalid_reasons(s))
+    assert any("ring slots" in r for r in MmaConfig(mt=2, depth=4, kv=2).invalid_reasons(s))
+    assert any("staged X" in r for r in MmaConfig(x_load="smem", kw=1).invalid_reasons(Shape(4096, 4096, 16)))
     assert any("would idle" in r for r in MmaConfig(kw=8, split=16).invalid_reasons(Shape(64, 2048)))
     assert any("no row" in r for r in MmaConfig(rw=8).invalid_reasons(Shape(100, 4096)))
     assert any("exceeds the" in r for r in MmaConfig(kw=1, split=16).invalid_reasons(Shape(64, 256)))
     assert any("shared memory" in r for r in MmaConfig(mt=4, rw=2, kw=8, depth=2).invalid_reasons(Shape(4096, 4096, 16)))
     assert MmaConfig(split=3).invalid_reasons(s)   # off the domain
+
+
+def test_staged_x_rows_avoid_bank_conflicts():
+    """The 8 lanes of one shared-memory phase read rows g and g+1 (4 lanes each, pieces 16 * kv bytes apart):
+    with the padding, their 16-byte reads fall on 8 distinct 16-byte bank groups for every split and d."""
+    for kv in (1, 2):
+        for d in (72, 4096, 4104, 14336):
+            for split in (1, 2, 4):
+                c = MmaConfig(kv=kv, x_load="smem", split=split, kw=1)
+                row = c.x_row_halves(d) * 2
+                assert row % 16 == 0 and row >= c.chunks_per_split(d) * c.kchunk * 2
+                groups = {((r * row + q * 16 * kv) % 128) // 16 for r in (0, 1) for q in range(4)}
+                assert len(groups) == 8, (kv, d, split, row)
 
 
 def test_workspace_and_single_launch():
@@ -68,6 +83,8 @@ def test_render_names_its_levers():
                  Epilogue(out="fp16", bias=True))
     assert "griddepcontrol.wait" in src and "L2::evict_first" in src and "atomicAdd(&counters" in src
     assert "constexpr int N = 3;" in src and "__shared__ float red[KW][BM][NT * 8];" in src
+    staged = render(MmaConfig(kv=2, x_load="smem", split=4), Shape(4096, 4096, 16))
+    assert "constexpr int KV = 2;" in staged and "__shared__ __align__(16) half xs[N * XROW];" in staged
     plain = render(MmaConfig(kw=1, split=1, pdl="off", hint="nc"), Shape(129, 4104, 3))
     assert "griddepcontrol" not in plain and "counters[" not in plain and "evict_first" not in plain
 

@@ -341,9 +341,10 @@ from . import export as cli_export  # noqa: E402
 from . import percall as cli_percall  # noqa: E402
 from . import replay as cli_replay  # noqa: E402
 from . import search as cli_search  # noqa: E402
+from . import transition as cli_transition  # noqa: E402
 
 for _cmd in (cli_search.search, cli_search.worker, cli_replay.sweep, cli_replay.study, cli_replay.study_report,
-             cli_replay.plot_study, cli_export.export, cli_percall.percall):
+             cli_replay.plot_study, cli_export.export, cli_percall.percall, cli_transition.transition):
     cli.add_command(_cmd)
 
 

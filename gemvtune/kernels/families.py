@@ -63,7 +63,7 @@ def _splitk_complexity(c: space_splitk.SplitKConfig) -> tuple:
 
 
 def _mma_complexity(c: space_mma.MmaConfig) -> tuple:
-    levers = (c.split > 1) + (c.kw > 1) + (c.hint != "nc") + (c.pdl != "off")
+    levers = (c.split > 1) + (c.kw > 1) + (c.kv > 1) + (c.x_load != "ldg") + (c.hint != "nc") + (c.pdl != "off")
     return (levers, c.split, c.kw, c.rw, c.depth, c.mt)
 
 
@@ -84,7 +84,7 @@ def _splitk_values(c: space_splitk.SplitKConfig, shape: Any) -> dict[str, Any]:
 
 
 def _mma_values(c: space_mma.MmaConfig, shape: Any) -> dict[str, Any]:
-    return {"n_tiles": c.n_tiles(shape.n), "w_hint": c.hint}
+    return {"n_tiles": c.n_tiles(shape.n), "w_hint": c.hint, "x_row": c.x_row_halves(shape.d)}
 
 
 FAMILIES: dict[str, Family] = {

@@ -14,9 +14,9 @@ from .configbase import ConfigBase
 from .shapes import Shape
 
 SMEM_LIMIT = 48 * 1024   # static shared memory a block may take without an opt-in
-KCHUNK = 32              # halves of d per warp step: each lane loads 16 B of each of its rows
+PIECE = 32               # halves of d per warp and 16-byte piece: 4 lanes x 8 halves per row
 MAX_WARPS = 16           # warps per block (rw x kw)
-MAX_RING = 8             # m16 tiles x ring depth: 8 x 2 x 16 B = 64 registers of W in flight per lane
+MAX_RING = 8             # m16 tiles x ring depth x pieces: 8 x 2 x 16 B = 64 registers of W in flight per lane
 
 DOMAINS: dict[str, tuple[Any, ...]] = {
     "mt": (1, 2, 4),                    # m16 tiles per warp: rows per warp = 16 * mt
@@ -24,6 +24,8 @@ DOMAINS: dict[str, tuple[Any, ...]] = {
     "kw": (1, 2, 4, 8),                 # warps along d (partial sums added in shared memory)
     "split": (1, 2, 4, 8, 16),          # d split across blocks (grid.y), combined by the last block
     "depth": (1, 2, 4, 8),              # d chunks of W in flight per warp (the register ring)
+    "kv": (1, 2),                       # contiguous 16-byte pieces per lane and row in a chunk (64 or 128 B per row)
+    "x_load": ("ldg", "smem"),          # X fragments through L1/__ldg, or the split's X slice staged in smem
     "hint": ("nc", "evict_first"),      # W loads: non-coherent no-L1, or that plus an L2 evict-first policy
     "pdl": ("off", "on"),               # programmatic dependent launch: fill the ring before waiting
 }
@@ -38,6 +40,8 @@ class MmaConfig(ConfigBase):
     kw: int = 2
     split: int = 1
     depth: int = 4
+    kv: int = 1
+    x_load: str = "ldg"
     hint: str = "nc"
     pdl: str = "off"
 
@@ -63,8 +67,13 @@ class MmaConfig(ConfigBase):
     def n_tiles(n: int) -> int:
         return (n + 7) // 8
 
+    @property
+    def kchunk(self) -> int:
+        """Halves of d one warp step covers."""
+        return PIECE * self.kv
+
     def chunks(self, d: int) -> int:
-        return -(-d // KCHUNK)
+        return -(-d // self.kchunk)
 
     def chunks_per_split(self, d: int) -> int:
         return -(-self.chunks(d) // self.split)
@@ -86,8 +95,18 @@ class MmaConfig(ConfigBase):
     def needs_workspace(self, shape: Shape) -> bool:
         return self.split > 1
 
+    def x_row_halves(self, d: int) -> int:
+        """Halves per staged X row: the split's d range, padded so that the 8 lanes of a shared-memory phase
+        (rows g, g+1; 4 lanes each) hit distinct banks: rows 64 B apart mod 128 B with one piece per lane,
+        16 B apart with two (their lanes' pieces are 32 B apart)."""
+        length = self.chunks_per_split(d) * self.kchunk
+        target = 64 if self.kv == 1 else 16
+        return length + ((target - 2 * length) % 128) // 2
+
     def smem_bytes(self, shape: Shape) -> int:
-        return self.kw * self.rows_per_block * 8 * self.n_tiles(shape.n) * 4 if self.kw > 1 else 0
+        red = self.kw * self.rows_per_block * 8 * self.n_tiles(shape.n) * 4 if self.kw > 1 else 0
+        x = shape.n * self.x_row_halves(shape.d) * 2 if self.x_load == "smem" else 0
+        return red + x
 
     # ---- validity -------------------------------------------------------------------------
     def invalid_reasons(self, shape: Shape) -> list[str]:
@@ -99,7 +118,7 @@ class MmaConfig(ConfigBase):
             r.append(f"rw={self.rw} x kw={self.kw} = {self.warps} warps exceed {MAX_WARPS} per block")
         nch = self.chunks(shape.d)
         if self.split > nch:
-            r.append(f"split={self.split} exceeds the {nch} chunks of {KCHUNK} along d={shape.d}")
+            r.append(f"split={self.split} exceeds the {nch} chunks of {self.kchunk} along d={shape.d}")
             return r
         cps = self.chunks_per_split(shape.d)
         if self.split > 1 and (self.split - 1) * cps >= nch:
@@ -108,30 +127,31 @@ class MmaConfig(ConfigBase):
             r.append(f"kw={self.kw} exceeds the {cps} d chunks of a split: some warps would idle")
         if self.rw > 1 and 16 * self.mt * (self.rw - 1) >= shape.M:
             r.append(f"rw={self.rw} row warps of {16 * self.mt} rows: the last would have no row of M={shape.M}")
-        if self.mt * self.depth > MAX_RING:
-            r.append(f"mt={self.mt} x depth={self.depth} ring slots exceed {MAX_RING} "
-                     f"({16 * self.mt * self.depth} registers of W per lane)")
+        if self.mt * self.depth * self.kv > MAX_RING:
+            r.append(f"mt={self.mt} x depth={self.depth} x kv={self.kv} ring slots exceed {MAX_RING} "
+                     f"({8 * self.mt * self.depth * self.kv} registers of W per lane)")
         sm = self.smem_bytes(shape)
         if sm > SMEM_LIMIT:
-            r.append(f"{sm} B of shared memory for the d-warp reduction exceed {SMEM_LIMIT // 1024} KiB")
+            r.append(f"{sm} B of shared memory (d-warp reduction, staged X) exceed {SMEM_LIMIT // 1024} KiB")
         if self.grid(shape)[0] > 2**31 - 1:
             r.append("too many row blocks for one grid")
         return r
 
     @property
     def label(self) -> str:
-        return (f"mma.m{16 * self.mt}.r{self.rw}.k{self.kw}.s{self.split}.d{self.depth}.{self.hint}"
-                + (".pdl" if self.pdl == "on" else ""))
+        return (f"mma.m{16 * self.mt}.r{self.rw}.k{self.kw}.s{self.split}.d{self.depth}"
+                + (f".v{self.kv}" if self.kv > 1 else "") + (".xsmem" if self.x_load == "smem" else "")
+                + f".{self.hint}" + (".pdl" if self.pdl == "on" else ""))
 
 
 # The point tried first: 16 rows per warp, 4 row warps x 2 d warps, no split, 4 chunks in flight.
 MMA_SEED = MmaConfig()
 # A table's fallbacks for a shape it lacks: none (the GEMV family's run any shape).
 FALLBACKS: tuple[tuple[MmaConfig, str], ...] = ()
-# A sweep measures the whole space (3,840 points before validity) but for the hint and pdl levers.
-SWEEP_GRID: dict[str, tuple[Any, ...]] = {**DOMAINS, "hint": ("nc",), "pdl": ("off",)}
-SWEEP_NOTE = ("Left out of the full space: the evict-first hint and programmatic dependent launch "
-              "(a search tries them; a sweep measures the tiling and the ring).")
+# A sweep measures the tiling and the ring (3,840 points before validity); a search also tries the rest.
+SWEEP_GRID: dict[str, tuple[Any, ...]] = {**DOMAINS, "kv": (1,), "x_load": ("ldg",), "hint": ("nc",), "pdl": ("off",)}
+SWEEP_NOTE = ("Left out of the full space: two-piece chunks (kv=2), X staged in shared memory, the evict-first "
+              "hint and programmatic dependent launch (a search tries them; a sweep measures the tiling and the ring).")
 
 
 def all_configs() -> Iterator[MmaConfig]:
