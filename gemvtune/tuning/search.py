@@ -336,9 +336,11 @@ def library_space(runner: Any, shape: Shape, family: str, echo: Callable[[str], 
     the other families' searches go on."""
     try:
         configs = FAMILIES[family].candidates(runner, shape)   # type: ignore[misc]
+        why = "" if configs else "the library proposed none"
     except Exception as e:
-        (echo or log.warning)(f"{shape} {family}: no candidates: {' '.join(str(e).split())[:300] or type(e).__name__}")
-        return {}
+        configs, why = [], " ".join(str(e).split())[:300] or type(e).__name__
+    if why:
+        (echo or log.warning)(f"{shape} {family}: no candidates: {why}")
     return {c.label: c.to_dict() for c in configs}
 
 
