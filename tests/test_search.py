@@ -183,3 +183,32 @@ def test_parallel_trials_keep_the_budget_and_measure_nothing_twice(tmp_path):
     assert len(measured) == len(set(measured)) == 40
     assert runner.compiled and not runner.overlap          # compiles ran; GPU measurements never overlapped
     assert res.entry["search"]["measured_trials"] == 40
+
+
+def test_a_search_of_some_families_confirms_against_the_tables_best_of_the_others(tmp_path):
+    """A splitk-only search on a shape whose table entry holds a faster gemv best: the gemv config is
+    re-measured in the confirmation (the same process) and stays the winner; an entry the reader cannot
+    use (missing table, unknown family record, a config invalid for the shape) gives no incumbent."""
+    import json
+
+    from fakes import TPR_BEST, VEC_BEST
+
+    from gemvtune.kernels.families import config_to_dict
+    from gemvtune.kernels.gemv import GemvConfig
+    from gemvtune.runtime.table import entry_key
+    from gemvtune.tuning.search_run import incumbents
+
+    best = GemvConfig(vec=VEC_BEST, tpr=TPR_BEST, block=256)
+    table = tmp_path / "table.json"
+    assert incumbents(table, SHAPE, ("splitk",)) == ()
+    rec = {"family": "gemv", "config": config_to_dict(best), "us": 10.0, "status": "ok"}
+    bad = {"family": "gemv", "config": {**config_to_dict(best), "vec": "half16"}, "us": 1.0}
+    table.write_text(json.dumps({"entries": {entry_key(SHAPE): {"gemv": rec, "splitk": bad}}}))
+    inc = incumbents(table, SHAPE, ("splitk",))
+    assert inc == (best,) and incumbents(table, SHAPE, ("gemv", "splitk")) == ()
+    runner = FakeRunner()
+    opts = SearchOptions(trials=6, seed=0, progress=False, families=("splitk",), domains={"gemv": FLAT})
+    res = run_search(runner, SHAPE, opts, make_storage(f"journal:{tmp_path / 'j.log'}"), "s", echo=lambda s: None,
+                     incumbents=inc)
+    assert best in runner.calls and res.entry["winner"]["family"] == "gemv"
+    assert res.entry["gemv"]["us"] == pytest.approx(10.0) and res.entry["splitk"]["us"] >= 11.0

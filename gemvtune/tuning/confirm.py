@@ -51,9 +51,11 @@ def _summary(ms: list[Measurement]) -> dict[str, Any]:
 
 
 def confirm(runner: Any, shape: Shape, studies: dict[str, optuna.Study] | optuna.Study, opts: SearchOptions,
-            echo: Callable[[str], None]) -> SearchResult:
+            echo: Callable[[str], None], incumbents: tuple[Any, ...] = ()) -> SearchResult:
     """Re-measure the top-k configs of every family, the llama.cpp config and cuBLAS interleaved
-    (A B C A B C ...); the fastest correct one wins, ties within the spread go to the simplest."""
+    (A B C A B C ...); the fastest correct one wins, ties within the spread go to the simplest.
+    ``incumbents`` (the table's best of each family this search left out) join the same rounds, so a
+    search of some families still picks its winner against the others measured in the same process."""
     if isinstance(studies, optuna.Study):
         studies = {DEFAULT_FAMILY: studies}
     top: dict[str, list[Any]] = {}
@@ -71,7 +73,7 @@ def confirm(runner: Any, shape: Shape, studies: dict[str, optuna.Study] | optuna
         top[fam] = cands
     if not any(top.values()):
         raise UsageError(f"no correct variant was found for {shape} (see the search CSV for the reasons)")
-    pool = list(dict.fromkeys([c for cs in top.values() for c in cs] + [LLAMA_CPP]))
+    pool = list(dict.fromkeys([c for cs in top.values() for c in cs] + list(incumbents) + [LLAMA_CPP]))
     per: dict[Any, list[Measurement]] = {c: [] for c in pool}
     base: dict[str, list[Measurement]] = {}
     for r in range(opts.rounds):
@@ -106,7 +108,8 @@ def confirm(runner: Any, shape: Shape, studies: dict[str, optuna.Study] | optuna
     candidates = [{"family": c.family, "config": c.to_dict(), "label": c.label, **stats[c]} for c in ranked]
     entry: dict[str, Any] = {"winner": brief(w), "baselines": baselines, "tie": tie, "candidates": candidates,
                              "launch_bound": any(m.launch_bound for m in per[w] if m.ok)}
-    for fam in studies:  # the best of each family searched, even when another family won
+    for fam in list(studies) + [c.family for c in incumbents if c.family not in studies]:
+        # the best of each family searched or re-measured, even when another family won
         best = next((c for c in ranked if c.family == fam), None)
         if best is not None:
             entry[fam] = brief(best)

@@ -75,11 +75,11 @@ def local_coordinator(storage: Any) -> Coordinator:
 @quiet_optuna()
 def run_search(runner: Any, shape: Shape, opts: SearchOptions, storage: Any, name: str,
                echo: Callable[[str], None] = print, coord: Coordinator | None = None,
-               joiner: bool = False) -> SearchResult | None:
+               joiner: bool = False, incumbents: tuple[Any, ...] = ()) -> SearchResult | None:
     """Search every family of opts.families (one study each, ``name`` for gemv and ``name-<family>``
     for the others), then confirm the best of all families against each other and the baselines.
     With several workers on one study (``coord``), only the worker that claims the confirmation
-    confirms; the others return None."""
+    confirms; the others return None. ``incumbents`` join the confirmation (``confirm``)."""
     coord = coord or local_coordinator(storage)
     opts = searchable(runner, opts, echo)
     started = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -114,7 +114,7 @@ def run_search(runner: Any, shape: Shape, opts: SearchOptions, storage: Any, nam
         echo(f"{shape}: {measured} measured trials in the study; the confirmation is by worker {who}")
         return None
     try:
-        result = confirm(runner, shape, studies, opts, echo)
+        result = confirm(runner, shape, studies, opts, echo, incumbents)
     finally:
         coord.finish_confirm(base, key)   # (if this process dies before its table write, a re-run confirms again)
     trials = [r for fam, st in studies.items() for r in trial_rows(st, fam)]

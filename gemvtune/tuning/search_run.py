@@ -163,6 +163,31 @@ def write_failure(e: BaseException) -> GemvtuneError | None:
     return None
 
 
+def incumbents(table: Path, shape: Shape, families: tuple[str, ...]) -> tuple[Any, ...]:
+    """The table's best config of each family this search leaves out, for ``shape`` (valid
+    for it): they are re-measured in the confirmation, so the entry's winner is chosen against them in
+    the same process. Nothing when the table or entry is missing or unreadable (a fresh table)."""
+    from ..kernels.families import FAMILIES, config_from_dict
+    from ..runtime.table import entry_key
+
+    try:
+        entry = json.loads(Path(table).read_text())["entries"][entry_key(shape)]
+    except (OSError, ValueError, KeyError, TypeError):
+        return ()
+    out = []
+    for fam, f in FAMILIES.items():
+        rec = entry.get(fam) if isinstance(entry, dict) else None
+        if fam in families or not isinstance(rec, dict) or rec.get("status", "ok") != "ok":
+            continue
+        try:
+            cfg = config_from_dict({"family": fam, **rec["config"]})
+        except Exception:   # a record this version cannot read is not an incumbent
+            continue
+        if cfg.is_valid(shape):
+            out.append(cfg)
+    return tuple(out)
+
+
 def _search_shapes(runner: Any, shapes: list[Shape], opts: SearchOptions, out: Path, table: Path, storage_url: str,
                    coord: Coordinator, dev: dict[str, Any], echo: Callable[[str], None], joiner: bool) -> None:
     import pandas as pd
@@ -173,7 +198,8 @@ def _search_shapes(runner: Any, shapes: list[Shape], opts: SearchOptions, out: P
     echo(f"{dev['name']}{replay}: read ceiling {ceil['read_gbps']:.0f} GB/s; storage {storage_url}; table {table}")
     for shape in shapes:
         name = study_name(shape, slug) + runner.study_suffix   # replay: its own studies
-        res = run_search(runner, shape, opts, storage, name, echo=echo, coord=coord, joiner=joiner)
+        res = run_search(runner, shape, opts, storage, name, echo=echo, coord=coord, joiner=joiner,
+                         incumbents=incumbents(table, shape, opts.families))
         if res is None:   # another worker of this study confirms and writes the table
             runner.release()
             continue
