@@ -175,7 +175,7 @@ def incumbents(table: Path, shape: Shape, families: tuple[str, ...]) -> tuple[An
     except (OSError, ValueError, KeyError, TypeError):
         return ()
     out = []
-    for fam, f in FAMILIES.items():
+    for fam in FAMILIES:
         rec = entry.get(fam) if isinstance(entry, dict) else None
         if fam in families or not isinstance(rec, dict) or rec.get("status", "ok") != "ok":
             continue
