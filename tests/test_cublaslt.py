@@ -256,6 +256,11 @@ def test_without_nvmath_one_line_names_the_extra(monkeypatch):
     from gemvtune.runners.cuda.cublaslt import LtPart
 
     assert "gemvtune[blas]" in LtPart(0).problem()
+    monkeypatch.setattr("gemvtune.kernels.plan.capturing", lambda stream: False)
+    with warnings.catch_warnings(record=True) as w:   # a table with an algorithm entry, read without nvmath:
+        warnings.simplefilter("always")                # cuBLAS runs the shape, after one warning
+        assert ltplan.LtPlanCache().get(PLAIN, ODD, Epilogue("fp16"), 0, 1) is None
+    assert len(w) == 1 and "gemvtune[blas]" in str(w[0].message) and "cuBLAS runs" in str(w[0].message)
 
 
 def test_fake_matches_the_real_bindings():

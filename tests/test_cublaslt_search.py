@@ -148,3 +148,49 @@ def test_replay_search_of_the_family_is_refused_before_any_work(tmp_path):
     assert r.returncode == 2, r.stderr
     assert "a replayed sweep has no cuBLASLt" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "r" / "table.json").exists()
+
+
+@pytest.mark.slow  # nvcc builds the exported header into a library
+def test_header_with_a_blas_shape_compiles_and_answers(tmp_path):
+    """A table with a kernel entry and a "use your BLAS" entry: the header compiles for sm_90 without warnings
+    in two translation units, and its host side answers the algorithm (values, label, description) for the
+    BLAS shape, nullptr elsewhere; the BLAS shape is not 'tuned' (gemvtune_gemv runs the fallback for it)."""
+    import ctypes
+    import json
+
+    from test_export import _compile, _nvcc, _wrapper
+
+    nvcc = _nvcc()
+    if not nvcc:
+        pytest.skip("nvcc is not on PATH")
+    table, _ = _search(tmp_path, LtFakeRunner(), ("gemv", "cublaslt"))
+    data = json.loads((tmp_path / "table.json").read_text())
+    k = Shape(4096, 4096, 1)
+    data["entries"]["4096x4096x1"] = {"M": 4096, "d": 4096, "n": 1,
+                                      "winner": {"family": LLAMA_CPP.family, "config": LLAMA_CPP.to_dict()}}
+    (tmp_path / "table.json").write_text(json.dumps(data))
+    header = tmp_path / "g.cuh"
+    header.write_text(build_header(load_table(tmp_path / "table.json")))
+    srcs = []
+    for tag in ("a", "b"):
+        extra = ('extern "C" const void* gt_blas(int M, int d, int n) { return gemvtune_blas_algorithm(M, d, n); }\n'
+                 if tag == "a" else "")
+        (tmp_path / f"{tag}.cu").write_text(_wrapper(header, tag, label=tag == "a") + extra)
+        srcs.append(tmp_path / f"{tag}.cu")
+    _compile(nvcc, "sm_90", tmp_path, srcs, tmp_path / "libg.so")
+    so = ctypes.CDLL(str(tmp_path / "libg.so"))
+    so.gt_blas.restype = ctypes.c_void_p
+    so.gt_label.restype = ctypes.c_char_p
+
+    class Algo(ctypes.Structure):
+        _fields_ = [(f, ctypes.c_int) for f in ("M", "d", "n", "algo_id", "tile", "stages", "split_k", "reduction",
+                                                "swizzle", "custom", "inner", "cluster")] + \
+                   [("label", ctypes.c_char_p), ("description", ctypes.c_char_p)]
+
+    a = Algo.from_address(so.gt_blas(4096, 4096, 8))
+    assert (a.M, a.d, a.n, a.algo_id, a.tile, a.stages, a.split_k, a.reduction) == (4096, 4096, 8, 21, 12, 8, 4, 2)
+    assert a.label.decode() == f"cublaslt:{FAST.label}" and a.description.decode() == FAST.describe()
+    assert not so.gt_blas(4096, 4096, 1) and not so.gt_blas(4096, 4096, 4)
+    assert so.gt_tuned_a(4096, 4096, 8) == 0 and so.gt_tuned_a(k.M, k.d, k.n) == 1
+    assert so.gt_label(4096, 4096, 8).decode() == f"cublaslt:{FAST.label}"
+    assert so.gt_label(4096, 4096, 3).decode() == "fallback"

@@ -314,8 +314,8 @@ class LtPlan:
 
 class LtPlanCache:
     """Plans by (config, shape, epilogue, device), built on first use and kept for the process (the
-    dispatcher's and the PyTorch op's). An algorithm the library refuses for a call is warned about once
-    and answered with None: the caller runs cuBLAS instead."""
+    dispatcher's and the PyTorch op's). An algorithm the library refuses for a call, or a process without
+    the library's bindings, is warned about once and answered with None: the caller runs cuBLAS instead."""
 
     def __init__(self) -> None:
         self._plans: dict[tuple, LtPlan | None] = {}
@@ -336,7 +336,7 @@ class LtPlanCache:
                         f"a CUDA graph; run the layer once outside capture first (it allocates its workspace)")
                 try:
                     self._plans[key] = LtPlan(config, shape, epilogue, device)
-                except LtRefused as e:
+                except (LtRefused, LibraryUnavailable) as e:   # (a table read where nvmath-python is missing)
                     warnings.warn(f"gemvtune: {e}; cuBLAS runs {shape}{epilogue.label} instead", stacklevel=4)
                     self._plans[key] = None
         return self._plans[key]
