@@ -194,3 +194,14 @@ def test_header_with_a_blas_shape_compiles_and_answers(tmp_path):
     assert so.gt_tuned_a(4096, 4096, 8) == 0 and so.gt_tuned_a(k.M, k.d, k.n) == 1
     assert so.gt_label(4096, 4096, 8).decode() == f"cublaslt:{FAST.label}"
     assert so.gt_label(4096, 4096, 3).decode() == "fallback"
+
+
+def test_a_budget_below_the_candidates_measures_the_heuristic_s_first(tmp_path):
+    runner = LtFakeRunner()
+    table, lines = _search(tmp_path, runner, ("cublaslt",), trials=2)
+    assert [c for c in runner.calls if c.family == "cublaslt"][:2] == [FAST, REFUSED]
+    import pandas as pd
+
+    (csv,) = (tmp_path / "res").glob("search-*.csv")
+    assert list(pd.read_csv(csv).label) == [FAST.label, REFUSED.label]   # nothing left queued beyond the budget
+    assert table.entry(SHAPE)["cublaslt"]["label"] == FAST.label

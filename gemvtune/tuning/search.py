@@ -305,7 +305,7 @@ def optimize(study: optuna.Study, runner: Any, shape: Shape, opts: SearchOptions
     if exhausted():
         counter["stop"] = f"all {len(space)} valid configs are measured"  # type: ignore[arg-type]
     elif fam.library and space is not None:
-        n = enqueue_candidates(study, space, known)
+        n = enqueue_candidates(study, space, known, limit=opts.trials - measured0)
         log.info("%s %s: %d of the library's %d candidates queued, in its order", shape, family, n, len(space))
     elif space is not None and opts.trials - measured0 >= sum(label not in known for label in space):
         n = enqueue_rest(study, space, known, family)
@@ -344,11 +344,14 @@ def library_space(runner: Any, shape: Shape, family: str, echo: Callable[[str], 
     return {c.label: c.to_dict() for c in configs}
 
 
-def enqueue_candidates(study: optuna.Study, space: dict[str, dict[str, Any]], known: dict[str, Any]) -> int:
-    """Queue every candidate of a library's ``space`` not measured (nor queued) yet, in the library's order
-    (its heuristic ranks them: with a budget below their number, its first ones are measured)."""
+def enqueue_candidates(study: optuna.Study, space: dict[str, dict[str, Any]], known: dict[str, Any],
+                       limit: int | None = None) -> int:
+    """Queue the candidates of a library's ``space`` not measured (nor queued) yet, in the library's order
+    (its heuristic ranks them), at most ``limit`` (what the budget leaves: its first ones are measured)."""
     waiting = {tuple(sorted(t.params.items())) for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))}
-    rest = [p for label, p in space.items() if label not in known and tuple(sorted(p.items())) not in waiting]
+    rest = [p for label, p in space.items() if label not in known]
+    rest = rest[:max(0, limit)] if limit is not None else rest
+    rest = [p for p in rest if tuple(sorted(p.items())) not in waiting]
     for p in rest:
         study.enqueue_trial(p, user_attrs={"enqueued": "library"}, skip_if_exists=False)
     return len(rest)
