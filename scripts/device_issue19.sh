@@ -4,6 +4,10 @@
 #   (shape, n)), whether nvmath's cuBLASLt bindings load, and how long Inductor's max-autotune takes per shape.
 # PART=check: the GPU tests of every new part (mma, cuBLASLt, the Inductor and seed baselines, transition), a
 #   probe of the mma levers at n = 16, and a one-shape bench with every baseline.
+# PART=search: gemvtune search of the mma and cublaslt families over the decode suite at n = 2, 4, 8, 16 into
+#   results/nvidia-h200 (the table's gemv and splitk bests re-measured in each confirmation), compute-sanitizer
+#   memcheck and racecheck of the mma family on edge shapes, ncu of the n = 16 mma best against the read
+#   kernel, and gemvtune transition on 4096x4096; the changed results come back as results.tgz.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; PART=${PART:-probe}; L=$OUT/issue19/$PART; mkdir -p $L
 export PYTHONUNBUFFERED=1 GEMVTUNE_CACHE_DIR=/tmp/gemvtune-cache CI=true
@@ -48,4 +52,28 @@ if [ "$PART" = check ]; then
   tail -3 $L/pytest.log; grep -E "^(FAILED|ERROR)" $L/pytest.log | head -20; grep -E "^E  " $L/pytest.log | head -20
   grep "table" $L/probe.log | cut -c1-250; tail -1 $L/probe.log
   tail -25 $L/bench.log
+fi
+if [ "$PART" = search ]; then
+  R=results/nvidia-h200; SH=""; for s in 4096x4096 6144x4096 14336x4096 28672x4096 4096x14336 1024x16384 128256x4096; do SH="$SH --shape $s"; done
+  touch $L/stamp; sleep 1
+  echo "command: gemvtune search$SH --batch ${BATCH:-2,4,8,16} --family mma,cublaslt --trials ${TRIALS:-20} --top-k 2 --rounds 2 --results $R" > $L/search.log
+  timeout ${T_SEARCH:-280} python3 -m gemvtune search $SH --batch ${BATCH:-2,4,8,16} --family mma,cublaslt --trials ${TRIALS:-20} \
+    --top-k 2 --rounds 2 --results $R >> $L/search.log 2>&1; echo "search rc=$?" >> $L/search.log
+  python3 -m gemvtune report --table $R/table.json --csv $R/table.csv > $L/report.log 2>&1
+  python3 -c "import json; c=[x for x in json.load(open('tests/data/sanitize_configs.json')) if x['family']=='mma']; json.dump(c, open('/tmp/mma_san.json','w'))"
+  EDGE="--shape 1x8 --shape 7x72 --shape 129x4104"
+  for tool in memcheck racecheck; do
+    echo "command: GEMVTUNE_NO_POOL=1 compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 9 python3 -m gemvtune verify $EDGE --batch 1,3 --configs (the mma configs of tests/data/sanitize_configs.json)" > $L/$tool.log
+    GEMVTUNE_NO_POOL=1 timeout ${T_SAN:-45} compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 9 \
+      python3 -m gemvtune verify $EDGE --batch 1,3 --configs /tmp/mma_san.json >> $L/$tool.log 2>&1; echo "$tool rc=$?" >> $L/$tool.log
+  done
+  timeout ${T_NCU:-45} ncu --clock-control none --kernel-name regex:"mma_gemv|read_stream" --launch-skip 2 --launch-count 4 \
+    --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_bytes.sum,l1tex__t_bytes.sum,launch__grid_size,launch__block_size,launch__waves_per_multiprocessor,sm__warps_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum,launch__registers_per_thread \
+    --csv python3 scripts/ncu_small.py --table $R/table.json --shape 14336x4096 --batch 16 --family mma > $L/ncu-14336x4096x16.csv 2>&1
+  echo "ncu rc=$?" >> $L/ncu-14336x4096x16.csv
+  timeout ${T_TRANS:-75} python3 -m gemvtune transition --shape 4096x4096 --batch 1..256 --out $R/transition > $L/transition.log 2>&1; echo "transition rc=$?" >> $L/transition.log
+  tar czf $OUT/results.tgz $(find $R -newer $L/stamp -type f) 2>/dev/null
+  tar czf $OUT/issue19-search.tgz -C $OUT/issue19 search
+  grep -E "µs|rc=" $L/search.log | cut -c1-220 | tail -32
+  for t in memcheck racecheck; do tail -2 $L/$t.log; done; grep -c "gpu__time_duration" $L/ncu-14336x4096x16.csv; tail -14 $L/transition.log
 fi

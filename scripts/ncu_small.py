@@ -1,9 +1,10 @@
-"""Profiler target for issue 7 (run under ncu): per shape, the table's tuned GEMV kernel and the read
-ceiling's streaming kernel over exactly the shape's weight bytes, each launched a few times on
-rotating copies (plain launches, so ncu sees each kernel; ncu flushes caches between them).
+"""Profiler target (run under ncu): per shape and batch n, the table's kernel for (M, d, n) (any template
+family: --family picks that family's best in the entry instead of the winner) and the read ceiling's
+streaming kernel over exactly the shape's weight bytes, each launched a few times on rotating copies
+(plain launches, so ncu sees each kernel; ncu flushes caches between them).
 
-    ncu --kernel-name regex:"gemv|read_stream" --launch-skip 2 --launch-count 4 ... \\
-        python3 scripts/ncu_small.py --table results/nvidia-h200/table.json --shape 4096x4096
+    ncu --kernel-name regex:"gemv|splitk|read_stream" --launch-skip 2 --launch-count 4 ... \\
+        python3 scripts/ncu_small.py --table results/nvidia-h200/table.json --shape 4096x4096 [--batch 16]
 """
 
 from __future__ import annotations
@@ -24,12 +25,15 @@ def main() -> None:
     ap.add_argument("--table", required=True)
     ap.add_argument("--shape", action="append", required=True)
     ap.add_argument("--launches", type=int, default=4)
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--family", default="", help="profile this family's best in the entry (default: the winner)")
     a = ap.parse_args()
     table = load_table(a.table)
     r = CudaRunner()
     for text in a.shape:
-        s = parse_shape(text)
-        cfg = config_from_dict({"family": "gemv", **table.entry(s)["gemv"]["config"]})
+        s = parse_shape(text, a.batch)
+        rec = table.entry(s)[a.family] if a.family else table.entry(s)["winner"]
+        cfg = config_from_dict({"family": rec.get("family", a.family or "gemv"), **rec["config"]})
         with r.on_stream():   # the runner's device and stream, as its own launches
             launch = r.launcher(cfg, s)
             b = r.buffers(s)

@@ -109,3 +109,17 @@ def test_tuned_bench_glue_with_a_fake_runner(tmp_path, monkeypatch):
     assert "inductor" not in set(pd.read_csv(path).kind)
     summ = pd.read_csv(str(path).replace(".csv", "-summary.csv"))
     assert summ.x_inductor.isna().all() and summ.x_best.isna().all() and (summ.x_cublas > 0).all()
+
+
+def test_percall_names_the_config_of_kernel_and_library_plans():
+    """gemvtune percall reads the config a plan runs: a kernel plan's launch spec, or a library plan's own
+    config (a cuBLASLt algorithm has no spec and no kernel to launch by hand: no RawKernel row)."""
+    import types
+
+    from gemvtune.clients.percall import _plan_config, _rawkernel
+
+    cfg = types.SimpleNamespace(label="lt.a21")
+    lib = types.SimpleNamespace(config=cfg)
+    kern = types.SimpleNamespace(spec=types.SimpleNamespace(config=types.SimpleNamespace(label="b256")))
+    assert _plan_config(lib) is cfg and _plan_config(kern).label == "b256"
+    assert _rawkernel(None, lib, None, None, None) is None

@@ -80,7 +80,7 @@ def measure_percall(table: Any, shape: Shape, calls: int = 300, repeats: int = 7
         }
         res = _time(fns, torch.cuda.synchronize, calls, repeats)
     row: dict[str, Any] = {"M": shape.M, "d": shape.d, "n": shape.n, "route": route.kind, "route_why": route.why,
-                           "config": plan.spec.config.label, **res}
+                           "config": _plan_config(plan).label, **res}
     if cupy:
         from ..runners.cuda import _cupy
 
@@ -135,12 +135,20 @@ def percall_markdown(rows: list[dict[str, Any]], device: dict[str, Any], command
     return "\n".join(lines)
 
 
+def _plan_config(plan: Any) -> Any:
+    """The config a plan runs: a kernel plan's launch spec names it, a library plan (cuBLASLt) holds it."""
+    spec = getattr(plan, "spec", None)
+    return spec.config if spec is not None else plan.config
+
+
 def _rawkernel(cp: Any, plan: Any, W: Any, x: Any, out: Any) -> Callable[[], Any] | None:
     """The same single-kernel variant launched the way a CuPy user would by hand (``RawModule`` +
     ``RawKernel(grid, block, args)``): the reference a dispatch layer over CuPy is judged against."""
     import numpy as np
 
-    spec = plan.spec
+    spec = getattr(plan, "spec", None)
+    if spec is None:
+        return None     # (a library's algorithm, e.g. cuBLASLt: no kernel of ours to launch by hand)
     if len(spec.kernels) != 1:
         return None     # (a pdl=on kernel launched without the attribute: griddepcontrol is a no-op)
     from ..kernels.compile import compile_variant
