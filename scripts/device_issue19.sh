@@ -8,6 +8,9 @@
 #   results/nvidia-h200 (the table's gemv and splitk bests re-measured in each confirmation), compute-sanitizer
 #   memcheck and racecheck of the mma family on edge shapes, ncu of the n = 16 mma best against the read
 #   kernel, and gemvtune transition on 4096x4096; the changed results come back as results.tgz.
+# PART=bench: gemvtune bench --suite decode --batch 1,2,4,8,16 (tuned = the table's winner, own kernels and
+#   cuBLASLt algorithms counting; the llama.cpp config, the seed kernel as written, cuBLAS both ways and Inductor
+#   max-autotune interleaved per round), then gemvtune transition on more suite shapes as time allows.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; PART=${PART:-probe}; L=$OUT/issue19/$PART; mkdir -p $L
 export PYTHONUNBUFFERED=1 GEMVTUNE_CACHE_DIR=/tmp/gemvtune-cache CI=true
@@ -76,4 +79,17 @@ if [ "$PART" = search ]; then
   tar czf $OUT/issue19-search.tgz -C $OUT/issue19 search
   grep -E "µs|rc=" $L/search.log | cut -c1-220 | tail -32
   for t in memcheck racecheck; do tail -2 $L/$t.log; done; grep -c "gpu__time_duration" $L/ncu-14336x4096x16.csv; tail -14 $L/transition.log
+fi
+if [ "$PART" = bench ]; then
+  R=results/nvidia-h200; touch $L/stamp; sleep 1
+  echo "command: gemvtune bench --suite decode --batch 1,2,4,8,16 --rounds ${ROUNDS:-2} --out $R/bench" > $L/bench.log
+  timeout ${T_BENCH:-500} python3 -m gemvtune bench --suite decode --batch 1,2,4,8,16 --rounds ${ROUNDS:-2} --out $R/bench >> $L/bench.log 2>&1
+  echo "bench rc=$?" >> $L/bench.log
+  for s in ${TRANS_SHAPES:-}; do
+    timeout ${T_TRANS:-45} python3 -m gemvtune transition --shape $s --batch 1..256 --out $R/transition > $L/transition-$s.log 2>&1; echo "transition rc=$?" >> $L/transition-$s.log
+  done
+  tar czf $OUT/results.tgz $(find $R -newer $L/stamp -type f) 2>/dev/null
+  tar czf $OUT/issue19-bench.tgz -C $OUT/issue19 bench
+  grep -v "triton_mm\|AUTOTUNE\|^  " $L/bench.log | grep -E "µs|Geometric|^\|" | cut -c1-200 | tail -60
+  for s in ${TRANS_SHAPES:-}; do tail -1 $L/transition-$s.log; done
 fi
