@@ -382,3 +382,23 @@ def test_run_transition_loads_the_default_table_for_small_batches(monkeypatch, t
     df = pd.read_csv(p)
     assert list(df.status) == ["ok", "skipped"] and df.detail[0].startswith("cfg-label (tuned)")
     assert json.loads(p.with_suffix(".json").read_text())["table"] == "results/nvidia-h200/table.json"
+
+
+def test_cublaslt_series_is_skipped_with_the_reason_without_the_bindings(monkeypatch):
+    """Without nvmath-python's cuBLASLt bindings the series refuses every n with the library's one line
+    (a skipped row), never an exception; WideShape names a batch past 16 like Shape does."""
+    from gemvtune.clients import transition as tr
+    from gemvtune.clients.transition_lt import WideShape
+    from gemvtune.errors import GemvtuneError
+    from gemvtune.kernels import ltplan
+
+    def missing():
+        raise GemvtuneError("nvmath-python is not installed: pip install 'gemvtune[blas]'")
+
+    monkeypatch.setattr(ltplan, "bindings", missing)
+    s = tr.cublaslt_series(tr.SeriesContext(None, None, 64, 128, 1000.0, 100.0))
+    assert s.name == "cublaslt" and tr.cublaslt_series in tr.SERIES
+    rows = tr.measure_series([s], [1, 32], 64, 128, echo=lambda m: None)
+    assert [r["status"] for r in rows] == ["skipped", "skipped"]
+    assert all("nvmath-python is not installed" in r["reason"] for r in rows)
+    assert str(WideShape(4096, 4096, 64)) == "4096x4096@n64" and str(WideShape(8, 16, 1)) == "8x16"

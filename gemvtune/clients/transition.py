@@ -1,7 +1,7 @@
 """The GEMV -> GEMM transition measured (``gemvtune transition``): per shape (M, d), in one process, the
 read ceiling and the FP16 tensor-core ceiling (a large square GEMM), then for each batch n every series
-timed in turn (interleaved per n): the table's tuned kernel (n <= 16), cuBLAS through F.linear, and
-whatever else ``SERIES`` lists.
+timed in turn (interleaved per n): the table's tuned kernel (n <= 16), cuBLAS through F.linear, cuBLASLt's
+best algorithm (``transition_lt``), and whatever else ``SERIES`` lists.
 
 A series is a name, ``reason(n)`` (why it cannot run n, or None) and ``time(n)`` (a ``Timing``: the
 median and spread of its samples and whether its answer was verified). ``measure_series`` turns them
@@ -25,6 +25,7 @@ from typing import Any, Protocol
 from ..errors import UsageError
 from ..kernels.shapes import MAX_BATCH, Shape
 from ..reports.transition import bytes_moved, flops, ridge_n
+from ..runners.timing import launches_for
 
 MAX_N = 4096                 # the largest batch the command measures
 TUNED_REASON = f"n outside 1..{MAX_BATCH} for a tuned kernel"
@@ -202,8 +203,31 @@ def cublas_series(ctx: SeriesContext) -> Series:
     return FnSeries("cublas", lambda n: None, lambda n: time_torch_linear(ctx.runner, ctx.M, ctx.d, n, ctx.est_us(n)))
 
 
+def cublaslt_series(ctx: SeriesContext) -> Series:
+    """cuBLASLt's best algorithm per n (``transition_lt.best_cublaslt``: the heuristic's top, each verified,
+    timed like the cuBLAS series); skipped with the reason where nvmath-python's bindings are missing."""
+    from . import transition_lt
+
+    def reason(n: int) -> str | None:
+        try:
+            from ..kernels.ltplan import bindings
+
+            bindings()
+        except Exception as e:
+            return _first_line(e)
+        return None
+
+    def time(n: int) -> Timing:
+        t, detail = transition_lt.best_cublaslt(
+            ctx.runner, ctx.M, ctx.d, n, lambda copies: launches_for(ctx.est_us(n), copies, ctx.runner.target_us),
+            check_linear)
+        return Timing.from_samples(t, VERIFIED, detail)
+
+    return FnSeries("cublaslt", reason, time)
+
+
 # The series of every transition, in this order per n. A maker takes the SeriesContext of one shape.
-SERIES: list[Callable[[SeriesContext], Series]] = [tuned_series, cublas_series]
+SERIES: list[Callable[[SeriesContext], Series]] = [tuned_series, cublas_series, cublaslt_series]
 
 VERIFY_ROWS = 256   # rows of W the cuBLAS answer is checked on against float64
 
@@ -238,7 +262,6 @@ def time_torch_linear(runner: Any, M: int, d: int, n: int, est_us: float) -> Tim
 
 def _linear_timing(torch: Any, runner: Any, b: Any, n: int, d: int, est_us: float) -> Timing:
     from ..runners.cuda.baselines import graph_lengths, torch_graph, torch_replay_times
-    from ..runners.timing import launches_for
 
     Wt = [torch.from_dlpack(w) for w in b.W]
     xblk = (torch.rand((b.copies, n, d), device=Wt[0].device, dtype=torch.float32) * 2 - 1).half()
