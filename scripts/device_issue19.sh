@@ -11,6 +11,8 @@
 # PART=bench: gemvtune bench --suite decode --batch 1,2,4,8,16 (tuned = the table's winner, own kernels and
 #   cuBLASLt algorithms counting; the llama.cpp config, the seed kernel as written, cuBLAS both ways and Inductor
 #   max-autotune interleaved per round), then gemvtune transition on more suite shapes as time allows.
+# PART=final: gemvtune transition (tuned, cuBLAS, cuBLASLt's best) on every suite shape, per-call cost at n = 1 and 4
+#   (gemvtune percall), then the GPU tests of the transition command and of the table's run-time path.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; PART=${PART:-probe}; L=$OUT/issue19/$PART; mkdir -p $L
 export PYTHONUNBUFFERED=1 GEMVTUNE_CACHE_DIR=/tmp/gemvtune-cache CI=true
@@ -92,4 +94,21 @@ if [ "$PART" = bench ]; then
   tar czf $OUT/issue19-bench.tgz -C $OUT/issue19 bench
   grep -v "triton_mm\|AUTOTUNE\|^  " $L/bench.log | grep -E "µs|Geometric|^\|" | cut -c1-200 | tail -60
   for s in ${TRANS_SHAPES:-}; do tail -1 $L/transition-$s.log; done
+fi
+if [ "$PART" = final ]; then
+  R=results/nvidia-h200; touch $L/stamp; sleep 1
+  SH=""; for s in 4096x4096 6144x4096 14336x4096 28672x4096 4096x14336 128256x4096 1024x16384; do SH="$SH --shape $s"; done
+  echo "command: gemvtune transition$SH --batch 1..256 --out $R/transition" > $L/transition.log
+  timeout ${T_TRANS:-240} python3 -m gemvtune transition $SH --batch 1..256 --out $R/transition >> $L/transition.log 2>&1; echo "transition rc=$?" >> $L/transition.log
+  for b in 1 4; do
+    echo "command: gemvtune percall --batch $b --out $R/bench" > $L/percall-$b.log
+    timeout 60 python3 -m gemvtune percall --batch $b --out $R/bench >> $L/percall-$b.log 2>&1; echo "percall rc=$?" >> $L/percall-$b.log
+  done
+  echo "command: python3 -m pytest -m gpu tests/test_transition_gpu.py tests/test_gpu_table.py tests/test_torch.py" > $L/pytest.log
+  timeout ${T_TESTS:-100} python3 -m pytest -m gpu -p no:cacheprovider -q tests/test_transition_gpu.py tests/test_gpu_table.py tests/test_torch.py -rA >> $L/pytest.log 2>&1; echo "pytest rc=$?" >> $L/pytest.log
+  tar czf $OUT/results.tgz $(find $R -newer $L/stamp -type f) 2>/dev/null
+  tar czf $OUT/issue19-final.tgz -C $OUT/issue19 final
+  grep -E "ridge|rc=" $L/transition.log; grep -A12 "^| n | read floor" $L/transition.log | head -60 | cut -c1-200
+  for b in 1 4; do grep -E "GemvLinear / F.linear|rc=" $L/percall-$b.log | cut -c1-200; done
+  tail -2 $L/pytest.log; grep -E "^(FAILED|ERROR)" $L/pytest.log | head
 fi
