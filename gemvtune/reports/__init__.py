@@ -1,4 +1,4 @@
 """Reports: CSVs of every variant with their provenance (``report``), summaries of benchmarks
 (``benchreport``, ``hfbench_report``, ``summary``), a table's contents (``tablereport``), the GEMV ->
-GEMM crossover (``crossover``), pictures of a search's studies (``studyplots``) and Kernel Tuner's
+GEMM crossover (``crossover``) and transition (``transition``), pictures of a search's studies (``studyplots``) and Kernel Tuner's
 cache format (``ktexport``). Pure functions of data already measured."""
