@@ -223,7 +223,9 @@ def cublaslt_series(ctx: SeriesContext) -> Series:
             check_linear)
         return Timing.from_samples(t, VERIFIED, detail)
 
-    return FnSeries("cublaslt", reason, time)
+    from ..kernels.cublaslt import CublasLtConfig
+
+    return FnSeries(CublasLtConfig.family, reason, time)   # (the series is named after the family)
 
 
 # The series of every transition, in this order per n. A maker takes the SeriesContext of one shape.
