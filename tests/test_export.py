@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, run_cli
 
+from gemvtune.kernels.families import is_library
 from gemvtune.kernels.gemv import GemvConfig
 from gemvtune.kernels.launchspec import launch_spec
 from gemvtune.kernels.shapes import Shape
@@ -84,9 +85,13 @@ def test_export_names_every_entry(tmp_path):
     assert table.shapes and len(table.shapes) == len(table.data["entries"])
     for s in table.shapes:
         cfg, _ = table.lookup(s)
+        assert f'"{cfg.family}:{cfg.label}"' in text
+        if is_library(cfg):   # "use your BLAS": the algorithm's row and description, no kernel of ours
+            assert f"namespace {namespace_of(s)} {{" not in text
+            assert f"{{{s.M}, {s.d}, {s.n}, {cfg.algo_id}, " in text and cfg.describe() in text
+            continue
         assert f"namespace {namespace_of(s)} {{" in text
         assert f'{{{s.M}, {s.d}, {s.n}, {cfg.vec_elems * 2}u, ' in text
-        assert f'"{cfg.family}:{cfg.label}"' in text
     assert 'extern "C"' not in text and "gemv_any" in text
     assert "gemvtune_gemv(int M, int d, int n, const __half* W, const __half* X, float* Y," in text
     assert build_header(table) == text                                 # deterministic
@@ -141,13 +146,14 @@ def _host_side(so, table) -> None:
     so.gt_gemv.argtypes = [ctypes.c_int] * 3 + [ctypes.c_void_p] * 5
     for s in table.shapes:
         cfg, _ = table.lookup(s)
-        assert so.gt_ws_a(s.M, s.d, s.n) == workspace_layout(cfg, s)[0]
-        assert so.gt_tuned_a(s.M, s.d, s.n) == 1
+        lib = is_library(cfg)   # "use your BLAS": no kernel in the header (not tuned here, no workspace)
+        assert so.gt_ws_a(s.M, s.d, s.n) == (0 if lib else workspace_layout(cfg, s)[0])
+        assert so.gt_tuned_a(s.M, s.d, s.n) == (0 if lib else 1)
         assert so.gt_label(s.M, s.d, s.n).decode() == f"{cfg.family}:{cfg.label}"
     assert so.gt_tuned_a(7, 4101, 3) == 0 and so.gt_ws_a(7, 4101, 3) == 0 and so.gt_label(7, 4101, 3) == b"fallback"
     assert so.gt_gemv(0, 64, 1, 256, 256, 256, None, None) == 1      # M < 1
     assert so.gt_gemv(64, 64, 1, None, 256, 256, None, None) == 1    # W null
-    needs = [s for s in table.shapes if workspace_layout(table.lookup(s)[0], s)[0]]
+    needs = [s for s in table.shapes if not is_library(table.lookup(s)[0]) and workspace_layout(table.lookup(s)[0], s)[0]]
     assert needs, "the committed table has a split-K entry that needs a workspace"
     s = needs[0]
     assert so.gt_gemv(s.M, s.d, s.n, 256, 256, 256, None, None) == 1  # workspace needed, none given
