@@ -93,17 +93,18 @@ class GemvLinear(torch.nn.Module):
         if torch.compiler.is_compiling():
             return self._traced(x)
         # Eager: the per-call CPU cost is what a user feels (decode is CPU-bound in eager mode), so
-        # this path reads only cheap attributes (dtype singletons, device indices) and one dict.
+        # this path reads only cheap attributes (dtype singletons, device indices) and one tuple; the
+        # route comes first, so a call that runs cuBLAS anyway pays nothing more for the checks below.
         w, b = self.weight, self.bias
+        n = x.numel() // self.in_features
+        if n > self.max_batch or not self._tuned[n]:
+            return F.linear(x, w, b)  # cuBLAS measured faster for this n, or the table lacks it
         if (x.dtype is not _F16 or w.dtype is not _F16 or not x.is_cuda or x.get_device() != w.get_device()
                 or not x.dim() or x.shape[-1] != self.in_features or not w.is_contiguous()
                 or (b is not None and (b.dtype is not _F16 or not b.is_contiguous()))):
             return F.linear(x, w, b)
         if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad or (b is not None and b.requires_grad)):
             return F.linear(x, w, b)  # the tuned kernels have no backward: autograd gets F.linear
-        n = x.numel() // self.in_features
-        if n > self.max_batch or not self._tuned[n]:
-            return F.linear(x, w, b)  # cuBLAS measured faster for this n, or the table lacks it
         return run_linear(x, w, b, self.table, self._tid)
 
     def _traced(self, x: torch.Tensor) -> torch.Tensor:
