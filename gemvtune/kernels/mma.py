@@ -12,9 +12,9 @@ from typing import Any
 
 from .configbase import ConfigBase
 from .shapes import Shape
+from .tctiles import TensorCoreTiles
 
 SMEM_LIMIT = 48 * 1024   # static shared memory a block may take without an opt-in
-PIECE = 32               # halves of d per warp and 16-byte piece: 4 lanes x 8 halves per row
 MAX_WARPS = 16           # warps per block (rw x kw)
 MAX_RING = 8             # m16 tiles x ring depth x pieces: 8 x 2 x 16 B = 64 registers of W in flight per lane
 
@@ -32,7 +32,7 @@ DOMAINS: dict[str, tuple[Any, ...]] = {
 
 
 @dataclass(frozen=True, order=True)
-class MmaConfig(ConfigBase):
+class MmaConfig(TensorCoreTiles, ConfigBase):
     """One point of the mma GEMV family. Hashable like GemvConfig."""
 
     mt: int = 1
@@ -47,10 +47,8 @@ class MmaConfig(ConfigBase):
 
     family = "mma"
     DOMAINS = DOMAINS
-    acc = "fp32"          # tensor-core accumulation is FP32 (sets the error bound)
-    vec_elems = 8         # W is read in 16-byte pieces (sets the alignment the dispatcher checks)
 
-    # ---- derived values -------------------------------------------------------------------
+    # ---- derived values (the tiles, chunks, grid and staged X rows: TensorCoreTiles) ---------
     @property
     def rows_per_block(self) -> int:
         return 16 * self.mt * self.rw
@@ -58,28 +56,6 @@ class MmaConfig(ConfigBase):
     @property
     def warps(self) -> int:
         return self.rw * self.kw
-
-    @property
-    def block(self) -> int:
-        return 32 * self.warps
-
-    @staticmethod
-    def n_tiles(n: int) -> int:
-        return (n + 7) // 8
-
-    @property
-    def kchunk(self) -> int:
-        """Halves of d one warp step covers."""
-        return PIECE * self.kv
-
-    def chunks(self, d: int) -> int:
-        return -(-d // self.kchunk)
-
-    def chunks_per_split(self, d: int) -> int:
-        return -(-self.chunks(d) // self.split)
-
-    def grid(self, shape: Shape) -> tuple[int, int, int]:
-        return (-(-shape.M // self.rows_per_block), self.split, 1)
 
     def kernels(self, shape: Shape) -> list[tuple[str, tuple[int, int, int], tuple[int, int, int]]]:
         """The launches of one call: one kernel, whatever the split."""
@@ -94,14 +70,6 @@ class MmaConfig(ConfigBase):
 
     def needs_workspace(self, shape: Shape) -> bool:
         return self.split > 1
-
-    def x_row_halves(self, d: int) -> int:
-        """Halves per staged X row: the split's d range, padded so that the 8 lanes of a shared-memory phase
-        (rows g, g+1; 4 lanes each) hit distinct banks: rows 64 B apart mod 128 B with one piece per lane,
-        16 B apart with two (their lanes' pieces are 32 B apart)."""
-        length = self.chunks_per_split(d) * self.kchunk
-        target = 64 if self.kv == 1 else 16
-        return length + ((target - 2 * length) % 128) // 2
 
     def smem_bytes(self, shape: Shape) -> int:
         red = self.kw * self.rows_per_block * 8 * self.n_tiles(shape.n) * 4 if self.kw > 1 else 0

@@ -10,9 +10,10 @@ from typing import Any
 
 from .configbase import ConfigBase
 from .shapes import Shape
+from .tctiles import PIECE, TensorCoreTiles
 
 SMEM_LIMIT = 48 * 1024   # static shared memory a block may take without an opt-in
-KCHUNK = 32              # halves of d per warp step: each lane loads 16 B of each of its rows
+KCHUNK = PIECE           # halves of d per warp step: each lane loads 16 B of each of its rows
 MAX_GRID_Y = 65535
 
 DOMAINS: dict[str, tuple[Any, ...]] = {
@@ -27,7 +28,7 @@ DOMAINS: dict[str, tuple[Any, ...]] = {
 
 
 @dataclass(frozen=True, order=True)
-class SplitKConfig(ConfigBase):
+class SplitKConfig(TensorCoreTiles, ConfigBase):
     """One point of the split-K GEMM family. Hashable like GemvConfig."""
 
     mt: int = 2
@@ -40,30 +41,11 @@ class SplitKConfig(ConfigBase):
 
     family = "splitk"
     DOMAINS = DOMAINS
-    acc = "fp32"          # tensor-core accumulation is FP32 (sets the error bound)
-    vec_elems = 8         # W is read in 16-byte pieces (sets the alignment the dispatcher checks)
 
-    # ---- derived values -------------------------------------------------------------------
+    # ---- derived values (the tiles, chunks, grid and staged X rows: TensorCoreTiles) ---------
     @property
     def rows_per_block(self) -> int:
         return 16 * self.mt
-
-    @property
-    def block(self) -> int:
-        return 32 * self.warps
-
-    @staticmethod
-    def n_tiles(n: int) -> int:
-        return (n + 7) // 8
-
-    def chunks(self, d: int) -> int:
-        return -(-d // KCHUNK)
-
-    def chunks_per_split(self, d: int) -> int:
-        return -(-self.chunks(d) // self.split)
-
-    def grid(self, shape: Shape) -> tuple[int, int, int]:
-        return (-(-shape.M // self.rows_per_block), self.split, 1)
 
     def kernels(self, shape: Shape) -> list[tuple[str, tuple[int, int, int], tuple[int, int, int]]]:
         """The launches of one call, in order: (kernel name, grid, block)."""
@@ -98,11 +80,6 @@ class SplitKConfig(ConfigBase):
         w = self.depth * self.warps * 32 * self.mt * 2 * 16 if self.w_load == "cpasync" else 0
         x = shape.n * self.x_row_halves(shape.d) * 2 if self.x_load == "smem" else 0
         return red + w + x
-
-    def x_row_halves(self, d: int) -> int:
-        """Halves per staged X row: the split's d range, padded so that rows fall on other banks."""
-        length = self.chunks_per_split(d) * KCHUNK
-        return length + (32 if length % 64 == 0 else 0)
 
     # ---- validity -------------------------------------------------------------------------
     def invalid_reasons(self, shape: Shape) -> list[str]:
