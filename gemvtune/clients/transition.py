@@ -17,7 +17,6 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from statistics import median
 from typing import Any, Protocol
@@ -263,7 +262,7 @@ def time_torch_linear(runner: Any, M: int, d: int, n: int, est_us: float) -> Tim
 
 
 def _linear_timing(torch: Any, runner: Any, b: Any, n: int, d: int, est_us: float) -> Timing:
-    from ..runners.cuda.baselines import graph_lengths, torch_graph, torch_replay_times
+    from ..runners.cuda.baselines import fastest_graph
 
     Wt = [torch.from_dlpack(w) for w in b.W]
     xblk = (torch.rand((b.copies, n, d), device=Wt[0].device, dtype=torch.float32) * 2 - 1).half()
@@ -280,15 +279,9 @@ def _linear_timing(torch: Any, runner: Any, b: Any, n: int, d: int, est_us: floa
         xblk.sum()
 
     k0 = b.copies if b.flush else launches_for(est_us, b.copies, runner.target_us)
-    best: tuple[float, list[float], int] | None = None
-    for k in graph_lengths(k0, b.copies, b.flush):
-        g, _ = torch_graph(torch, partial(calls, 3), partial(calls, k))
-        t = torch_replay_times(torch, g, runner.replays, k, warmup=runner.warmup, before=before if b.flush else None)
-        del g
-        if best is None or median(t) < best[0]:
-            best = (median(t), t, k)
-    assert best is not None   # graph_lengths gives at least one
-    return Timing.from_samples(best[1], VERIFIED, f"torch F.linear, graph of {best[2]} calls over {b.copies} "
+    t, k = fastest_graph(torch, calls, k0, b.copies, b.flush, runner.replays, runner.warmup,
+                         before=before if b.flush else None)
+    return Timing.from_samples(t, VERIFIED, f"torch F.linear, graph of {k} calls over {b.copies} "
                                                   "copies" + (" + L2 flush" if b.flush else ""))
 
 

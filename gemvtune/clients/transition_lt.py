@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 from statistics import median
 from typing import Any
 
@@ -32,24 +31,19 @@ def best_cublaslt(runner: Any, M: int, d: int, n: int, launches: Callable[[int],
                   check: Callable[..., tuple[bool, str]], top: int = TOP) -> tuple[list[float], str]:
     """(µs per call of each sample, detail) of the fastest correct algorithm among the heuristic's ``top`` for
     (M, d, n); ``launches(copies)`` is the graph length, ``check(torch, W, x, y)`` the answer check. Raises
-    RuntimeError (one line) when no algorithm is proposed or none runs correctly."""
+    LtRefused (the library's reason) when no algorithm is proposed, RuntimeError (one line) when none runs
+    correctly."""
     import torch
 
     from ..kernels.epilogue import Epilogue
-    from ..kernels.ltplan import LtPlan, LtProblem
-    from ..runners.cuda.baselines import graph_lengths, torch_graph, torch_replay_times
+    from ..kernels.ltplan import LtPlan, top_algorithms
+    from ..runners.cuda.baselines import fastest_graph
 
     shape, epi, dev = WideShape(M, d, n), Epilogue("fp16"), runner.device_id
     with runner.gpu_lock.held(), runner.on_stream(), torch.cuda.device(dev):
         b = runner.buffers(Shape(M, d, min(n, MAX_BATCH)))
         # (LtProblem and LtPlan read only M, d, n of the shape and print it: a WideShape passes n > 16)
-        prob = LtProblem(shape, epi, dev)   # type: ignore[arg-type]
-        try:
-            cands, why = prob.heuristics(top)
-        finally:
-            prob.close()
-        if not cands:
-            raise RuntimeError(why)
+        cands = top_algorithms(shape, epi, dev, top)   # type: ignore[arg-type]
         Wt = [torch.from_dlpack(w) for w in b.W]
         xblk = (torch.rand((b.copies, n, d), device=Wt[0].device, dtype=torch.float32) * 2 - 1).half()
         y = torch.empty((n, M), device=Wt[0].device, dtype=torch.float16)
@@ -73,13 +67,10 @@ def best_cublaslt(runner: Any, M: int, d: int, n: int, launches: Callable[[int],
                 if not ok:
                     refused.append(f"{cfg.label}: wrong ({bad})")
                     continue
-                for k in graph_lengths(launches(b.copies), b.copies, b.flush):
-                    g, _ = torch_graph(torch, partial(calls, 3), partial(calls, k))
-                    t = torch_replay_times(torch, g, runner.replays, k, warmup=runner.warmup,
-                                           before=runner.flush_l2 if b.flush else None)
-                    del g
-                    if best is None or median(t) < best[0]:
-                        best = (median(t), t, f"cuBLASLt {cfg.label}, graph of {k} calls over {b.copies} copies")
+                t, k = fastest_graph(torch, calls, launches(b.copies), b.copies, b.flush, runner.replays,
+                                     runner.warmup, before=runner.flush_l2 if b.flush else None)
+                if best is None or median(t) < best[0]:
+                    best = (median(t), t, f"cuBLASLt {cfg.label}, graph of {k} calls over {b.copies} copies")
             finally:
                 plan.close()
         torch.cuda.empty_cache()

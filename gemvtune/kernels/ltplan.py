@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..errors import GemvtuneError, UsageError
-from .cublaslt import ATTRIBUTES, CublasLtConfig
+from .cublaslt import ATTRIBUTES, HEURISTIC_TOP, CublasLtConfig
 from .epilogue import DEFAULT, Epilogue
 from .shapes import Shape
 
@@ -245,6 +245,20 @@ class LtProblem:
         if self.desc:
             lt.matmul_desc_destroy(self.desc)
             self.desc = 0
+
+
+def top_algorithms(shape: Shape, epilogue: Epilogue = DEFAULT, device: int = 0,
+                   top: int = HEURISTIC_TOP) -> list[tuple[CublasLtConfig, int]]:
+    """Up to ``top`` of the heuristic's algorithms for ``shape`` with ``epilogue``, best first, with their
+    workspace bytes; LtRefused (the library's reason) when it proposes none. The descriptors live for the call."""
+    prob = LtProblem(shape, epilogue, device)
+    try:
+        found, why = prob.heuristics(top)
+    finally:
+        prob.close()
+    if not found:
+        raise LtRefused(why)
+    return found
 
 
 class LtPlan:

@@ -84,13 +84,11 @@ class MmaConfig(TensorCoreTiles, ConfigBase):
         r: list[str] = []
         if self.warps > MAX_WARPS:
             r.append(f"rw={self.rw} x kw={self.kw} = {self.warps} warps exceed {MAX_WARPS} per block")
-        nch = self.chunks(shape.d)
-        if self.split > nch:
-            r.append(f"split={self.split} exceeds the {nch} chunks of {self.kchunk} along d={shape.d}")
+        why, stop = self.split_reasons(shape.d)
+        r += why
+        if stop:
             return r
         cps = self.chunks_per_split(shape.d)
-        if self.split > 1 and (self.split - 1) * cps >= nch:
-            r.append(f"split={self.split} with {cps} chunks per split leaves the last split empty (d={shape.d})")
         if cps < self.kw:
             r.append(f"kw={self.kw} exceeds the {cps} d chunks of a split: some warps would idle")
         if self.rw > 1 and 16 * self.mt * (self.rw - 1) >= shape.M:

@@ -10,10 +10,9 @@ from typing import Any
 
 from .configbase import ConfigBase
 from .shapes import Shape
-from .tctiles import PIECE, TensorCoreTiles
+from .tctiles import TensorCoreTiles
 
 SMEM_LIMIT = 48 * 1024   # static shared memory a block may take without an opt-in
-KCHUNK = PIECE           # halves of d per warp step: each lane loads 16 B of each of its rows
 MAX_GRID_Y = 65535
 
 DOMAINS: dict[str, tuple[Any, ...]] = {
@@ -87,13 +86,11 @@ class SplitKConfig(TensorCoreTiles, ConfigBase):
         if errs:
             return errs
         r: list[str] = []
-        nch = self.chunks(shape.d)
-        if self.split > nch:
-            r.append(f"split={self.split} exceeds the {nch} chunks of {KCHUNK} along d={shape.d}")
+        why, stop = self.split_reasons(shape.d)
+        r += why
+        if stop:
             return r
         cps = self.chunks_per_split(shape.d)
-        if self.split > 1 and (self.split - 1) * cps >= nch:
-            r.append(f"split={self.split} with {cps} chunks per split leaves the last split empty (d={shape.d})")
         if cps < self.warps:
             r.append(f"warps={self.warps} exceed the {cps} d chunks of a split: some warps would idle")
         if self.split == 1 and self.combine != "atomic":

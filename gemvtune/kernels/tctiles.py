@@ -50,6 +50,17 @@ class TensorCoreTiles:
     def grid(self, shape: Shape) -> tuple[int, int, int]:
         return (-(-shape.M // self.rows_per_block), self.split, 1)
 
+    def split_reasons(self, d: int) -> tuple[list[str], bool]:
+        """Why the split of d into ``split`` slices of whole chunks cannot work (empty: it can), and whether
+        nothing else is worth checking (more splits than chunks)."""
+        nch = self.chunks(d)
+        if self.split > nch:
+            return [f"split={self.split} exceeds the {nch} chunks of {self.kchunk} along d={d}"], True
+        cps = self.chunks_per_split(d)
+        if self.split > 1 and (self.split - 1) * cps >= nch:
+            return [f"split={self.split} with {cps} chunks per split leaves the last split empty (d={d})"], False
+        return [], False
+
     def x_row_halves(self, d: int) -> int:
         """Halves per staged X row: the split's d range, padded so that the 8 lanes of a shared-memory phase
         (rows g, g+1; 4 lanes each) hit distinct banks: rows 64 B apart mod 128 B with one piece per lane,

@@ -137,21 +137,14 @@ class Baselines:
         length; results/nvidia-h200/NOTES.md, issue 19), so it is timed at the runner's length and at
         about 96 calls, and the faster is the baseline: the fastest way a user gets it."""
         h = self.h
-        n = h.launches(shape, b.copies, flush=b.flush)
 
         def calls(k: int) -> list:
             return [call(i) for i in range(k)]
 
-        best: tuple[float, list[float], int] | None = None
-        for k in graph_lengths(n, b.copies, b.flush):
-            g, _ = torch_graph(torch, partial(calls, 3), partial(calls, k))
-            t = torch_replay_times(torch, g, h.replays, k, warmup=h.warmup, before=h.flush_l2 if b.flush else None)
-            del g
-            if best is None or median(t) < best[0]:
-                best = (median(t), t, k)
+        out = fastest_graph(torch, calls, h.launches(shape, b.copies, flush=b.flush), b.copies, b.flush, h.replays,
+                            h.warmup, before=h.flush_l2 if b.flush else None)
         torch.cuda.empty_cache()
-        assert best is not None   # graph_lengths gives at least one
-        return best[1], best[2]
+        return out
 
     def measure_torch_linear(self, shape: Shape) -> Measurement | None:
         """cuBLAS through torch.nn.functional.linear (what MEASURING.md's references used), in a
@@ -232,6 +225,23 @@ class Baselines:
 
 
 SHORT_GRAPH = 96   # calls: where cuBLAS through F.linear ran fastest per call on the H200 (issue 19)
+
+
+def fastest_graph(torch: Any, calls: Callable[[int], Any], n: int, copies: int, flush: bool, replays: int,
+                  warmup: int, before: Callable[[Any], None] | None = None) -> tuple[list[float], int]:
+    """``calls(k)`` (k calls over the copies) captured in a torch CUDA graph at each of ``graph_lengths(n,
+    copies, flush)`` (after 3 warm-up calls on a side stream) and replayed ``replays`` times (``before`` ahead
+    of each: an L2 flush); (the samples of the fastest length in µs per call, that length). Every torch
+    baseline and the transition's library series time through here."""
+    best: tuple[float, list[float], int] | None = None
+    for k in graph_lengths(n, copies, flush):
+        g, _ = torch_graph(torch, partial(calls, 3), partial(calls, k))
+        t = torch_replay_times(torch, g, replays, k, warmup=warmup, before=before)
+        del g
+        if best is None or median(t) < best[0]:
+            best = (median(t), t, k)
+    assert best is not None   # graph_lengths gives at least one
+    return best[1], best[2]
 
 
 def graph_lengths(n: int, copies: int, flush: bool) -> list[int]:

@@ -10,7 +10,7 @@ from typing import Any
 from ...errors import GemvtuneError
 from ...kernels.cublaslt import HEURISTIC_TOP, CublasLtConfig
 from ...kernels.epilogue import DEFAULT, Epilogue
-from ...kernels.ltplan import LtPlan, LtProblem, LtRefused, bindings, handle
+from ...kernels.ltplan import LtPlan, bindings, handle, top_algorithms
 from ...kernels.shapes import Shape
 from ..base import Measurement, Status
 
@@ -34,14 +34,7 @@ class LtPart:
     def heuristics(self, shape: Shape, top: int = HEURISTIC_TOP) -> list[tuple[CublasLtConfig, int]]:
         """Up to ``top`` algorithms of the heuristic for ``shape`` with the default epilogue (what a search
         measures), best first, with their workspace bytes; LtRefused (the library's reason) when it gives none."""
-        prob = LtProblem(shape, DEFAULT, self.device)
-        try:
-            found, why = prob.heuristics(top)
-        finally:
-            prob.close()
-        if not found:
-            raise LtRefused(why)
-        return found
+        return top_algorithms(shape, DEFAULT, self.device, top)
 
     def get(self, config: CublasLtConfig, shape: Shape, epilogue: Epilogue = DEFAULT) -> LtPlan:
         """The algorithm's plan for ``shape`` and ``epilogue`` (built once); LtRefused when the library refuses it."""
