@@ -5,11 +5,13 @@ streaming kernel over exactly the shape's weight bytes, each launched a few time
 
     ncu --kernel-name regex:"gemv|splitk|read_stream" --launch-skip 2 --launch-count 4 ... \\
         python3 scripts/ncu_small.py --table results/nvidia-h200/table.json --shape 4096x4096 [--batch 16]
+        [--config '{"family": "ring", "mt": 2, ...}']
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 
 import numpy as np
 
@@ -27,13 +29,17 @@ def main() -> None:
     ap.add_argument("--launches", type=int, default=4)
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--family", default="", help="profile this family's best in the entry (default: the winner)")
+    ap.add_argument("--config", default="", help="profile this config (a JSON object with its family) instead")
     a = ap.parse_args()
     table = load_table(a.table)
     r = CudaRunner()
     for text in a.shape:
         s = parse_shape(text, a.batch)
-        rec = table.entry(s)[a.family] if a.family else table.entry(s)["winner"]
-        cfg = config_from_dict({"family": rec.get("family", a.family or "gemv"), **rec["config"]})
+        if a.config:
+            cfg = config_from_dict(json.loads(a.config))
+        else:
+            rec = table.entry(s)[a.family] if a.family else table.entry(s)["winner"]
+            cfg = config_from_dict({"family": rec.get("family", a.family or "gemv"), **rec["config"]})
         with r.on_stream():   # the runner's device and stream, as its own launches
             launch = r.launcher(cfg, s)
             b = r.buffers(s)

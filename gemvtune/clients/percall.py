@@ -156,10 +156,12 @@ def _rawkernel(cp: Any, plan: Any, W: Any, x: Any, out: Any) -> Callable[[], Any
     path = compile_variant(spec.config, spec.shape, epilogue=spec.epilogue).cubin_path
     name, grid, block = spec.kernels[0]
     fn = cp.RawModule(path=path).get_function(name)
+    if spec.smem:   # the dynamic shared memory opt-in the plan makes too
+        fn.max_dynamic_shared_size_bytes = spec.smem
     ws = np.uint64(plan._ws)
     cnt = np.uint64(plan._ws + spec.counters_offset if plan._ws else 0)
     args = (W, x, out, np.uint64(0), ws, cnt, np.int32(spec.shape.M))
-    return lambda: fn(grid, block, args)
+    return lambda: fn(grid, block, args, shared_mem=spec.smem)
 
 
 def dispatch_overhead(table: Any, shape: Shape, calls: int = 200, repeats: int = 15) -> dict[str, float]:

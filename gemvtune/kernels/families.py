@@ -15,6 +15,7 @@ from ..errors import UsageError
 from . import cublaslt as space_lt
 from . import gemv as space
 from . import mma as space_mma
+from . import ring as space_ring
 from . import splitk as space_splitk
 from .configbase import ConfigBase
 
@@ -67,8 +68,18 @@ def _mma_complexity(c: space_mma.MmaConfig) -> tuple:
     return (levers, c.split, c.kw, c.rw, c.depth, c.mt)
 
 
+def _ring_complexity(c: space_ring.RingConfig) -> tuple:
+    levers = (c.split > 1) + (c.kw > 1) + (c.ipb > 1) + (c.x_load != "ring") + (c.prefetch != "none")
+    return (levers, c.split, c.kw, c.ipb, c.rw, c.stages, c.mt, c.bk)
+
+
 def _lt_complexity(c: space_lt.CublasLtConfig) -> tuple:
     return (c.split_k > 1, c.split_k, c.reduction, c.algo_id, c.tile, c.stages)
+
+
+def _ring_values(c: space_ring.RingConfig, shape: Any) -> dict[str, Any]:
+    return {"n_tiles": c.n_tiles(shape.n), "w_hint": "nc", "x_rows": c.x_rows(shape.n),
+            "stage_bytes": c.stage_bytes(shape.n)}
 
 
 def _no_values(c: Any, shape: Any) -> dict[str, Any]:
@@ -101,6 +112,10 @@ FAMILIES: dict[str, Family] = {
     "mma": Family("mma", space_mma.MmaConfig, space_mma.DOMAINS, space_mma.MMA_SEED, "mma seed", "mma_gemv.cu.j2",
                   "mma_gemv", _mma_complexity, _mma_values, "-mma", space_mma.all_configs, space_mma.FALLBACKS,
                   space_mma.SWEEP_GRID, space_mma.SWEEP_NOTE),
+    # tensor-core GEMV streaming W through a cp.async shared-memory ring (long row runs, tiles per block)
+    "ring": Family("ring", space_ring.RingConfig, space_ring.DOMAINS, space_ring.RING_SEED, "ring seed",
+                   "ring_gemv.cu.j2", "ring_gemv", _ring_complexity, _ring_values, "-ring", space_ring.all_configs,
+                   space_ring.FALLBACKS, space_ring.SWEEP_GRID, space_ring.SWEEP_NOTE),
 }
 # cuBLASLt's algorithms (nvmath-python's bindings): the heuristic's top ones per (M, d, n), split-K included.
 # Last in the registry: a tie within the spread goes to gemvtune's own kernels (gemvtune.tuning.confirm).

@@ -36,6 +36,7 @@ class LaunchSpec:
     counters: int           # unsigned counters (>= 1)
     align: int              # bytes every W, x (and bias) pointer must be aligned to
     pdl: bool               # launched with programmatic stream serialization
+    smem: int = 0           # dynamic shared memory bytes of every kernel of the call (the launch opts in past 48 KiB)
 
     @property
     def counters_offset(self) -> int:
@@ -59,5 +60,7 @@ def launch_spec(config: Any, shape: Shape, epilogue: Epilogue = DEFAULT) -> Laun
         raise UsageError(f"config {config.label}{epilogue.label} cannot run {shape}: " + "; ".join(reasons))
     floats, counters = config.workspace(shape)
     kernels = tuple((str(k), tuple(g), tuple(b)) for k, g, b in config.kernels(shape))
+    dynamic = getattr(config, "dynamic_smem", None)
     return LaunchSpec(config, shape, epilogue, kernels, max(1, int(floats)), max(1, int(counters)),
-                      int(config.vec_elems) * 2, getattr(config, "pdl", "off") == "on")
+                      int(config.vec_elems) * 2, getattr(config, "pdl", "off") == "on",
+                      int(dynamic(shape)) if dynamic is not None else 0)

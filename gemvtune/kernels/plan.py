@@ -117,6 +117,10 @@ class LaunchPlan:
                 if name not in funcs:
                     funcs[name] = check(drv.cuModuleGetFunction(self._module, name.encode()),
                                         f"cuModuleGetFunction({name})")
+                    if spec.smem:   # dynamic shared memory: opt in to it (static + dynamic past 48 KiB needs it)
+                        check(drv.cuFuncSetAttribute(
+                            funcs[name], drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                            spec.smem), f"cuFuncSetAttribute({name}, {spec.smem} B of dynamic shared memory)")
             if spec.needs_workspace:
                 self._ws = int(check(drv.cuMemAlloc(spec.workspace_bytes), "cuMemAlloc"))
                 check(drv.cuMemsetD8(self._ws, 0, spec.workspace_bytes), "cuMemsetD8")
@@ -131,7 +135,8 @@ class LaunchPlan:
                                                           ctypes.addressof(self._m))
         self._params_addr = ctypes.addressof(self._params)
         self._launches = [(funcs[name], grid, block) for name, grid, block in spec.kernels]
-        self._single = ((self._launches[0][0], *self._launches[0][1], *self._launches[0][2])
+        self._smem = spec.smem
+        self._single = ((self._launches[0][0], *self._launches[0][1], *self._launches[0][2], spec.smem)
                         if len(self._launches) == 1 and not spec.pdl else None)
         if spec.pdl:
             attr = drv.CUlaunchAttribute()
@@ -142,7 +147,7 @@ class LaunchPlan:
                 cfg = drv.CUlaunchConfig()
                 cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid
                 cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = block
-                cfg.sharedMemBytes = 0
+                cfg.sharedMemBytes = spec.smem
                 cfg.attrs = [attr]
                 cfg.numAttrs = 1
                 self._configs.append((fn, cfg))
@@ -171,7 +176,7 @@ class LaunchPlan:
             vals[0], vals[1], vals[2], vals[3] = W, x, y, bias or None
             one = self._single
             if one is not None:   # the common case, inlined: one kernel, no PDL
-                err = self._launch_fn(one[0], one[1], one[2], one[3], one[4], one[5], one[6], 0, stream,
+                err = self._launch_fn(one[0], one[1], one[2], one[3], one[4], one[5], one[6], one[7], stream,
                                       self._params_addr, 0)[0]
             else:
                 err = self._enqueue(stream)
@@ -192,7 +197,7 @@ class LaunchPlan:
                     return int(err)
             return 0
         for fn, (gx, gy, gz), (bx, by, bz) in self._launches:
-            err = self._launch_fn(fn, gx, gy, gz, bx, by, bz, 0, stream, self._params_addr, 0)[0]
+            err = self._launch_fn(fn, gx, gy, gz, bx, by, bz, self._smem, stream, self._params_addr, 0)[0]
             if err:
                 return int(err)
         return 0

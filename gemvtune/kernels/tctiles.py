@@ -1,4 +1,4 @@
-"""What the tensor-core families (``splitk``, ``mma``) share: mma.sync m16n8k16 tiles over 32-half d pieces
+"""What the tensor-core families (``splitk``, ``mma``, ``ring``) share: mma.sync m16n8k16 tiles over 32-half d pieces
 (FP32 accumulation, 16-byte W loads), n padded to n8 tiles, d cut into chunks and the chunks into splits
 (grid.y), and the padded row length of an X slice staged in shared memory."""
 

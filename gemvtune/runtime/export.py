@@ -68,7 +68,7 @@ def _entry(config: Any, shape: Shape, spec: Any) -> dict[str, Any]:
     body, macros = _namespaced(render(config, shape))
     return {"key": entry_key(shape), "family": _label(config.family), "label": _label(config.label),
             "ns": _ident(namespace_of(shape)), "body": body.strip(), "M": int(shape.M),
-            "pdl": "true" if spec.pdl else "false", "macros": [_ident(m) for m in macros],
+            "pdl": "true" if spec.pdl else "false", "smem": int(spec.smem), "macros": [_ident(m) for m in macros],
             "launches": [{"name": _ident(name), "grid": _ints(g), "block": _ints(b)} for name, g, b in spec.kernels]}
 
 
