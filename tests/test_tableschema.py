@@ -18,7 +18,15 @@ from gemvtune.runtime.route import choose
 from gemvtune.runtime.table import load_table
 
 TABLE = ROOT / "results" / "nvidia-h200" / "table.json"
-GEMV_KEY, SK_KEY = "4096x4096x2", "4096x4096x8"   # a gemv winner with a splitk best; a splitk winner
+GEMV_KEY, SK_KEY = "1024x16384x2", "1024x16384x4"   # a gemv winner with a splitk best; a splitk winner
+
+
+def test_the_committed_table_still_has_the_entries_these_cases_edit():
+    """The cases below edit two entries of the committed table; a search that changes their winners must
+    move the keys (the ring family's search of 2026-12-02 turned 4096x4096 n = 2 and 8 into ring winners)."""
+    entries = json.loads(TABLE.read_text())["entries"]
+    assert entries[GEMV_KEY]["winner"].get("family", "gemv") == "gemv" and "splitk" in entries[GEMV_KEY]
+    assert entries[SK_KEY]["winner"].get("family") == "splitk"
 
 
 def _base() -> dict:
@@ -166,7 +174,7 @@ GOOD = [
     ("no search, no candidates, no tie", lambda d: [d["entries"][GEMV_KEY].pop(k) for k in ("search", "candidates", "tie")]),
     ("family bests without configs", lambda d: d["entries"][SK_KEY].update(
         gemv={"label": "x", "us": 10.0}, splitk={"label": "y", "us": 9.0})),
-    ("no n (n = 1)", lambda d: d["entries"].__setitem__("4096x4096x1", {
+    ("no n (n = 1)", lambda d: d["entries"].__setitem__(GEMV_KEY.rsplit("x", 1)[0] + "x1", {
         k: v for k, v in d["entries"].pop(GEMV_KEY).items() if k != "n"})),
     ("empty gpu and no ceiling", lambda d: (d.__setitem__("gpu", {}), d.pop("ceiling"))),
     ("no entries", _set("entries", {})),
