@@ -11,6 +11,9 @@
 #   per-call cost (gemvtune percall --batch 1 and 4).
 # PART=hf: the Hugging Face bench (Llama-3-8B, 32 layers, eager and compiled; ROUNDS, default 2) and the GPU tests
 #   of the run-time path.
+# PART=issue20: the cost model on the GPU: the zero-trial and check GPU tests, scripts/zero_trial_eval.py on shapes in
+#   no entry and no training data (the pick against cuBLAS and a fresh search's winner, one process), then
+#   gemvtune check --table (every winner and cuBLAS re-measured).
 # PART=san: compute-sanitizer memcheck and racecheck of the ring configs of tests/data/sanitize_configs.json on the
 #   edge shapes (1x8, 7x72, 129x4104 at n = 1 and 3).
 set -uo pipefail
@@ -94,4 +97,16 @@ if [ "$PART" = san ]; then
       python3 -m gemvtune verify $EDGE --batch 1,3 --configs /tmp/ring_san.json >> $L/$tool.log 2>&1; echo "$tool rc=$?" >> $L/$tool.log
   done
   tail -4 $L/verify.log; for t in memcheck racecheck; do tail -2 $L/$t.log; done
+fi
+if [ "$PART" = issue20 ]; then
+  T="tests/test_zerotrial.py tests/test_gpu_table.py"
+  echo "command: python3 -m pytest -m gpu $T -rA" > $L/pytest.log
+  timeout ${T_TESTS:-120} python3 -m pytest -m gpu -p no:cacheprovider -q $T -rA >> $L/pytest.log 2>&1; echo "pytest rc=$?" >> $L/pytest.log
+  SH=""; for s in ${SHAPES:-11008x4096 4096x11008 13824x5120 2048x8192}; do SH="$SH --shape $s"; done
+  echo "command: python3 scripts/zero_trial_eval.py$SH --batch ${BATCH:-1} --trials ${TRIALS:-60} --out $L" > $L/zero-trial.log
+  timeout ${T_ZT:-300} python3 scripts/zero_trial_eval.py $SH --batch ${BATCH:-1} --trials ${TRIALS:-60} --out $L >> $L/zero-trial.log 2>&1
+  echo "zero-trial rc=$?" >> $L/zero-trial.log
+  echo "command: gemvtune check --table $R/table.json --rounds 2 --out $L" > $L/check.log
+  timeout ${T_CHECK:-150} python3 -m gemvtune check --table $R/table.json --rounds 2 --out $L >> $L/check.log 2>&1; echo "check rc=$?" >> $L/check.log
+  tail -2 $L/pytest.log; grep -E "^(FAILED|ERROR)" $L/pytest.log | head; tail -8 $L/zero-trial.log | cut -c1-250; tail -3 $L/check.log
 fi

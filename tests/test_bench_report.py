@@ -97,7 +97,11 @@ def test_tuned_bench_glue_with_a_fake_runner(tmp_path, monkeypatch):
     assert set(df[df.kind == "llama.cpp"].name) == {"llama.cpp config (d compiled in)"}
     assert (df.kind == "inductor").sum() == 6 and (df.kind == "seed").sum() == 6        # interleaved, every round
     summ = pd.read_csv(str(path).replace(".csv", "-summary.csv"))
-    assert list(summ.n) == [1, 8, 1] and list(summ.lookup)[0] == "tuned" and "nearest" in list(summ.lookup)[2]
+    import importlib.util
+
+    # 3000x4096 is in no entry: the cost model's pick where LightGBM can load the committed model, else the nearest shape
+    untabled = "cost model's pick" if importlib.util.find_spec("lightgbm") else "nearest"
+    assert list(summ.n) == [1, 8, 1] and list(summ.lookup)[0] == "tuned" and untabled in list(summ.lookup)[2]
     assert (summ.x_cublas > 0).all() and (summ.dispatch_ratio == 1.1).all()
     assert (summ.inductor_us == 14.0).all() and (summ.best_baseline_us == 14.0).all() and (summ.x_seed > 0).all()
     assert (summ.inductor_compile_s == 30.0).all()

@@ -128,7 +128,13 @@ def test_export_compiles_with_nvcc(tmp_path, which):
     assert r.returncode == 0, r.stderr
     if which == "synthetic":
         text = header.read_text()
-        assert "true, stream" in text and "sm_90 or newer" in text   # the pdl=on entry launches with PDL
+        assert "true, 0, stream" in text and "sm_90 or newer" in text   # the pdl=on entry launches with PDL
+    else:   # the committed table's ring entries launch with their dynamic shared memory (> 48 KiB: opted in)
+        import re
+
+        sizes = [int(m) for m in re.findall(r"launch\(ring_gemv, dim3\([^)]*\), dim3\([^)]*\), (?:true|false), (\d+), stream",
+                                             header.read_text())]
+        assert sizes and all(sz > 0 for sz in sizes) and max(sizes) > 48 * 1024, sizes
     srcs = []
     for tag in ("a", "b"):
         (tmp_path / f"{tag}.cu").write_text(_wrapper(header, tag, label=tag == "a"))

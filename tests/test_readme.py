@@ -228,6 +228,10 @@ def test_bash_commands_parse(where, args, monkeypatch):
     cmd = cli.commands.get(rest[0]) if rest else None
     assert cmd is not None, f"{where}: gemvtune has no command {rest[:1]}"
     with cli.make_context("gemvtune", group_opts + [rest[0]]) as ctx:
+        if isinstance(cmd, click.Group):   # a command group (`gemvtune costmodel fit …`): parse its subcommand
+            assert len(rest) > 1 and rest[1] in cmd.commands, f"{where}: gemvtune {rest[0]} has no command {rest[1:2]}"
+            ctx = click.Context(cmd, info_name=rest[0], parent=ctx)
+            cmd, rest = cmd.commands[rest[1]], rest[1:]
         sub = cmd.make_context(rest[0], list(rest[1:]), parent=ctx)   # raises click.UsageError if it does not parse
     assert isinstance(sub, click.Context)
 
@@ -243,6 +247,12 @@ def test_inline_commands_exist_with_their_options(page, span, args):
         return
     cmd = _command(args[0])
     assert cmd is not None, f"{page}: `{span}`: gemvtune has no command {args[0]!r}"
+    import click
+
+    if isinstance(cmd, click.Group) and len(args) > 1 and not args[1].startswith("-"):   # `gemvtune costmodel fit`
+        sub = cmd.commands.get(args[1])
+        assert sub is not None, f"{page}: `{span}`: gemvtune {args[0]} has no command {args[1]!r}"
+        cmd, args = sub, args[1:]
     shown = set(re.findall(r"(?<![\w-])(--?[A-Za-z][\w-]*)", " ".join(args[1:])))
     unknown = shown - _option_names(cmd)
     assert not unknown, f"{page}: `{span}`: gemvtune {args[0]} has no option {sorted(unknown)}"
@@ -347,7 +357,7 @@ def test_named_results_exist(page, path):
 _DISTS = {"cupy": {"cupy-cuda12x", "cupy-cuda13x"}, "cuda": {"cuda-bindings", "cuda-pathfinder"},
           "sklearn": {"scikit-learn"}, "yaml": {"pyyaml"}, "nvmath": {"nvmath-python"}}
 # imported only on paths that check for them and say what to install
-_OPTIONAL = {"torch", "transformers", "scipy", "cupy", "sklearn", "nvmath"}
+_OPTIONAL = {"torch", "transformers", "scipy", "cupy", "sklearn", "nvmath", "lightgbm"}
 
 
 def _requirements() -> tuple[set[str], dict[str, set[str]]]:

@@ -29,7 +29,7 @@ from gemvtune.tuning.search_options import (
 FULL = ["--shape", "64x64", "--shape", "128x256", "--model", "llama-3-8b", "--hf-config", "/abs/a.json",
         "--hf-config", "/abs/b", "--fused", "--sampler", "random", "--trials", "37", "--timeout", "2.5",
         "--seed", "7", "--storage", "sqlite:///x.db", "--results", "res", "--table", "t.json", "--top-k", "4",
-        "--rounds", "2", "--batch", "1,2", "--family", "gemv", "--replay", "sweeps", "--allow-replay-into-measured",
+        "--rounds", "2", "--warm-start", "3", "--batch", "1,2", "--family", "gemv", "--replay", "sweeps", "--allow-replay-into-measured",
         "--watchdog", "30", "--devices", "0,1", "--workers", "2", "--heartbeat", "0.5", "--worker-index", "1"]
 
 
@@ -95,7 +95,7 @@ def test_search_options_fields_are_declared():
     fields = {f.name: f for f in dataclasses.fields(SearchOptions)}
     declared = {o.field: o for o in OPTIONS if o.field}
     assert set(declared) <= set(fields)
-    assert set(fields) - set(declared) == {"progress", "domains"}   # run-time plumbing, not options
+    assert set(fields) - set(declared) == {"progress", "domains", "warm_start"}   # run-time plumbing, not options
     for name, o in declared.items():
         if o.parse is None:
             assert fields[name].default == o.default, name

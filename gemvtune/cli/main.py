@@ -337,6 +337,8 @@ def report(table_path: str, csv_path: str | None, cross_dir: str | None) -> None
 
 # The one registration point of the commands defined in the other cli_* modules (they import nothing
 # from here: no import loop).
+from . import check as cli_check  # noqa: E402
+from . import costmodel as cli_costmodel  # noqa: E402
 from . import export as cli_export  # noqa: E402
 from . import percall as cli_percall  # noqa: E402
 from . import replay as cli_replay  # noqa: E402
@@ -344,7 +346,8 @@ from . import search as cli_search  # noqa: E402
 from . import transition as cli_transition  # noqa: E402
 
 for _cmd in (cli_search.search, cli_search.worker, cli_replay.sweep, cli_replay.study, cli_replay.study_report,
-             cli_replay.plot_study, cli_export.export, cli_percall.percall, cli_transition.transition):
+             cli_replay.plot_study, cli_export.export, cli_percall.percall, cli_transition.transition,
+             cli_costmodel.costmodel, cli_costmodel.predict, cli_check.check):
     cli.add_command(_cmd)
 
 

@@ -96,8 +96,18 @@ def sweep(shape_texts, suite, out_dir, replays, target_us, family) -> None:
               help="budget of the (slow) GP sampler")
 @click.option("--jobs", default=None, type=click.IntRange(1, 256), help="processes (default: cores)")
 @click.option("--out", "out_dir", required=True, help="folder for the CSVs and the PNG")
-def study(sweeps_path, samplers, seeds, budget, gp_budget, jobs, out_dir) -> None:
-    """Search quality on recorded sweeps: trials to within 1/2/5% of the optimum per sampler (no GPU)."""
+@click.option("--costmodel", "costmodel_results", default=None,
+              help="a GPU's results folder (e.g. results/nvidia-h200): evaluate the cost model leave-one-shape-out "
+                   "on the sweeps (costmodel-loso.csv) and run the warm-started sampler tpe-warm beside the others")
+@click.option("--warm-k", default=5, show_default=True, type=click.IntRange(1, 100),
+              help="configs the cost model enqueues after the seed (tpe-warm)")
+@click.option("--model-rounds", default=400, show_default=True, type=click.IntRange(10, 5000),
+              help="boosting rounds of each held-out model")
+def study(sweeps_path, samplers, seeds, budget, gp_budget, jobs, out_dir, costmodel_results, warm_k,
+          model_rounds) -> None:
+    """Search quality on recorded sweeps: trials to within 1/2/5% of the optimum per sampler (no GPU). With
+    --costmodel: the cost model's zero-trial pick per swept shape, from a model that never saw that shape, and
+    TPE warm-started by that model's top-k (tpe-warm) against TPE alone."""
     import os
 
     from ..runners.replay import sweep_files
@@ -109,8 +119,32 @@ def study(sweeps_path, samplers, seeds, budget, gp_budget, jobs, out_dir) -> Non
         raise UsageError(f"unknown sampler(s) {', '.join(bad) or '(none)'}; known: {', '.join(SAMPLER_VARIANTS)}")
     files = sweep_files(sweeps_path)
     out = _writable_dir(out_dir)
+    warm = None
+    if costmodel_results is not None:
+        from ..model import dataset, loso
+
+        try:
+            ds = dataset.load(costmodel_results)
+        except ValueError as e:
+            raise UsageError(f"--costmodel {costmodel_results}: {e}") from None
+        by_shape = {f"{s.M}x{s.d}": s for s in loso.sweep_shapes(ds)}
+        held = []
+        for f in files:
+            key = f.name.split("-")[1].rsplit("x", 1)[0] if f.name.count("x") >= 2 else ""
+            if key not in by_shape:
+                raise UsageError(f"--costmodel {costmodel_results} records no sweep of {f.name}'s shape")
+            held.append(by_shape[key])
+        table, top = loso.evaluate(ds, k=warm_k, rounds=model_rounds, shapes=held, echo=click.echo)
+        table.to_csv(out / "costmodel-loso.csv", index=False, float_format="%.6g")
+        click.echo(f"zero-trial pick, leave-one-shape-out: median {table.pick_gap_pct.median():.2f}%, worst "
+                   f"{table.pick_gap_pct.max():.2f}% from the sweep optimum (costmodel-loso.csv)")
+        warm = {f.name: top[str(s)] for f, s in zip(files, held)}
+        if "tpe-warm" not in names:
+            names.append("tpe-warm")
+    elif "tpe-warm" in names:
+        raise UsageError("the tpe-warm sampler needs --costmodel RESULTS (the recorded measurements to fit on)")
     curves, runs = run_study(files, names, seeds, budget, jobs or os.cpu_count() or 1, echo=click.echo,
-                             budgets={"gp": gp_budget}, journal=out / "study-journal.jsonl")
+                             budgets={"gp": gp_budget}, journal=out / "study-journal.jsonl", warm=warm)
     log.info("study: summarizing %d searches; writing the CSVs, the plot and summary.md to %s", len(runs), out)
     summary = summarize_runs(runs)
     llama = llama_position(files)

@@ -51,7 +51,7 @@ def _parse_devices(text: str | None) -> list[str]:
 @click.command()
 @click_options("search")
 def search(shape_texts, model, hf_configs, fused, sampler, trials, timeout, seed, storage, results_dir, table_path,
-           top_k, rounds, batch_text, family_text, replay_path, allow_replay, watchdog_s, devices_text, workers,
+           top_k, rounds, warm_k, batch_text, family_text, replay_path, allow_replay, watchdog_s, devices_text, workers,
            heartbeat_s, worker_index) -> None:
     """Find the fastest correct kernel per shape and batch with Optuna (the GEMV family and the
     split-K tensor-core GEMM family); record the winners in the GPU's table."""

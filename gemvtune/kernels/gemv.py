@@ -76,6 +76,11 @@ class GemvConfig(ConfigBase):
     def rows_per_block(self) -> int:
         return self.block // self.tpr
 
+    @property
+    def loads_in_flight(self) -> int:
+        """Independent W loads one thread has in flight (the cost model's feature)."""
+        return self.unroll
+
     def grid(self, shape: Shape) -> tuple[int, int, int]:
         rows = self.rows_per_block
         return ((shape.M + rows - 1) // rows, self.split_k, 1)

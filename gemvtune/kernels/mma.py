@@ -57,6 +57,11 @@ class MmaConfig(TensorCoreTiles, ConfigBase):
     def warps(self) -> int:
         return self.rw * self.kw
 
+    @property
+    def loads_in_flight(self) -> int:
+        """16-byte W loads one lane has in flight: the register ring (the cost model's feature)."""
+        return self.depth * self.kv * self.mt * 2
+
     def kernels(self, shape: Shape) -> list[tuple[str, tuple[int, int, int], tuple[int, int, int]]]:
         """The launches of one call: one kernel, whatever the split."""
         return [("mma_gemv", self.grid(shape), (self.block, 1, 1))]

@@ -63,6 +63,11 @@ class RingConfig(TensorCoreTiles, ConfigBase):
         return self.rw * self.kw
 
     @property
+    def loads_in_flight(self) -> float:
+        """16-byte copies per thread in flight: the stages ahead, spread over the block (the cost model's feature)."""
+        return (self.stages - 1) * self.rows_per_block * self.bk / 8 / self.block
+
+    @property
     def kchunk(self) -> int:
         """Halves of d one ring stage holds per row."""
         return self.bk

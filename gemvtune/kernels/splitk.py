@@ -46,6 +46,11 @@ class SplitKConfig(TensorCoreTiles, ConfigBase):
     def rows_per_block(self) -> int:
         return 16 * self.mt
 
+    @property
+    def loads_in_flight(self) -> int:
+        """16-byte W loads (or cp.async copies) one lane has in flight (the cost model's feature)."""
+        return self.depth * self.mt * 2
+
     def kernels(self, shape: Shape) -> list[tuple[str, tuple[int, int, int], tuple[int, int, int]]]:
         """The launches of one call, in order: (kernel name, grid, block)."""
         main = ("splitk_gemm", self.grid(shape), (self.block, 1, 1))

@@ -9,6 +9,9 @@ Per (M, d, n):
 - the table holds the same (M, d) at batch sizes on both sides of n, and the tuned kernel won at both:
   the winner of the nearer one runs (the time of every n <= 16 is the read of W, so a win on both
   sides is a measured reason); otherwise cuBLAS;
+- with a cost model (``load_table``'s default: the one beside the table), a shape the table lacks runs the
+  model's pick where it is predicted faster than cuBLAS's predicted time by ``zerotrial.MARGIN``
+  (``gemvtune.model.zerotrial``); the route says so;
 - anything else goes to cuBLAS ("not in the table"), unless the caller asks for the policy ``tuned``
   (always a gemvtune kernel: the tuned winner, else the nearest tuned shape's config, else the
   llama.cpp config), which is what the benchmarks and kernel tests use.
@@ -87,6 +90,52 @@ def _wins(tuned: float | None, cublas: float | None) -> bool:
     return tuned is not None and (cublas is None or tuned < cublas * (1.0 - MARGIN))
 
 
+def predicted_cublas_us(table: Any, shape: Any, floor_of: Any, framework: str = "torch", k: int = 3) -> float | None:
+    """cuBLAS's time for ``shape`` predicted from the table's measurements: the shape's read floor times the
+    median cuBLAS time / read floor of the ``k`` tabled shapes nearest in weight bytes at the same n (at any n
+    where it has none there): small shapes pay cuBLAS's fixed costs, large ones run near the floor. None: the
+    table measured no cuBLAS time."""
+    import math
+    import statistics
+
+    from ..kernels.shapes import Shape
+
+    pts: dict[int, list[tuple[float, float]]] = {}
+    for key in table.keys():
+        s = Shape(*key)
+        e = table.entry(s)
+        c = measured(e, framework, s)[1] if e else None
+        if c:
+            pts.setdefault(s.n, []).append((abs(math.log(s.weight_bytes / shape.weight_bytes)), c / floor_of(s)))
+    pool = pts.get(shape.n) or [p for v in pts.values() for p in v]
+    if not pool:
+        return None
+    near = sorted(pool)[:k]
+    return floor_of(shape) * statistics.median(r for _, r in near)
+
+
+def _zero_trial(table: Any, shape: Any, framework: str, out: str) -> Route | None:
+    """The cost model's pick for a shape the table lacks, where it predicts it faster than cuBLAS's predicted
+    time by ``zerotrial.MARGIN``; None without a model (or a pick that cannot give an ``out`` output)."""
+    model = getattr(table, "costmodel", None)
+    if model is None:
+        return None
+    from ..model.zerotrial import MARGIN as ZMARGIN
+
+    zero = table.predicted(shape, out)
+    if zero is None:
+        return None
+    cfg, us = zero
+    c = predicted_cublas_us(table, shape, model.floor_us, framework)
+    if c is None:   # nothing to weigh the prediction against: cuBLAS, as without a model
+        return None
+    if us < c * (1.0 - ZMARGIN):
+        return Route("tuned", cfg, f"not in the table: the cost model's pick {cfg.label}, predicted {us:.2f} µs "
+                     f"against cuBLAS's predicted {c:.2f} µs", us, c)
+    return Route("cublas", None, f"not in the table: the cost model's pick {cfg.label} is predicted at {us:.2f} µs, "
+                 f"not {ZMARGIN:.0%} faster than cuBLAS's predicted {c:.2f} µs", us, c)
+
+
 def choose(table: Any, M: int, d: int, n: int, framework: str = "torch", policy: str = "fastest",
            out: str = "fp32") -> Route:
     """The route of one (M, d, n) call through ``table`` (a ``gemvtune.runtime.table.Table``) for a caller of
@@ -123,6 +172,9 @@ def choose(table: Any, M: int, d: int, n: int, framework: str = "torch", policy:
     hi = min((m for m in same if m > n), default=None)
     if lo is None or hi is None:
         near = f" (tuned at n={','.join(map(str, sorted(same)))} only)" if same else ""
+        zero = _zero_trial(table, shape, framework, out)
+        if zero is not None:
+            return zero
         return Route("cublas", None, f"{M}x{d} at n={n} is not in the table{near}")
     low, high = measured(same[lo], framework, shape, out), measured(same[hi], framework, shape, out)
     if not (_wins(*low[:2]) and _wins(*high[:2])):

@@ -155,12 +155,16 @@ class Table:
     """A loaded table. ``gemv(W, x)`` runs the tuned kernel for W's shape."""
 
     def __init__(self, data: dict[str, Any], path: str | None = None, strict_gpu: bool = False,
-                 policy: str = "fastest"):
+                 policy: str = "fastest", costmodel: Any = None):
         from .route import POLICIES
 
         if policy not in POLICIES:
             raise UsageError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
         self.data, self.path, self.strict_gpu, self.policy = data, path, strict_gpu, policy
+        # gemvtune.model.costmodel.CostModel (zero-trial picks for shapes the table lacks), or a zero-argument
+        # callable that loads it when a shape first needs it (load_table's: most tables never need it)
+        self._costmodel = costmodel
+        self._predicted: dict[tuple[int, int, int, str], tuple[Any, float] | None] = {}
         self._routes: dict[tuple[int, int, int, str, str], Any] = {}
         self._configs: dict[tuple[int, int, int], Any] = {
             (int(e["M"]), int(e["d"]), int(e.get("n", 1))): winner_config(e) for e in data["entries"].values()
@@ -209,6 +213,9 @@ class Table:
                       if (M, d) == (shape.M, shape.d) and _transfers(cfg, shape))
         if same:
             return same[0][1], f"winner tuned at n={same[0][2]}"
+        zero = self.predicted(shape)
+        if zero is not None:
+            return zero[0], f"cost model's pick (predicted {zero[1]:.2f} µs, never measured on this shape)"
         best = None
         for (M, d, n), cfg in self._configs.items():
             if n != shape.n or not _transfers(cfg, shape):
@@ -223,6 +230,24 @@ class Table:
                 if cfg.is_valid(shape):
                     return cfg, why
         raise UsageError(f"no fallback config ({', '.join(FAMILY_NAMES)}) can run shape {shape}")
+
+    @property
+    def costmodel(self) -> Any:
+        if callable(self._costmodel):
+            self._costmodel = self._costmodel()
+        return self._costmodel
+
+    def predicted(self, shape: Shape, out: str = "fp32") -> tuple[Any, float] | None:
+        """(config, predicted µs): the cost model's zero-trial pick for a shape, among configs that can give an
+        ``out`` output (None: no model, or no valid candidate); computed once per shape and output."""
+        if self.costmodel is None:
+            return None
+        k = (shape.M, shape.d, shape.n, out)
+        if k not in self._predicted:
+            from ..model.zerotrial import pick
+
+            self._predicted[k] = pick(self, self.costmodel, shape, out)
+        return self._predicted[k]
 
     def config_for(self, shape: Shape) -> Any:
         cfg, how = self.lookup(shape)
@@ -277,8 +302,39 @@ def _torch_device_name(t: Any) -> str:
     return torch.cuda.get_device_name(t.device) if t.is_cuda else "cpu"
 
 
-def load_table(path: str | Path, strict_gpu: bool = False, policy: str = "fastest") -> Table:
+def load_table(path: str | Path, strict_gpu: bool = False, policy: str = "fastest",
+               costmodel: str | Path | None = "auto") -> Table:
     """Load a table written by ``gemvtune search``; any problem is one clear UsageError. ``policy``:
     ``fastest`` (default) runs, per (M, d, n), whichever of the tuned kernel and cuBLAS the table
-    measured faster, and cuBLAS for shapes it lacks; ``tuned`` always runs a gemvtune kernel."""
-    return Table(_read(Path(path)), str(path), strict_gpu, policy)
+    measured faster, and for a shape it lacks the cost model's pick where it predicts that faster than
+    cuBLAS by a margin, else cuBLAS; ``tuned`` always runs a gemvtune kernel. ``costmodel``: a model file,
+    ``"auto"`` (the ``costmodel.json`` beside the table, if there is one and LightGBM is installed: a file
+    that is not a model is a warning, never an error) or None (no zero-trial picks)."""
+    return Table(_read(Path(path)), str(path), strict_gpu, policy, _costmodel(Path(path), costmodel))
+
+
+def _costmodel(table_path: Path, which: str | Path | None) -> Any:
+    """The cost model a table loads: None, or a loader called when an untabled shape first needs it (a
+    named file is read now, so that a bad one fails ``load_table`` with its line)."""
+    if which is None:
+        return None
+    auto = isinstance(which, str) and which == "auto"
+    p = table_path.parent / "costmodel.json" if auto else Path(which)
+    if not auto:
+        from ..model.costmodel import load
+
+        return load(p)
+    import importlib.util
+
+    if not p.exists() or importlib.util.find_spec("lightgbm") is None:
+        return None
+
+    def lazy() -> Any:
+        from ..model.costmodel import load
+
+        try:
+            return load(p)
+        except UsageError as e:
+            warnings.warn(f"gemvtune: {e}; shapes the table lacks run cuBLAS", stacklevel=4)
+            return None
+    return lazy

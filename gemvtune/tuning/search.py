@@ -97,6 +97,7 @@ def run_search(runner: Any, shape: Shape, opts: SearchOptions, storage: Any, nam
         known = Coordinator.state(study)[2]
         measured0 += len(known)
         enqueue_seed(study, fam, family_domains(opts, fam))
+        enqueue_warm(study, (opts.warm_start or {}).get(fam, ()), family_domains(opts, fam))
         study.set_user_attr("shape", [shape.M, shape.d, shape.n])
         study.set_user_attr("family", fam)
         if not studies:   # the first study describes the search, for workers that join by name
@@ -159,6 +160,23 @@ def enqueue_seed(study: optuna.Study, family: str = DEFAULT_FAMILY, domains: dic
         seed = {k: v for k, v in seed.items() if k in domains}
     if not any(t.params == seed for t in study.get_trials(deepcopy=False)):
         study.enqueue_trial(seed, user_attrs={"enqueued": FAMILIES[family].seed_name})
+
+
+def enqueue_warm(study: optuna.Study, configs: Any, domains: dict[str, Any] | None = None) -> int:
+    """Warm start: the cost model's predicted-fastest configs (parameter dicts, best first) enqueued after the
+    seed, each once (a config already in the study, measured or waiting, is not enqueued again). They are trials
+    like any other: each one the search measures counts in its budget. Returns how many were enqueued."""
+    have = [t.params for t in study.get_trials(deepcopy=False)] + \
+           [t.system_attrs.get("fixed_params", {}) for t in study.get_trials(deepcopy=False)]
+    n = 0
+    for i, params in enumerate(configs):
+        p = {k: v for k, v in params.items() if domains is None or k in domains}
+        if p in have:
+            continue
+        study.enqueue_trial(p, user_attrs={"enqueued": f"cost model #{i + 1}"})
+        have.append(p)
+        n += 1
+    return n
 
 
 def trials_in_flight(opts: SearchOptions, runner: Any) -> int:

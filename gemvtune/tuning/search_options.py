@@ -107,6 +107,9 @@ OPTIONS: tuple[Opt, ...] = (   # in ``gemvtune search --help`` order
         help="candidates re-measured before a winner"),
     Opt("--rounds", "rounds", click.IntRange(1, 100), 5, show_default=True, field="rounds", study=True,
         help="interleaved re-measurement rounds"),
+    Opt("--warm-start", "warm_k", click.IntRange(0, 64), 5, show_default=True, field="warm_k",
+        help="configs the GPU's cost model (<results>/costmodel.json, gemvtune costmodel fit) predicts fastest, "
+             "enqueued after each family's seed and counted in --trials (0: none; no model: none)"),
     Opt("--batch", "batch_text", default="1", show_default=True,
         help="batch sizes n (columns of x) to tune each shape at, e.g. 1,2,4,8,16"),
     Opt("--family", "family_text", field="families", parse=_families, study=True,
@@ -266,6 +269,9 @@ class SearchOptions:
     families: tuple[str, ...] = FAMILY_NAMES  # one study per family per shape, trials budget each
     jobs: int | None = _default("jobs")   # trials in flight: compiles overlap, GPU measurement is serialized
                                           # (default: the runner's compile_jobs; 1 on replay, reproducible)
+    warm_k: int = _default("warm_k")   # the cost model's top-k enqueued after each seed (0: none)
+    warm_start: dict[str, tuple[dict[str, Any], ...]] | None = None   # family -> configs (their parameters) the
+                                          # cost model predicts fastest, enqueued once after the family's seed
 
     def __post_init__(self) -> None:
         for o in OPTIONS:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import errno
 import json
@@ -188,6 +189,17 @@ def incumbents(table: Path, shape: Shape, families: tuple[str, ...]) -> tuple[An
     return tuple(out)
 
 
+def _warm(opts: SearchOptions, out: Path, shape: Shape, echo: Callable[[str], None]) -> SearchOptions:
+    """``opts`` with the cost model's warm start for ``shape`` (the model of the results folder, if any)."""
+    if not opts.warm_k or opts.warm_start is not None:
+        return opts
+    from ..model.warm import MODEL_NAME, warm_start
+    from .search import family_domains
+
+    warm = warm_start(out / MODEL_NAME, shape, opts.families, lambda f: family_domains(opts, f), opts.warm_k, echo)
+    return dataclasses.replace(opts, warm_start=warm) if warm else opts
+
+
 def _search_shapes(runner: Any, shapes: list[Shape], opts: SearchOptions, out: Path, table: Path, storage_url: str,
                    coord: Coordinator, dev: dict[str, Any], echo: Callable[[str], None], joiner: bool) -> None:
     import pandas as pd
@@ -198,8 +210,8 @@ def _search_shapes(runner: Any, shapes: list[Shape], opts: SearchOptions, out: P
     echo(f"{dev['name']}{replay}: read ceiling {ceil['read_gbps']:.0f} GB/s; storage {storage_url}; table {table}")
     for shape in shapes:
         name = study_name(shape, slug) + runner.study_suffix   # replay: its own studies
-        res = run_search(runner, shape, opts, storage, name, echo=echo, coord=coord, joiner=joiner,
-                         incumbents=incumbents(table, shape, opts.families))
+        res = run_search(runner, shape, _warm(opts, out, shape, echo), storage, name, echo=echo, coord=coord,
+                         joiner=joiner, incumbents=incumbents(table, shape, opts.families))
         if res is None:   # another worker of this study confirms and writes the table
             runner.release()
             continue

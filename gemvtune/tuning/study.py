@@ -27,6 +27,9 @@ SAMPLER_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "tpe-indep": ("tpe-indep", {"n_startup": 10}),
     "random": ("random", {}),
     "gp": ("gp", {"n_startup": 10}),
+    # TPE warm-started by the cost model: its top-k for the shape enqueued after the llama.cpp seed (counted in
+    # the budget); needs ``warm`` configs per shape (``gemvtune study --costmodel``, leave-one-shape-out)
+    "tpe-warm": ("tpe", {"n_startup": 10, "warm": True}),
 }
 
 
@@ -59,34 +62,38 @@ def usable_samplers(samplers: list[str], echo: Callable[[str], None] = print) ->
     return rest
 
 
-def one_run(args: tuple[str, str, int, int]) -> dict[str, Any]:
-    """One simulated search: (sweep file, sampler variant, seed, budget) -> best-so-far per measured trial."""
+def one_run(args: tuple) -> dict[str, Any]:
+    """One simulated search: (sweep file, sampler variant, seed, budget[, warm configs]) -> best-so-far per
+    measured trial."""
     import warnings
 
     import optuna
 
-    path, variant, seed, budget = args
+    path, variant, seed, budget = args[:4]
+    warm = [dict(c) for c in args[4]] if len(args) > 4 else []   # (pairs: the task is hashable and picklable)
     verbosity = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.ERROR)   # for this run only: restored below
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return _one_run(path, variant, seed, budget)
+            return _one_run(path, variant, seed, budget, warm)
     finally:
         optuna.logging.set_verbosity(verbosity)
 
 
-def _one_run(path: str, variant: str, seed: int, budget: int) -> dict[str, Any]:
+def _one_run(path: str, variant: str, seed: int, budget: int, warm: Any = ()) -> dict[str, Any]:
     import optuna
 
     from ..runners.replay import ReplayRunner
-    from .search import SearchOptions, enqueue_seed, optimize
+    from .search import SearchOptions, enqueue_seed, enqueue_warm, optimize
 
     runner = ReplayRunner(path)
     (shape, sweep), = runner.sweeps.items()
     study = optuna.create_study(direction="minimize", sampler=_sampler(variant, seed),
                                 storage=optuna.storages.InMemoryStorage())
-    enqueue_seed(study)
+    enqueue_seed(study, DEFAULT_FAMILY, sweep.grid or None)
+    if warm:
+        enqueue_warm(study, warm, sweep.grid or None)
     opts = SearchOptions(sampler=SAMPLER_VARIANTS[variant][0].replace("tpe-indep", "tpe"), trials=budget, seed=seed,
                          progress=False,
                          domains={DEFAULT_FAMILY: sweep.grid} if sweep.grid else None)
@@ -108,17 +115,27 @@ def trials_to_within(best: list[float], optimum: float, p: float) -> float:
 
 def run_study(sweep_paths: list[Path], samplers: list[str], seeds: int, budget: int, jobs: int,
               echo: Callable[[str], None] = print, budgets: dict[str, int] | None = None,
-              journal: Path | None = None) -> tuple[Any, Any]:
+              journal: Path | None = None, warm: dict[str, list[dict[str, Any]]] | None = None) -> tuple[Any, Any]:
     """(curves, runs) DataFrames: curves has best/optimum per trial; runs one row per search.
     With a journal (JSON lines), every finished search is appended as it ends, and searches already
-    in it are not run again: a stopped study resumes."""
+    in it are not run again: a stopped study resumes. ``warm`` (sweep file name -> configs) is what the
+    warm-started samplers enqueue after the seed."""
     import json
 
     import pandas as pd
 
     budgets = budgets or {}
     samplers = usable_samplers(samplers, echo)
-    tasks = [(str(p), s, seed, budgets.get(s, budget)) for p in sweep_paths for s in samplers for seed in range(seeds)]
+    needs = [s for s in samplers if SAMPLER_VARIANTS[s][1].get("warm")]
+    missing = [p.name for p in sweep_paths if needs and p.name not in (warm or {})]
+    if missing:
+        from ..errors import UsageError
+
+        raise UsageError(f"{', '.join(needs)} needs the cost model's configs for every sweep (--costmodel); "
+                         f"none for {', '.join(missing[:3])}")
+    tasks = [(str(p), s, seed, budgets.get(s, budget),
+              tuple(tuple(sorted(c.items())) for c in (warm or {}).get(p.name, [])) if s in needs else ())
+             for p in sweep_paths for s in samplers for seed in range(seeds)]
     tasks.sort(key=lambda t: -t[3] * (20 if t[1] == "gp" else 1))  # slowest first
     used = {s: budgets.get(s, budget) for s in samplers}
     echo(f"{len(tasks)} simulated searches ({len(sweep_paths)} shapes x {len(samplers)} samplers x {seeds} seeds; "

@@ -1,0 +1,95 @@
+"""Keeping a table fresh: ``stale`` lists the entries worth re-tuning without a GPU (searched with less than the
+default budget, or beaten by more than 3% by the cost model's predicted best), and ``recheck`` re-measures every
+entry's winner and its cuBLAS baselines on this GPU in one process, interleaved, flagging a winner whose time
+drifted by more than 3% from the table's record or that lost to cuBLAS."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from typing import Any
+
+from ..kernels.families import FAMILIES
+from ..kernels.shapes import Shape
+from ..runtime.route import BASELINE, measured
+from ..runtime.table import Table, winner_config
+
+DRIFT = 0.03        # a re-measured winner this far from its record is flagged
+PREDICTED = 0.03    # a predicted best this much faster than the winner's prediction marks the entry stale
+
+
+def stale(table: Table, model: Any = None, default_trials: int | None = None) -> list[dict[str, Any]]:
+    """One row per entry that should be searched again, with why."""
+    from ..tuning.search_options import DEFAULT_TRIALS
+
+    budget = DEFAULT_TRIALS if default_trials is None else default_trials
+    rows = []
+    for key in table.keys():
+        shape = Shape(*key)
+        e = table.entry(shape) or {}
+        why = []
+        search: dict[str, Any] = e["search"] if isinstance(e.get("search"), dict) else {}
+        trials = search.get("measured_trials")   # the studies' measured trials (resumed studies count whole)
+        if isinstance(trials, int) and trials < budget:
+            why.append(f"{trials} measured trials in its studies (< the default budget {budget})")
+        cfg = winner_config(e)
+        if model is not None and not FAMILIES[cfg.family].library:
+            from ..model.zerotrial import candidates
+
+            cands = candidates(table, shape)
+            (best, best_us), = model.rank(cands + [cfg], shape, 1)
+            (won_us,) = model.predict_us([(cfg, shape)])
+            if won_us > best_us * (1 + PREDICTED):
+                why.append(f"the cost model predicts {best.label} at {best_us:.2f} µs, {100 * (won_us / best_us - 1):.1f}% "
+                           f"faster than the winner's predicted {won_us:.2f} µs")
+        if why:
+            rows.append({"shape": str(shape), "M": shape.M, "d": shape.d, "n": shape.n, "winner": cfg.label,
+                         "why": "; ".join(why)})
+    return rows
+
+
+def recheck(runner: Any, table: Table, shapes: list[Shape], rounds: int = 2, framework: str = "torch",
+            echo: Callable[[str], None] = print) -> list[dict[str, Any]]:
+    """Per entry, in one process: the table's winner and the cuBLAS baselines re-measured ``rounds`` times,
+    interleaved (the winner verified in the first round); one row with the table's and today's medians."""
+    rows = []
+    for shape in shapes:
+        e = table.entry(shape)
+        if e is None:
+            continue
+        cfg = winner_config(e)
+        rec_tuned = e["winner"].get("us")
+        _, rec_cublas, _ = measured(e, framework, shape)
+        tuned, cublas, status = [], [], "ok"
+        for r in range(rounds):
+            m = runner.measure(cfg, shape, kind="tuned", verify=r == 0)
+            if not m.ok:
+                status = f"{m.status}: {m.error}"[:300]
+                break
+            tuned.append(m.us_median)
+            got = {b.kind: b for b in runner.baselines(shape)}
+            base = got.get(BASELINE[framework]) or got.get("cublas") or got.get("cublas-torch")
+            if base is not None and base.ok:
+                cublas.append(base.us_median)
+        now_t = statistics.median(tuned) if tuned else float("nan")
+        now_c = statistics.median(cublas) if cublas else float("nan")
+        flags = []
+        if status != "ok":
+            flags.append(f"winner failed: {status}")
+        if isinstance(rec_tuned, (int, float)) and rec_tuned > 0 and now_t == now_t:
+            drift = now_t / rec_tuned - 1
+            if abs(drift) > DRIFT:
+                flags.append(f"winner drifted {100 * drift:+.1f}% from the table's {rec_tuned:.2f} µs")
+        else:
+            drift = float("nan")
+        if now_t == now_t and now_c == now_c and now_t >= now_c:
+            flags.append(f"lost to cuBLAS ({now_t:.2f} against {now_c:.2f} µs)")
+        row = {"shape": str(shape), "M": shape.M, "d": shape.d, "n": shape.n, "winner": cfg.label,
+               "family": cfg.family, "table_us": rec_tuned, "now_us": now_t, "drift_pct": 100 * drift,
+               "table_cublas_us": rec_cublas, "now_cublas_us": now_c, "x_cublas_now": now_c / now_t if now_t else float("nan"),
+               "flags": "; ".join(flags)}
+        rows.append(row)
+        echo(f"{shape!s:>16s} {cfg.label:<44s} table {rec_tuned or float('nan'):8.2f} now {now_t:8.2f} µs "
+             f"({row['drift_pct']:+.1f}%)  cuBLAS now {now_c:8.2f}  {'FLAG: ' + row['flags'] if flags else 'ok'}")
+        runner.release()
+    return rows

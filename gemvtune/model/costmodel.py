@@ -1,0 +1,141 @@
+"""The learned cost model: LightGBM gradient-boosted trees from the features of a (config, shape) point
+(``gemvtune.model.features``) to log(time / read floor), fitted on a GPU's recorded measurements
+(``gemvtune.model.dataset``). The file is JSON holding LightGBM's own text format of the trees, the feature
+columns, the GPU and the read ceiling it was fitted with: data that loading parses, never executes (a
+serialized Python object or a malformed file is refused with one line)."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import UsageError
+from ..kernels.shapes import Shape
+from . import features
+
+FORMAT = "gemvtune-costmodel"
+VERSION = 1
+MAX_BYTES = 64 << 20          # a model file larger than this is not one of ours
+PARAMS: dict[str, Any] = {    # LightGBM, deterministic: the same data give the same trees on any host
+    "objective": "regression", "learning_rate": 0.05, "num_leaves": 63, "min_data_in_leaf": 10,
+    "feature_fraction": 0.9, "bagging_fraction": 0.9, "bagging_freq": 1, "lambda_l2": 1.0, "verbose": -1,
+    "seed": 0, "deterministic": True, "force_row_wise": True, "num_threads": 2,
+}
+ROUNDS = 400
+
+
+def _lgb() -> Any:
+    try:
+        import lightgbm
+    except ImportError:
+        raise UsageError("the cost model needs LightGBM: pip install 'gemvtune[model]'") from None
+    return lightgbm
+
+
+@dataclass
+class CostModel:
+    booster: Any
+    gpu: str
+    sm_count: int
+    read_gbps: float
+    meta: dict[str, Any]
+
+    def predict_rel(self, points: list[tuple[Any, Shape]]) -> np.ndarray:
+        """Predicted time / read floor of each (config, shape)."""
+        if not points:
+            return np.zeros(0)
+        X = features.frame(points, self.sm_count)
+        return np.exp(self.booster.predict(X.to_numpy(), num_threads=PARAMS["num_threads"]))
+
+    def floor_us(self, shape: Shape) -> float:
+        return shape.weight_bytes / self.read_gbps * 1e-3
+
+    def predict_us(self, points: list[tuple[Any, Shape]]) -> np.ndarray:
+        rel = self.predict_rel(points)
+        return rel * np.array([self.floor_us(s) for _, s in points])
+
+    def rank(self, configs: list[Any], shape: Shape, k: int | None = None) -> list[tuple[Any, float]]:
+        """(config, predicted µs) of ``configs`` on ``shape``, fastest first (ties: the input order)."""
+        us = self.predict_us([(c, shape) for c in configs])
+        order = np.argsort(us, kind="stable")
+        picked = order if k is None else order[:k]
+        return [(configs[i], float(us[i])) for i in picked]
+
+    # ---- the file ------------------------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        return {"format": FORMAT, "version": VERSION, "gpu": self.gpu, "sm_count": self.sm_count,
+                "read_gbps": self.read_gbps, "columns": features.columns(),
+                "target": "log(us / read floor); floor = weight bytes / read_gbps", "params": PARAMS,
+                "meta": self.meta, "lightgbm": self.booster.model_to_string()}
+
+    def save(self, path: str | Path) -> None:
+        from ..safefile import atomic_write
+
+        text = json.dumps(self.to_json(), indent=1, sort_keys=True) + "\n"
+        try:
+            atomic_write(Path(path), lambda f: f.write(text))
+        except OSError as e:   # a full disk, a read-only folder: the old file (if any) is kept whole
+            raise UsageError(f"cost model {path}: cannot write it ({e.strerror or e})") from None
+
+
+def fit(points: list[tuple[Any, Shape]], rel: np.ndarray, sm_count: int, gpu: str, read_gbps: float,
+        meta: dict[str, Any] | None = None, rounds: int = ROUNDS) -> CostModel:
+    """Fit on (config, shape) points and their measured time / read floor."""
+    lgb = _lgb()
+    if len(points) != len(rel) or not len(points):
+        raise UsageError(f"cost model: {len(points)} points and {len(rel)} times: nothing to fit")
+    X = features.frame(points, sm_count).to_numpy()
+    data = lgb.Dataset(X, label=np.log(np.asarray(rel, dtype=np.float64)), feature_name=_safe_names(),
+                       free_raw_data=True)
+    booster = lgb.train(PARAMS, data, num_boost_round=rounds)
+    return CostModel(booster, gpu, sm_count, float(read_gbps), dict(meta or {}, rows=len(points)))
+
+
+def _safe_names() -> list[str]:
+    """LightGBM's feature names (no dots or special characters in them)."""
+    return [c.replace(".", "__") for c in features.columns()]
+
+
+def load(path: str | Path) -> CostModel:
+    """A cost model file; UsageError (one line) for anything that is not one."""
+    p = Path(path)
+    try:
+        if p.stat().st_size > MAX_BYTES:
+            raise UsageError(f"cost model {p}: {p.stat().st_size} bytes, larger than any model file")
+        raw = p.read_bytes()
+    except OSError as e:
+        raise UsageError(f"cost model {p}: cannot read it ({e.strerror or e})") from None
+    if raw[:1] == b"\x80" or raw[:2] in (b"PK", b"\x1f\x8b"):
+        raise UsageError(f"cost model {p}: a binary file (a serialized Python object or an archive?); a model is JSON text, never code")
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise UsageError(f"cost model {p}: not JSON ({str(e).splitlines()[0][:120]})") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise UsageError(f"cost model {p}: not a gemvtune cost model (format is not {FORMAT!r})")
+    if data.get("version") != VERSION:
+        raise UsageError(f"cost model {p}: version {data.get('version')!r}, this gemvtune reads {VERSION}")
+    if data.get("columns") != features.columns():
+        raise UsageError(f"cost model {p}: fitted on other features than this gemvtune's; refit it "
+                         f"(gemvtune costmodel fit)")
+    sm, gbps, text = data.get("sm_count"), data.get("read_gbps"), data.get("lightgbm")
+    if not isinstance(sm, int) or isinstance(sm, bool) or sm <= 0:
+        raise UsageError(f"cost model {p}: sm_count {sm!r} is not a positive integer")
+    if not isinstance(gbps, (int, float)) or isinstance(gbps, bool) or not math.isfinite(gbps) or gbps <= 0:
+        raise UsageError(f"cost model {p}: read_gbps {gbps!r} is not a positive number")
+    if not isinstance(text, str) or not text.startswith("tree\n"):
+        raise UsageError(f"cost model {p}: the trees are missing or not LightGBM's text format")
+    lgb = _lgb()
+    try:
+        booster = lgb.Booster(model_str=text)
+    except Exception as e:   # LightGBM's parser: LightGBMError or worse on a damaged text
+        raise UsageError(f"cost model {p}: LightGBM cannot read its trees ({str(e).splitlines()[0][:120]})") from None
+    if booster.num_feature() != len(features.columns()):
+        raise UsageError(f"cost model {p}: its trees take {booster.num_feature()} features, not {len(features.columns())}")
+    meta: dict[str, Any] = data["meta"] if isinstance(data.get("meta"), dict) else {}
+    return CostModel(booster, str(data.get("gpu", ""))[:200], sm, float(gbps), meta)

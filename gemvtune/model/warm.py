@@ -1,0 +1,45 @@
+"""Warm start of a search: the cost model's predicted-fastest valid configs of each template family searched,
+over the space the search covers, for ``SearchOptions.warm_start`` (enqueued after the family's seed)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..errors import UsageError
+from ..kernels.families import FAMILIES
+from ..kernels.shapes import Shape
+
+MODEL_NAME = "costmodel.json"
+
+
+def warm_start(model_path: Path, shape: Shape, families: tuple[str, ...], domains: Callable[[str], dict[str, Any]],
+               k: int, echo: Callable[[str], None]) -> dict[str, tuple[dict[str, Any], ...]] | None:
+    """{family: the model's top-k configs as parameter dicts} for ``shape``; None (said in one line) where there
+    is no model, LightGBM is missing or the file is not a model: a search then starts from its seed alone."""
+    if k <= 0 or not model_path.exists():
+        return None
+    from . import costmodel as cm
+
+    try:
+        model = cm.load(model_path)
+    except UsageError as e:
+        echo(f"{shape}: no warm start: {e}")
+        return None
+    out = {}
+    for fam in families:
+        f = FAMILIES[fam]
+        if f.library:
+            continue
+        space = domains(fam)
+        names = list(space)
+        configs = []
+        for values in itertools.product(*space.values()):
+            c = f.config_cls(**dict(zip(names, values)))
+            if c.is_valid(shape):
+                configs.append(c)
+        if configs:
+            out[fam] = tuple({n: getattr(c, n) for n in names} for c, _ in model.rank(configs, shape, k))
+    return out or None

@@ -1,0 +1,96 @@
+"""Issue 20, item 6: keeping a table fresh. ``stale`` (CPU) flags entries searched with less than the default
+budget or beaten by the cost model's predicted best; ``recheck`` flags a winner that drifted past 3% or lost to
+cuBLAS (a fake runner with known times); the command writes its CSV and honours --strict."""
+
+import copy
+import json
+
+from click.testing import CliRunner
+from conftest import ROOT
+from fakes import FakeRunner, fake_us
+
+from gemvtune import Shape
+from gemvtune.clients.check import recheck, stale
+from gemvtune.kernels.gemv import GemvConfig
+from gemvtune.runtime.table import Table, winner_config
+
+TABLE = ROOT / "results" / "nvidia-h200" / "table.json"
+KEYS = ("4096x4096x1", "14336x4096x1")
+
+
+def _data(times=None, budgets=None):
+    """Two GEMV entries of the committed table, their recorded winner µs and search budgets replaced."""
+    data = json.loads(TABLE.read_text())
+    data["entries"] = {k: copy.deepcopy(data["entries"][k]) for k in KEYS}
+    for k in KEYS:
+        e = data["entries"][k]
+        cfg = winner_config(e)
+        e["winner"]["us"] = (times or {}).get(k, fake_us(cfg))
+        e["baselines"]["cublas"]["us"] = 15.0
+        e["baselines"]["cublas-torch"]["us"] = 15.0
+        e["search"]["measured_trials"] = (budgets or {}).get(k, 140)
+    return data
+
+
+class Predicts:
+    """A cost model that predicts ``best`` at half the time of every other config."""
+
+    def __init__(self, best):
+        self.best = best
+
+    def rank(self, configs, shape, k=None):
+        us = sorted((5.0 if c == self.best else 10.0, i, c) for i, c in enumerate(configs))
+        return [(c, u) for u, _, c in us[:k]]
+
+    def predict_us(self, points):
+        return [5.0 if c == self.best else 10.0 for c, _ in points]
+
+
+def test_stale_flags_short_budgets_and_predicted_better_configs():
+    t = Table(_data(budgets={"14336x4096x1": 24}))
+    rows = stale(t)
+    assert [r["shape"] for r in rows] == ["14336x4096"] and "24 measured trials" in rows[0]["why"]
+    better = GemvConfig(block=64, vec="half8", tpr=32)
+    rows = stale(t, Predicts(better))
+    assert {r["shape"] for r in rows} == {"4096x4096", "14336x4096"}
+    assert all(better.label in r["why"] and "faster than the winner" in r["why"] for r in rows)
+    assert stale(Table(_data())) == []
+
+
+def test_recheck_flags_drift_and_losses_to_cublas():
+    data = _data()
+    k = "4096x4096x1"
+    cfg = winner_config(data["entries"][k])
+    data["entries"][k]["winner"]["us"] = fake_us(cfg) * 1.10        # the record is 10% off today's time
+    rows = recheck(FakeRunner(), Table(data), [Shape(4096, 4096), Shape(14336, 4096)], rounds=2, echo=lambda s: None)
+    by = {r["shape"]: r for r in rows}
+    assert "drifted" in by["4096x4096"]["flags"] and abs(by["4096x4096"]["drift_pct"] + 100 * (1 - 1 / 1.1)) < 1e-6
+    assert by["14336x4096"]["flags"] == "" and by["14336x4096"]["now_cublas_us"] == 15.0
+
+    class SlowKernel(FakeRunner):
+        def measure(self, config, shape, kind="variant", verify=True, timed=True, **kw):
+            m = super().measure(config, shape, kind, verify, timed, **kw)
+            m.us_median = 20.0
+            return m
+
+    rows = recheck(SlowKernel(), Table(_data()), [Shape(4096, 4096)], rounds=1, echo=lambda s: None)
+    assert "lost to cuBLAS" in rows[0]["flags"]
+
+
+def test_check_command_stale_only_writes_a_csv_and_strict_fails(tmp_path):
+    from gemvtune.cli.main import cli
+
+    path = tmp_path / "table.json"
+    path.write_text(json.dumps(_data(budgets={"14336x4096x1": 24})))
+    r = CliRunner().invoke(cli, ["check", "--table", str(path), "--stale-only", "--out", str(tmp_path / "c")])
+    assert r.exit_code == 0, r.output
+    assert "1 of 2 entries to re-tune" in r.output and list((tmp_path / "c").glob("stale-*.csv"))
+    r = CliRunner().invoke(cli, ["check", "--table", str(path), "--stale-only", "--strict", "--out", str(tmp_path / "c")])
+    assert r.exit_code == 1 and "stale" in str(r.exception)
+    r = CliRunner().invoke(cli, ["check", "--table", str(path), "--stale-only", "--shape", "1000x1000"])
+    assert r.exit_code != 0 and "not in the table" in str(r.exception)
+    r = CliRunner().invoke(cli, ["check", "--table", str(path), "--stale-only", "--shape", "4096x4096@nx"])
+    assert r.exit_code != 0 and "malformed --shape" in str(r.exception)
+    r = CliRunner().invoke(cli, ["check", "--table", str(path), "--stale-only", "--shape", "14336x4096@n1",
+                                 "--out", str(tmp_path / "c")])
+    assert r.exit_code == 0 and "1 of 1 entries" in r.output

@@ -1,0 +1,198 @@
+"""Issue 20: the cost model (CPU). Features are deterministic; a fitted model round-trips through its JSON file;
+the loader refuses a pickle or a malformed file with one line; predict lists only valid configs; warm-start
+trials are enqueued once and counted in the budget; the leave-one-shape-out evaluation runs on the committed
+sweeps and never trains on the shape it tests."""
+
+import json
+import pickle
+import shutil
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from conftest import ROOT
+
+from gemvtune import Shape, UsageError
+from gemvtune.kernels.families import FAMILIES
+from gemvtune.kernels.gemv import LLAMA_CPP, GemvConfig
+from gemvtune.kernels.mma import MmaConfig
+from gemvtune.kernels.ring import RingConfig
+from gemvtune.kernels.splitk import SplitKConfig
+
+pytest.importorskip("lightgbm", reason="the cost model needs LightGBM (gemvtune[model])")
+
+from gemvtune.model import costmodel as cm  # noqa: E402
+from gemvtune.model import dataset, features, loso  # noqa: E402
+
+RESULTS = ROOT / "results" / "nvidia-h200"
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    """A results folder with two sweeps and a few searches (every template family), and a model fitted on it."""
+    root = tmp_path_factory.mktemp("res")
+    (root / "sweeps").mkdir()
+    (root / "searches").mkdir()
+    for name in ("sweep-4096x4096x1", "sweep-14336x4096x1"):
+        for ext in (".csv.gz", ".json"):
+            shutil.copy(RESULTS / "sweeps" / (name + ext), root / "sweeps")
+    for p in sorted((RESULTS / "searches").glob("search-4096x4096x*-2026120*.csv"))[:4]:
+        shutil.copy(p, root / "searches")
+        shutil.copy(p.with_suffix(".json"), root / "searches")
+    ds = dataset.load(root)
+    model = cm.fit(list(zip(ds.frame["config"], ds.frame["shape"])), ds.frame["rel"].to_numpy(), ds.sm_count,
+                   ds.gpu, ds.read_gbps, rounds=30)
+    return root, ds, model
+
+
+def test_features_are_deterministic_and_cover_every_template_family():
+    pts = [(LLAMA_CPP, Shape(4096, 4096)), (SplitKConfig(), Shape(4096, 4096, 8)), (MmaConfig(), Shape(129, 4104, 3)),
+           (RingConfig(), Shape(14336, 4096, 16))]
+    a, b = features.frame(pts, 132), features.frame(list(reversed(pts)), 132).iloc[::-1].reset_index(drop=True)
+    assert list(a.columns) == features.columns() and a.equals(b)
+    assert a.equals(features.frame(pts, 132))
+    assert list(a["family"]) == [features.TEMPLATE_FAMILIES.index(f) for f in ("gemv", "splitk", "mma", "ring")]
+    assert a.loc[0, "gemv.tpr"] == 256 and np.isnan(a.loc[0, "ring.bk"]) and a.loc[3, "ring.bk"] == 256
+    assert a.loc[0, "blocks"] == 4096 and a.loc[0, "blocks_per_sm"] == pytest.approx(4096 / 132)
+    assert a.loc[3, "dyn_smem"] == RingConfig().dynamic_smem(Shape(14336, 4096, 16)) and a.loc[0, "dyn_smem"] == 0
+    with pytest.raises(ValueError, match="library family"):
+        features.row(FAMILIES["cublaslt"].config_cls(), Shape(64, 64), 132)
+
+
+def test_dataset_reads_every_family_and_only_good_rows(small):
+    root, ds, _ = small
+    assert ds.sm_count == 132 and 4000 < ds.read_gbps < 5000 and not ds.skipped
+    assert {"gemv", "ring"} <= set(ds.frame["family"]) and (ds.frame["rel"] >= 1).all()
+    assert all(c.is_valid(s) for c, s in zip(ds.frame["config"], ds.frame["shape"]))
+    (root / "searches" / "search-1x1x1-20260101-000000.csv").write_text("family,trial\n\x00\x01garbage")
+    try:
+        ds2 = dataset.load(root)
+        assert len(ds2.frame) == len(ds.frame) and len(ds2.skipped) == 1 and "search-1x1x1" in ds2.skipped[0]
+    finally:
+        (root / "searches" / "search-1x1x1-20260101-000000.csv").unlink()
+
+
+def test_model_round_trips_through_its_file(small, tmp_path):
+    _, ds, model = small
+    path = tmp_path / "m.json"
+    model.save(path)
+    back = cm.load(path)
+    pts = list(zip(ds.frame["config"][:300], ds.frame["shape"][:300]))
+    assert np.array_equal(model.predict_rel(pts), back.predict_rel(pts))
+    assert back.sm_count == 132 and back.read_gbps == model.read_gbps
+    data = json.loads(path.read_text())
+    assert data["format"] == cm.FORMAT and data["lightgbm"].startswith("tree\n")   # data, not code
+
+
+@pytest.mark.parametrize("what", ["pickle", "gzip", "not json", "not ours", "other columns", "bad trees",
+                                  "bad sm_count", "empty"])
+def test_loader_refuses_bad_files_with_one_line(small, tmp_path, what):
+    _, _, model = small
+    good = model.to_json()
+    path = tmp_path / "m.json"
+    if what == "pickle":
+        path.write_bytes(pickle.dumps({"format": cm.FORMAT}))
+    elif what == "gzip":
+        path.write_bytes(b"\x1f\x8b\x08\x00junk")
+    elif what == "not json":
+        path.write_text("tree\nversion=v4\n")
+    elif what == "empty":
+        path.write_text("")
+    else:
+        bad = dict(good)
+        if what == "not ours":
+            bad["format"] = "something-else"
+        elif what == "other columns":
+            bad["columns"] = good["columns"][:-1]
+        elif what == "bad trees":
+            bad["lightgbm"] = "tree\nversion=v4\nnum_class=1\nTree=0\nnum_leaves=abc\n"
+        elif what == "bad sm_count":
+            bad["sm_count"] = "132; import os"
+        path.write_text(json.dumps(bad))
+    with pytest.raises(UsageError) as e:
+        cm.load(path)
+    assert "\n" not in str(e.value) and str(path) in str(e.value)
+
+
+def test_predict_lists_only_valid_configs(small, tmp_path):
+    from gemvtune.cli.main import cli
+
+    _, _, model = small
+    path = tmp_path / "m.json"
+    model.save(path)
+    shape = Shape(100, 4104, 3)
+    r = CliRunner().invoke(cli, ["predict", "--shape", "100x4104", "--batch", "3", "--model", str(path), "--top", "25"])
+    assert r.exit_code == 0, r.output
+    labels = [line.split()[-1] for line in r.output.splitlines()[2:]]
+    valid = {c.label for f in FAMILIES.values() if not f.library for c in f.all_configs() if c.is_valid(shape)}
+    assert len(labels) == 25 and set(labels) <= valid
+    us = [float(line.split()[2]) for line in r.output.splitlines()[2:]]
+    assert us == sorted(us)
+    r = CliRunner().invoke(cli, ["predict", "--shape", "100x4104", "--model", str(tmp_path / "none.json")])
+    assert r.exit_code != 0 and "cannot read" in str(r.exception)
+
+
+def test_fit_command_writes_a_model_and_refuses_bad_folders(small, tmp_path):
+    from gemvtune.cli.main import cli
+
+    root, _, _ = small
+    out = tmp_path / "cm.json"
+    r = CliRunner().invoke(cli, ["costmodel", "fit", "--results", str(root), "--out", str(out), "--rounds", "20"])
+    assert r.exit_code == 0, r.output
+    assert "fitted on" in r.output and cm.load(out).meta["shapes"] >= 2
+    r = CliRunner().invoke(cli, ["costmodel", "fit", "--results", str(tmp_path / "nowhere")])
+    assert r.exit_code != 0 and "not a folder" in str(r.exception)
+
+
+def test_warm_start_is_enqueued_once_and_counted_in_the_budget(tmp_path):
+    import optuna
+    from fakes import FakeRunner
+
+    from gemvtune.kernels.gemv import DOMAINS
+    from gemvtune.tuning.search import SearchOptions, enqueue_warm, run_search
+    from gemvtune.tuning.storage import make_storage
+
+    flat = {k: v for k, v in DOMAINS.items() if k != "occ"}
+    warm = [GemvConfig(block=128, vec="half8", tpr=64), LLAMA_CPP, GemvConfig(block=256, vec="half8", tpr=64)]
+    params = tuple({k: v for k, v in c.to_dict().items() if k in flat} for c in warm)
+    runner = FakeRunner()
+    storage = make_storage(f"journal:{tmp_path / 'j.log'}")
+    opts = SearchOptions(trials=12, progress=False, families=("gemv",), domains={"gemv": flat},
+                         warm_start={"gemv": params})
+    res = run_search(runner, Shape(4096, 4096), opts, storage, "w", echo=lambda s: None)
+    assert runner.calls[:3] == [LLAMA_CPP, warm[0], warm[2]]   # the seed, then the model's (the seed once)
+    study = optuna.load_study(study_name="w", storage=storage)
+    done = [t for t in study.trials if t.user_attrs.get("measured")]
+    assert res.measured == 12 and len(done) == 12                # warm trials count in the budget
+    tags = [t.user_attrs.get("enqueued") for t in study.trials if t.user_attrs.get("enqueued")]
+    assert tags == ["llama.cpp", "cost model #1", "cost model #3"]
+    assert enqueue_warm(study, params, flat) == 0                # a second call (a resumed search) adds nothing
+
+
+def test_leave_one_shape_out_never_trains_on_the_held_out_shape(small):
+    _, ds, _ = small
+    shape = Shape(4096, 4096)
+    same = sum(1 for s in ds.frame["shape"] if (s.M, s.d) == (4096, 4096))
+    assert same > 3000   # the sweep and the searches of every n
+    model = loso.holdout_model(ds, shape, rounds=20)
+    assert model.meta["rows"] == len(ds.frame) - same and model.meta["held_out"] == str(shape)
+    table, warm = loso.evaluate(ds, k=5, rounds=30, shapes=[shape], echo=lambda s: None)
+    (row,) = table.to_dict("records")
+    assert row["configs"] > 3000 and 0 <= row["pick_gap_pct"] < 50 and row["pick_rank"] >= 1
+    assert len(warm[str(shape)]) == 5 and all(GemvConfig(**c).is_valid(shape) for c in warm[str(shape)])
+
+
+@pytest.mark.slow   # the committed sweeps, every shape held out in turn (about a minute)
+def test_study_with_the_cost_model_on_the_committed_sweeps(tmp_path):
+    from gemvtune.cli.main import cli
+
+    r = CliRunner().invoke(cli, ["study", "--sweeps", str(RESULTS / "sweeps"), "--samplers", "tpe", "--seeds", "2",
+                                 "--budget", "30", "--jobs", "2", "--costmodel", str(RESULTS), "--model-rounds", "100",
+                                 "--out", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    import pandas as pd
+
+    loso_table = pd.read_csv(tmp_path / "costmodel-loso.csv")
+    assert len(loso_table) == 7 and loso_table["pick_gap_pct"].median() < 10
+    runs = pd.read_csv(tmp_path / "study-runs.csv")
+    assert set(runs["sampler"]) == {"tpe", "tpe-warm"} and len(runs) == 7 * 2 * 2
