@@ -1,9 +1,8 @@
 """The mma GEMV family (tensor cores, flat in n): validity, workspace, NVRTC compiles of every parameter value
 on edge shapes (CPU), and verification against float64 on odd shapes at n = 1, 3, 8, 16 (GPU)."""
 
-import random
-
 import pytest
+from cover import cover
 
 from gemvtune.kernels import mma
 from gemvtune.kernels.compile import CompileError, compile_variants
@@ -20,15 +19,7 @@ EDGE = [Shape(M, d, n) for n in (1, 3, 8, 16) for M, d in ((129, 4104), (33, 410
 
 def _cover(shape: Shape, k: int, seed: int) -> list[MmaConfig]:
     """One valid config for every value of every parameter (where one is valid), plus k random."""
-    rng = random.Random(seed)
-    valid = mma.valid_configs(shape)
-    out = [mma.MMA_SEED] if mma.MMA_SEED in valid else []
-    for key, values in mma.DOMAINS.items():
-        for v in values:
-            pool = [c for c in valid if getattr(c, key) == v]
-            if pool:
-                out.append(rng.choice(pool))
-    return list(dict.fromkeys(out + rng.sample(valid, min(k, len(valid)))))
+    return cover(mma.valid_configs(shape), mma.MMA_SEED, mma.DOMAINS, k, seed)
 
 
 def test_registered_and_round_trips():

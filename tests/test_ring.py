@@ -2,9 +2,8 @@
 dynamic shared memory every launch path carries, NVRTC compiles of every parameter value on edge shapes (CPU),
 and verification against float64 on odd shapes at n = 1, 3, 8, 16 (GPU)."""
 
-import random
-
 import pytest
+from cover import cover
 
 from gemvtune.kernels import ring
 from gemvtune.kernels.compile import CompileError, compile_variants
@@ -22,15 +21,7 @@ EDGE = [Shape(M, d, n) for n in (1, 3, 8, 16) for M, d in ((129, 4104), (33, 410
 
 def _cover(shape: Shape, k: int, seed: int) -> list[RingConfig]:
     """One valid config for every value of every parameter (where one is valid), plus k random."""
-    rng = random.Random(seed)
-    valid = ring.valid_configs(shape)
-    out = [ring.RING_SEED] if ring.RING_SEED in valid else []
-    for key, values in ring.DOMAINS.items():
-        for v in values:
-            pool = [c for c in valid if getattr(c, key) == v]
-            if pool:
-                out.append(rng.choice(pool))
-    return list(dict.fromkeys(out + rng.sample(valid, min(k, len(valid)))))
+    return cover(ring.valid_configs(shape), ring.RING_SEED, ring.DOMAINS, k, seed)
 
 
 def test_registered_and_round_trips():

@@ -12,7 +12,7 @@ from typing import Any
 
 from .configbase import ConfigBase
 from .shapes import Shape
-from .tctiles import TensorCoreTiles
+from .tctiles import LastBlockCombine, TensorCoreTiles
 
 SMEM_LIMIT = 48 * 1024   # static shared memory a block may take without an opt-in
 MAX_WARPS = 16           # warps per block (rw x kw)
@@ -32,7 +32,7 @@ DOMAINS: dict[str, tuple[Any, ...]] = {
 
 
 @dataclass(frozen=True, order=True)
-class MmaConfig(TensorCoreTiles, ConfigBase):
+class MmaConfig(LastBlockCombine, TensorCoreTiles, ConfigBase):
     """One point of the mma GEMV family. Hashable like GemvConfig."""
 
     mt: int = 1
@@ -47,6 +47,7 @@ class MmaConfig(TensorCoreTiles, ConfigBase):
 
     family = "mma"
     DOMAINS = DOMAINS
+    kernel_name = "mma_gemv"
 
     # ---- derived values (the tiles, chunks, grid and staged X rows: TensorCoreTiles) ---------
     @property
@@ -61,20 +62,6 @@ class MmaConfig(TensorCoreTiles, ConfigBase):
     def loads_in_flight(self) -> int:
         """16-byte W loads one lane has in flight: the register ring (the cost model's feature)."""
         return self.depth * self.kv * self.mt * 2
-
-    def kernels(self, shape: Shape) -> list[tuple[str, tuple[int, int, int], tuple[int, int, int]]]:
-        """The launches of one call: one kernel, whatever the split."""
-        return [("mma_gemv", self.grid(shape), (self.block, 1, 1))]
-
-    def workspace(self, shape: Shape) -> tuple[int, int]:
-        """(float workspace elements, counters) one call needs: the split partial sums and one counter
-        per row group."""
-        if not self.needs_workspace(shape):
-            return 1, 1
-        return self.split * shape.n * shape.M, self.grid(shape)[0]
-
-    def needs_workspace(self, shape: Shape) -> bool:
-        return self.split > 1
 
     def smem_bytes(self, shape: Shape) -> int:
         red = self.kw * self.rows_per_block * 8 * self.n_tiles(shape.n) * 4 if self.kw > 1 else 0

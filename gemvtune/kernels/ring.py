@@ -16,7 +16,7 @@ from typing import Any
 
 from .configbase import ConfigBase
 from .shapes import Shape
-from .tctiles import TensorCoreTiles
+from .tctiles import LastBlockCombine, TensorCoreTiles
 
 SMEM_LIMIT = 227 * 1024  # shared memory one block may opt in to on sm_90 (the ring is dynamic shared memory)
 MAX_WARPS = 16           # warps per block (rw x kw)
@@ -36,7 +36,7 @@ DOMAINS: dict[str, tuple[Any, ...]] = {
 
 
 @dataclass(frozen=True, order=True)
-class RingConfig(TensorCoreTiles, ConfigBase):
+class RingConfig(LastBlockCombine, TensorCoreTiles, ConfigBase):
     """One point of the ring GEMV family. Hashable like GemvConfig."""
 
     mt: int = 1
@@ -51,6 +51,7 @@ class RingConfig(TensorCoreTiles, ConfigBase):
 
     family = "ring"
     DOMAINS = DOMAINS
+    kernel_name = "ring_gemv"
 
     # ---- derived values ------------------------------------------------------------------
     @property
@@ -73,7 +74,8 @@ class RingConfig(TensorCoreTiles, ConfigBase):
         return self.bk
 
     def tiles(self, M: int) -> int:
-        return -(-M // self.rows_per_block)
+        """Row tiles of M (a block walks ``ipb`` of them; one split counter each)."""
+        return self.row_groups(M)
 
     def grid(self, shape: Shape) -> tuple[int, int, int]:
         return (-(-self.tiles(shape.M) // self.ipb), self.split, 1)
@@ -84,20 +86,6 @@ class RingConfig(TensorCoreTiles, ConfigBase):
 
     def stage_bytes(self, n: int) -> int:
         return (self.rows_per_block + self.x_rows(n)) * self.bk * 2
-
-    def kernels(self, shape: Shape) -> list[tuple[str, tuple[int, int, int], tuple[int, int, int]]]:
-        """The launches of one call: one kernel, whatever the split."""
-        return [("ring_gemv", self.grid(shape), (self.block, 1, 1))]
-
-    def workspace(self, shape: Shape) -> tuple[int, int]:
-        """(float workspace elements, counters) one call needs: the split partial sums and one counter
-        per row tile."""
-        if not self.needs_workspace(shape):
-            return 1, 1
-        return self.split * shape.n * shape.M, self.tiles(shape.M)
-
-    def needs_workspace(self, shape: Shape) -> bool:
-        return self.split > 1
 
     def dynamic_smem(self, shape: Shape) -> int:
         """Bytes of dynamic shared memory per block: the ring (a launch opts in past 48 KiB)."""

@@ -68,3 +68,38 @@ class TensorCoreTiles:
         length = self.chunks_per_split(d) * self.kchunk
         target = 64 if self.kv == 1 else 16
         return length + ((target - 2 * length) % 128) // 2
+
+
+class LastBlockCombine:
+    """What the one-launch tensor-core GEMV families (``mma``, ``ring``) share: one kernel per call, whose split of
+    d (``split`` > 1) the last block of each row group adds up inside the kernel; the workspace holds the FP32
+    partial sums and one counter per row group. A family sets ``kernel_name``."""
+
+    kernel_name = ""
+
+    if TYPE_CHECKING:
+        split: int
+        block: int
+
+        @property
+        def rows_per_block(self) -> int: ...
+
+        def grid(self, shape: Shape) -> tuple[int, int, int]: ...
+
+    def row_groups(self, M: int) -> int:
+        """Row groups of M (one counter each)."""
+        return -(-M // self.rows_per_block)
+
+    def kernels(self, shape: Shape) -> list[tuple[str, tuple[int, int, int], tuple[int, int, int]]]:
+        """The launches of one call: one kernel, whatever the split."""
+        return [(self.kernel_name, self.grid(shape), (self.block, 1, 1))]
+
+    def needs_workspace(self, shape: Shape) -> bool:
+        return self.split > 1
+
+    def workspace(self, shape: Shape) -> tuple[int, int]:
+        """(float workspace elements, counters) one call needs: the split partial sums and one counter per
+        row group."""
+        if not self.needs_workspace(shape):
+            return 1, 1
+        return self.split * shape.n * shape.M, self.row_groups(shape.M)
