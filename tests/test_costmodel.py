@@ -196,3 +196,29 @@ def test_study_with_the_cost_model_on_the_committed_sweeps(tmp_path):
     assert len(loso_table) == 7 and loso_table["pick_gap_pct"].median() < 10
     runs = pd.read_csv(tmp_path / "study-runs.csv")
     assert set(runs["sampler"]) == {"tpe", "tpe-warm"} and len(runs) == 7 * 2 * 2
+
+
+def test_a_search_into_a_folder_with_a_model_is_warm_started(small, tmp_path):
+    """``gemvtune search``'s driver: the model in the results folder gives each family's top k over the space
+    searched; no model, --warm-start 0 or a bad file leave the search as it was (the last with one line)."""
+    from gemvtune.kernels.gemv import DOMAINS
+    from gemvtune.tuning.search import SearchOptions
+    from gemvtune.tuning.search_run import _warm
+
+    _, _, model = small
+    flat = {k: v for k, v in DOMAINS.items() if k not in ("occ", "pdl")}
+    opts = SearchOptions(progress=False, families=("gemv", "ring"), domains={"gemv": flat})
+    shape = Shape(4096, 4096, 2)
+    lines = []
+    assert _warm(opts, tmp_path, shape, lines.append) is opts            # no model here
+    model.save(tmp_path / "costmodel.json")
+    warm = _warm(opts, tmp_path, shape, lines.append).warm_start
+    assert set(warm) == {"gemv", "ring"} and all(len(v) == 5 for v in warm.values())
+    assert all(set(p) == set(flat) and GemvConfig(**p).is_valid(shape) for p in warm["gemv"])
+    assert all(RingConfig(**p).is_valid(shape) for p in warm["ring"])
+    import dataclasses
+
+    assert _warm(dataclasses.replace(opts, warm_k=0), tmp_path, shape, lines.append).warm_start is None
+    (tmp_path / "costmodel.json").write_text("{}")
+    assert _warm(opts, tmp_path, shape, lines.append).warm_start is None and len(lines) == 1
+    assert "no warm start" in lines[0] and "\n" not in lines[0]
