@@ -4,12 +4,18 @@
 import random
 
 
-def cover(valid: list, seed_config, domains: dict, k: int, rng_seed: int) -> list:
-    rng = random.Random(rng_seed)
+def sample(valid: list, seed_config, domains: dict, k: int, rng: random.Random) -> list:
+    """The seed config if valid, one config for every valid value of every parameter, k random (from ``rng``:
+    several families can share one stream)."""
     out = [seed_config] if seed_config in valid else []
     for key, values in domains.items():
         for v in values:
             pool = [c for c in valid if getattr(c, key) == v]
             if pool:
                 out.append(rng.choice(pool))
-    return list(dict.fromkeys(out + rng.sample(valid, min(k, len(valid)))))
+    return out + rng.sample(valid, min(k, len(valid)))
+
+
+def cover(valid: list, seed_config, domains: dict, k: int, rng_seed: int) -> list:
+    """``sample`` from its own seeded stream, without repeats."""
+    return list(dict.fromkeys(sample(valid, seed_config, domains, k, random.Random(rng_seed))))

@@ -3,6 +3,7 @@
 import random
 
 import pytest
+from cover import cover, sample
 
 from gemvtune import LLAMA_CPP, GemvConfig, Shape
 from gemvtune.kernels import splitk as space_splitk
@@ -23,20 +24,9 @@ def runner():
     return CudaRunner(replays=3)
 
 
-def _sample(valid: list, domains: dict, k: int, rng: random.Random) -> list:
-    """The llama.cpp config if valid, one config for every valid value of every parameter, k random."""
-    out = [LLAMA_CPP] if LLAMA_CPP in valid else []
-    for key, values in domains.items():
-        for v in values:
-            pool = [c for c in valid if getattr(c, key) == v]
-            if pool:
-                out.append(rng.choice(pool))
-    return out + rng.sample(valid, min(k, len(valid)))
-
-
 def broad_sample(shape: Shape, k: int = 48, seed: int = 1) -> list[GemvConfig]:
     """Every value of every parameter that is valid for the shape, plus a seeded random rest."""
-    return list(dict.fromkeys(_sample(valid_configs(shape), DOMAINS, k, random.Random(seed))))
+    return cover(valid_configs(shape), LLAMA_CPP, DOMAINS, k, seed)
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
@@ -110,8 +100,8 @@ BATCH_SHAPES = [Shape(M, d, n) for n in (1, 3, 8, 16) for M, d in ((129, 4104), 
 def family_sample(shape: Shape, k: int, seed: int = 2) -> list:
     """Both families: every valid value of every parameter, plus a seeded random rest."""
     rng = random.Random(seed)
-    out = _sample(valid_configs(shape), DOMAINS, k, rng)
-    out += _sample(space_splitk.valid_configs(shape), space_splitk.DOMAINS, k, rng)
+    out = sample(valid_configs(shape), LLAMA_CPP, DOMAINS, k, rng)
+    out += sample(space_splitk.valid_configs(shape), LLAMA_CPP, space_splitk.DOMAINS, k, rng)
     return list(dict.fromkeys(out))
 
 

@@ -10,8 +10,7 @@ import click
 
 from ..errors import UsageError
 from ..kernels.shapes import MAX_BATCH, parse_shape
-
-MODEL_NAME = "costmodel.json"
+from ..model import MODEL_NAME
 
 
 def default_model() -> Path:

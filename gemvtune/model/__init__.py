@@ -2,3 +2,5 @@
 (config, shape) point (``features``), the LightGBM model and its JSON file (``costmodel``), leave-one-shape-out
 evaluation (``loso``), the warm start of a search (``warm``) and the zero-trial pick for shapes a table lacks
 (``zerotrial``). Needs LightGBM (``gemvtune[model]``); nothing here is imported by ``import gemvtune``."""
+
+MODEL_NAME = "costmodel.json"   # a GPU's model file in its results folder (beside its table.json)

@@ -12,8 +12,6 @@ from ..errors import UsageError
 from ..kernels.families import FAMILIES
 from ..kernels.shapes import Shape
 
-MODEL_NAME = "costmodel.json"
-
 
 def warm_start(model_path: Path, shape: Shape, families: tuple[str, ...], domains: Callable[[str], dict[str, Any]],
                k: int, echo: Callable[[str], None]) -> dict[str, tuple[dict[str, Any], ...]] | None:

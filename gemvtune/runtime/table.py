@@ -319,7 +319,9 @@ def _costmodel(table_path: Path, which: str | Path | None) -> Any:
     if which is None:
         return None
     auto = isinstance(which, str) and which == "auto"
-    p = table_path.parent / "costmodel.json" if auto else Path(which)
+    from ..model import MODEL_NAME
+
+    p = table_path.parent / MODEL_NAME if auto else Path(which)
     if not auto:
         from ..model.costmodel import load
 

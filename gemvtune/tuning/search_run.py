@@ -193,7 +193,8 @@ def _warm(opts: SearchOptions, out: Path, shape: Shape, echo: Callable[[str], No
     """``opts`` with the cost model's warm start for ``shape`` (the model of the results folder, if any)."""
     if not opts.warm_k or opts.warm_start is not None:
         return opts
-    from ..model.warm import MODEL_NAME, warm_start
+    from ..model import MODEL_NAME
+    from ..model.warm import warm_start
     from .search import family_domains
 
     warm = warm_start(out / MODEL_NAME, shape, opts.families, lambda f: family_domains(opts, f), opts.warm_k, echo)
