@@ -1,10 +1,10 @@
 """Issue 20 on the GPU: zero-trial dispatch on shapes in no table entry and no training data. Per shape: the
 committed table's cost-model pick (what `load_table` runs for it) is compared, in one process and interleaved
 over rounds, with cuBLAS (torch F.linear in a CUDA graph) and with the winner of a fresh search of that shape
-(`gemvtune search --warm-start 0`, run first into a scratch folder: the tuned time the pick must come within 5%
-of). Writes one CSV row per (shape, n) and prints a short table.
+(`gemvtune search --warm-start 0`, every family at the default budget, run first into a scratch folder: the tuned
+time the pick must come within 5% of). A shape in the table or in the model's training data is refused. Writes one CSV row per (shape, n) and prints a short table.
 
-    python3 scripts/zero_trial_eval.py --shape 11008x4096 --shape 4096x11008 --batch 1 --trials 60 --out DIR
+    python3 scripts/zero_trial_eval.py --shape 11008x4096 --shape 4096x11008 --batch 1 --out DIR
 """
 
 from __future__ import annotations
@@ -21,13 +21,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gemvtune.kernels.shapes import Shape, parse_shape  # noqa: E402
 from gemvtune.reports.report import provenance  # noqa: E402
 from gemvtune.runtime.table import load_table  # noqa: E402
+from gemvtune.tuning.search_options import DEFAULT_TRIALS  # noqa: E402
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--shape", action="append", required=True)
     ap.add_argument("--batch", default="1")
-    ap.add_argument("--trials", type=int, default=60)
+    ap.add_argument("--trials", type=int, default=DEFAULT_TRIALS)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--table", default="results/nvidia-h200/table.json")
     ap.add_argument("--out", required=True)
@@ -40,14 +41,17 @@ def main() -> None:
     if table.costmodel is None:
         sys.exit(f"no cost model beside {a.table} (or LightGBM missing)")
     shapes = [Shape(b.M, b.d, int(n)) for t in a.shape for b in [parse_shape(t)] for n in a.batch.split(",")]
+    from gemvtune.model.dataset import load as load_dataset
+
+    seen = {(t.M, t.d) for t in load_dataset(Path(a.table).parent).shapes}
     for s in shapes:
-        if (s.M, s.d, s.n) in set(table.keys()):
-            sys.exit(f"{s} is in the table: not an unseen shape")
+        if (s.M, s.d, s.n) in set(table.keys()) or (s.M, s.d) in seen:
+            sys.exit(f"{s} is in the table or the model's training data: not an unseen shape")
     scratch = Path(tempfile.mkdtemp(prefix="zt-"))
     tuned = {}
     for s in shapes:   # the fresh searches first (their own processes), then every time in this one
         cmd = [sys.executable, "-m", "gemvtune", "search", "--shape", f"{s.M}x{s.d}", "--batch", str(s.n),
-               "--trials", str(a.trials), "--warm-start", "0", "--family", "gemv,splitk,ring", "--results", str(scratch)]
+               "--trials", str(a.trials), "--warm-start", "0", "--results", str(scratch)]
         r = subprocess.run(cmd, capture_output=True, text=True)
         print(f"search {s}: rc={r.returncode} {r.stdout.strip().splitlines()[-1][:200] if r.stdout.strip() else r.stderr[-300:]}",
               flush=True)
