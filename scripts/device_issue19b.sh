@@ -20,6 +20,9 @@
 # PART=percall: gemvtune percall --batch 1 and 4 (the per-call cost of each launch path).
 # PART=ncu: ncu of the table's winner for NCU_SHAPE (default 4096x4096) at NCU_BATCH (default 8) against the read
 #   kernel over the same bytes (the same-size read ceiling).
+# PART=retune: the table's n = 1 entries searched with less than the default budget (RETUNE shapes), searched again
+#   (their studies resumed to the default 100 trials of the family, FAMILY, default gemv; warm-started by the cost
+#   model) into results/nvidia-h200.
 # PART may name several parts, run in order: PART="san hf".
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; PARTS=${PART:-ring}
@@ -106,6 +109,14 @@ if [ "$PART" = check ]; then
   echo "command: gemvtune check --table $R/table.json --rounds 2 --out $L" > $L/check.log
   timeout ${T_CHECK:-150} python3 -m gemvtune check --table $R/table.json --rounds 2 --out $L >> $L/check.log 2>&1; echo "check rc=$?" >> $L/check.log
   tail -12 $L/check.log | cut -c1-250
+fi
+if [ "$PART" = retune ]; then
+  SH=""; for x in ${RETUNE:-152064x3584 131072x5120 37888x3584 8192x28672 3584x18944 4608x3584 3584x3584 10240x8192 1024x16384 5120x4096 5120x14336 6144x5120 8192x8192 28672x5120}; do SH="$SH --shape $x"; done
+  echo "command: gemvtune search$SH --family ${FAMILY:-gemv} --trials 100 --results $R" > $L/search.log
+  timeout ${T_SEARCH:-450} python3 -m gemvtune search $SH --family ${FAMILY:-gemv} --trials 100 --results $R >> $L/search.log 2>&1
+  echo "search rc=$?" >> $L/search.log
+  python3 -m gemvtune report --table $R/table.json --csv $R/table.csv > $L/report.log 2>&1
+  grep -E "µs|rc=" $L/search.log | cut -c1-200 | tail -16
 fi
 if [ "$PART" = ncu ]; then
   S=${NCU_SHAPE:-4096x4096}; B=${NCU_BATCH:-8}

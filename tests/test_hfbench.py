@@ -146,7 +146,7 @@ def test_token_agreement_empty():
 
 def _rows(T=128):
     """3 rounds; eager: stock 2.0/2.2/2.1 s, gemvtune 1.6/1.5/1.7 s; compiled: stock 0.40 s each, gemvtune
-    0.32 then 0.36 then a failure."""
+    0.32 then 0.36 then a failure. The timing thread's CPU time is 0.9 of the wall time, for stock 0.1 s more."""
     secs = {("stock", "eager"): [2.0, 2.2, 2.1], ("gemvtune", "eager"): [1.6, 1.5, 1.7],
             ("stock", "compiled"): [0.4, 0.4, 0.4], ("gemvtune", "compiled"): [0.32, 0.36, None]}
     rows = []
@@ -154,6 +154,7 @@ def _rows(T=128):
         for r, s in enumerate(ss):
             rows.append({"model": "m", "layers": 2, "impl": impl, "mode": mode, "round": r, "position": 0,
                          "tokens": T, "prompt_tokens": 16, "seconds": math.nan if s is None else s,
+                         "cpu_ms_per_token": math.nan if s is None else 1e3 * (0.9 * s + 0.1 * (impl == "stock")) / T,
                          "status": "ok" if s is not None else "error",
                          "error": "" if s is not None else "RuntimeError: boom", "scheme": "interleaved"})
     return rows
@@ -164,6 +165,7 @@ def test_timing_stats_median_and_reciprocals():
     assert st["tokens_per_s"] == pytest.approx(128 / 2.1) and st["ms_per_token"] == pytest.approx(2100 / 128)
     assert st["tokens_per_s_min"] == pytest.approx(128 / 2.2) and st["tokens_per_s_max"] == pytest.approx(128 / 2.0)
     assert st["rounds"] == 3 and st["error"] == ""
+    assert st["cpu_ms_per_token"] == pytest.approx(1e3 * (0.9 * 2.1 + 0.1) / 128)
     g = timing_stats(_rows(), "gemvtune", "compiled")          # the failed round is left out, and named
     assert g["rounds"] == 2 and g["tokens_per_s"] == pytest.approx(128 / 0.34) and "boom" in g["error"]
     none = timing_stats(_rows(), "stock", "nope")
@@ -178,13 +180,17 @@ def test_mode_table_ratio():
     assert sorted(round_ratios(_rows(), "eager")) == pytest.approx(sorted([2.0 / 1.6, 2.2 / 1.5, 2.1 / 1.7]))
     assert e["round_ratio_median"] == pytest.approx(2.0 / 1.6) and e["round_ratio_min"] == pytest.approx(2.1 / 1.7)
     assert e["round_ratio_max"] == pytest.approx(2.2 / 1.5)
+    assert e["gemvtune_cpu_ms_per_token"] == pytest.approx(1e3 * 0.9 * 1.6 / 128)
+    assert c["gemvtune_cpu_ms_per_token"] == pytest.approx(1e3 * 0.9 * 0.34 / 128)   # the failed round left out
+    old = mode_table([{k: v for k, v in r.items() if k != "cpu_ms_per_token"} for r in _rows()])
+    assert math.isnan(old[0]["stock_cpu_ms_per_token"]) and old[0]["ratio"] == pytest.approx(e["ratio"])
     assert c["ratio"] == pytest.approx(0.4 / 0.34) and c["gemvtune_rounds"] == 2 and "boom" in c["gemvtune_error"]
     assert round_ratios(_rows(), "compiled") == pytest.approx([0.4 / 0.32, 0.4 / 0.36])
     assert set(SUMMARY_COLUMNS) <= set(e)
     failed = mode_table([r for r in _rows() if r["impl"] == "stock"])
     assert all(math.isnan(x["ratio"]) for x in failed)
     text = short_table(mode_table(_rows()))
-    assert "eager" in text and "compiled" in text and f"{2.1 / 1.6:.3f}" in text
+    assert "eager" in text and "compiled" in text and f"{2.1 / 1.6:.3f}" in text and f"{2.0 / 1.6:.3f}" in text
     assert "failed" in short_table(failed)
 
 
@@ -237,6 +243,8 @@ def test_write_hf_reports(tmp_path):
     md = paths["summary_md"].read_text()
     assert "| mode | stock tok/s | gemvtune tok/s | ratio | stock ms/token | gemvtune ms/token |" in md
     assert f"| eager | {128 / 2.1:.1f} | {128 / 1.6:.1f} | {2.1 / 1.6:.3f} | {2100 / 128:.2f} | {1600 / 128:.2f} |" in md
+    cpu = f"{1e3 * (0.9 * 2.1 + 0.1) / 128:.2f} / {1e3 * 0.9 * 1.6 / 128:.2f}"
+    assert f"| {2.0 / 1.6:.3f} ({2.1 / 1.7:.3f}..{2.2 / 1.5:.3f}) | {cpu} |" in md
     assert "| compiled |" in md and "**compiled gemvtune failed** in some rounds: RuntimeError: boom" in md
     assert "| gemvtune | eager | 40.0 | 50.0 | 80.0 |" in md and "failed: RuntimeError: CUPTI" in md
     assert "66.7% of 3 positions equal; first divergence at new token 2." in md

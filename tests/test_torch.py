@@ -372,10 +372,18 @@ def test_gpu_fallbacks(block, monkeypatch):
             strided = torch.randn(4096, 2, device="cuda", dtype=torch.float16)[:, 0]
             _close(block.o(strided), F.linear(strided, block.o.weight), 1e-2)  # copied, then tuned
             assert calls == [(4096, 4096, 1)]
-            # a shape the table lacks: cuBLAS, and explain says so
-            odd = GemvLinear(nn.Linear(4096, 1000, bias=False).half().cuda(), table)
+            # a shape the table lacks, without a cost model: cuBLAS, and explain says so
+            lin1000 = nn.Linear(4096, 1000, bias=False).half().cuda()
+            odd = GemvLinear(lin1000, load_table(TABLE, costmodel=None))
             assert torch.equal(odd(x), F.linear(x, odd.weight)) and calls == [(4096, 4096, 1)]
             assert "not in the table" in explain(nn.Sequential(odd))[0]["why"]
+            # with the committed cost model: its zero-trial pick where predicted faster than cuBLAS, else cuBLAS
+            if table.costmodel is not None:
+                odd = GemvLinear(lin1000, table)
+                route = table.route(1000, 4096, 1)
+                _close(odd(x), F.linear(x, odd.weight), 1e-2)
+                assert calls[1:] == ([(1000, 4096, 1)] if route.tuned else [])
+                assert "cost model" in explain(nn.Sequential(odd))[0]["why"]
         finally:
             restore_linears(block)
 

@@ -46,33 +46,36 @@ class Bench:
         return self.model.generate(self.ids, **kw)
 
     def timed(self, impl: str, mode: str) -> dict[str, Any]:
-        """One timed generate: seconds, the new tokens, status and error."""
+        """One timed generate: seconds (wall), cpu_seconds (this thread's CPU time, ``time.thread_time``: a
+        descheduled thread does not accrue it, so a busy host moves it less than the wall time), the new
+        tokens, status and error."""
         torch = self.torch
         self.v.use(impl)
         try:
             with self.lock():
                 sync(torch, self.device)
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.thread_time()
                 out = self.generate(mode)
                 sync(torch, self.device)
-                dt = time.perf_counter() - t0
+                dt, cpu = time.perf_counter() - t0, time.thread_time() - c0
             new = out[0, self.ids.shape[1]:].tolist()
         except Exception as e:
             with contextlib.suppress(Exception):
                 sync(torch, self.device)
-            return {"seconds": math.nan, "status": "error", "error": first_line(e), "new": []}
+            return {"seconds": math.nan, "cpu_seconds": math.nan, "status": "error", "error": first_line(e), "new": []}
         status = "ok" if len(new) == self.tokens else "short"
-        return {"seconds": dt, "status": status, "new": new,
+        return {"seconds": dt, "cpu_seconds": cpu, "status": status, "new": new,
                 "error": "" if status == "ok" else f"generated {len(new)} of {self.tokens} tokens"}
 
 
 def _row(meta: dict[str, Any], impl: str, mode: str, rnd: Any, pos: int, res: dict[str, Any], scheme: str,
          tokens: int) -> dict[str, Any]:
-    s = res["seconds"]
+    s, cpu = res["seconds"], res.get("cpu_seconds", math.nan)
     good = res["status"] == "ok" and s == s and s > 0
     return {"model": meta["model"], "layers": meta["layers"], "impl": impl, "mode": mode, "round": rnd,
             "position": pos, "tokens": tokens, "prompt_tokens": meta["prompt_tokens"], "seconds": s,
             "tokens_per_s": tokens / s if good else math.nan, "ms_per_token": 1e3 * s / tokens if good else math.nan,
+            "cpu_seconds": cpu, "cpu_ms_per_token": 1e3 * cpu / tokens if good and cpu == cpu else math.nan,
             "status": res["status"], "error": res.get("error", ""), "scheme": scheme}
 
 

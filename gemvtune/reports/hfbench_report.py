@@ -21,12 +21,12 @@ IMPLS = ("stock", "gemvtune")
 MODES = ("eager", "compiled")
 LABELS = {"stock": "stock", "gemvtune": "gemvtune"}
 ROW_COLUMNS = ("model", "layers", "impl", "mode", "round", "position", "tokens", "prompt_tokens", "seconds",
-               "tokens_per_s", "ms_per_token", "status", "error", "scheme")
+               "tokens_per_s", "ms_per_token", "cpu_seconds", "cpu_ms_per_token", "status", "error", "scheme")
 SUMMARY_COLUMNS = ("mode", "stock_tokens_per_s", "gemvtune_tokens_per_s", "ratio", "stock_ms_per_token",
                    "gemvtune_ms_per_token", "stock_tokens_per_s_min", "stock_tokens_per_s_max",
                    "gemvtune_tokens_per_s_min", "gemvtune_tokens_per_s_max", "round_ratio_median",
-                   "round_ratio_min", "round_ratio_max", "stock_rounds", "gemvtune_rounds", "stock_error",
-                   "gemvtune_error")
+                   "round_ratio_min", "round_ratio_max", "stock_cpu_ms_per_token", "gemvtune_cpu_ms_per_token",
+                   "stock_rounds", "gemvtune_rounds", "stock_error", "gemvtune_error")
 
 
 def token_agreement(a: list[int], b: list[int]) -> dict[str, Any]:
@@ -51,19 +51,21 @@ def _ok(r: dict[str, Any]) -> bool:
 
 def timing_stats(rows: list[dict[str, Any]], impl: str, mode: str) -> dict[str, Any]:
     """Median over rounds of one (impl, mode): tokens/s and ms/token both from the median seconds (so
-    they are exact reciprocals), min/max tokens/s, the number of good rounds and the first error."""
+    they are exact reciprocals), min/max tokens/s, the median CPU ms/token of the timing thread (NaN where
+    the rows have none), the number of good rounds and the first error."""
     mine = [r for r in rows if r.get("impl") == impl and r.get("mode") == mode]
     ok = [r for r in mine if _ok(r)]
     err = next((str(r.get("error") or r.get("status")) for r in mine if not _ok(r)), "")
     if not ok:
         return {"tokens_per_s": math.nan, "ms_per_token": math.nan, "tokens_per_s_min": math.nan,
-                "tokens_per_s_max": math.nan, "rounds": 0, "error": err}
+                "tokens_per_s_max": math.nan, "cpu_ms_per_token": math.nan, "rounds": 0, "error": err}
     tokens = int(ok[0].get("tokens", 0))
     secs = [float(r["seconds"]) for r in ok]
     med = statistics.median(secs)
+    cpu = [float(c) for r in ok for c in [r.get("cpu_ms_per_token")] if isinstance(c, (int, float)) and c == c]
     return {"tokens_per_s": tokens / med, "ms_per_token": 1e3 * med / tokens if tokens else math.nan,
-            "tokens_per_s_min": tokens / max(secs), "tokens_per_s_max": tokens / min(secs), "rounds": len(ok),
-            "error": err}
+            "tokens_per_s_min": tokens / max(secs), "tokens_per_s_max": tokens / min(secs),
+            "cpu_ms_per_token": statistics.median(cpu) if cpu else math.nan, "rounds": len(ok), "error": err}
 
 
 def round_ratios(rows: list[dict[str, Any]], mode: str) -> list[float]:
@@ -91,6 +93,7 @@ def mode_table(rows: list[dict[str, Any]], modes: Iterable[str] = MODES) -> list
                     "gemvtune_tokens_per_s_max": g["tokens_per_s_max"],
                     "round_ratio_median": statistics.median(rr) if rr else math.nan,
                     "round_ratio_min": min(rr) if rr else math.nan, "round_ratio_max": max(rr) if rr else math.nan,
+                    "stock_cpu_ms_per_token": s["cpu_ms_per_token"], "gemvtune_cpu_ms_per_token": g["cpu_ms_per_token"],
                     "stock_rounds": s["rounds"], "gemvtune_rounds": g["rounds"],
                     "stock_error": s["error"], "gemvtune_error": g["error"]})
     return out
@@ -139,18 +142,24 @@ def summary_markdown(result: dict[str, Any], table: list[dict[str, Any]]) -> str
              f"GemvLinear; table `{r.get('table', '?')}`.",
              f"{r.get('rounds', '?')} timed rounds, scheme **{r.get('scheme', '?')}**: {r.get('scheme_note', '')}", "",
              "| mode | stock tok/s | gemvtune tok/s | ratio | stock ms/token | gemvtune ms/token "
-             "| stock tok/s min..max | gemvtune tok/s min..max | per-round ratio min..max |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| stock tok/s min..max | gemvtune tok/s min..max | per-round ratio median (min..max) "
+             "| CPU ms/token stock / gemvtune |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for t in table:
         lines.append(f"| {t['mode']} | {_f(t['stock_tokens_per_s'], '.1f')} | {_f(t['gemvtune_tokens_per_s'], '.1f')} | "
                      f"{_f(t['ratio'], '.3f')} | {_f(t['stock_ms_per_token'], '.2f')} | "
                      f"{_f(t['gemvtune_ms_per_token'], '.2f')} | {_f(t['stock_tokens_per_s_min'], '.1f')}.."
                      f"{_f(t['stock_tokens_per_s_max'], '.1f')} | {_f(t['gemvtune_tokens_per_s_min'], '.1f')}.."
-                     f"{_f(t['gemvtune_tokens_per_s_max'], '.1f')} | {_f(t['round_ratio_min'], '.3f')}.."
-                     f"{_f(t['round_ratio_max'], '.3f')} |")
+                     f"{_f(t['gemvtune_tokens_per_s_max'], '.1f')} | {_f(t['round_ratio_median'], '.3f')} "
+                     f"({_f(t['round_ratio_min'], '.3f')}..{_f(t['round_ratio_max'], '.3f')}) | "
+                     f"{_f(t.get('stock_cpu_ms_per_token'), '.2f')} / {_f(t.get('gemvtune_cpu_ms_per_token'), '.2f')} |")
     lines += ["", "ratio = gemvtune tok/s / stock tok/s (medians; above 1: gemvtune is faster). tok/s = new tokens / "
                   "wall time of one `generate` call (torch.cuda.synchronize before and after), which includes the "
-                  "prefill of the prompt and generate's own per-token work; ms/token is its inverse."]
+                  "prefill of the prompt and generate's own per-token work; ms/token is its inverse. Per-round ratio: "
+                  "stock / gemvtune time within each round (the two ran back to back). CPU ms/token: the timing "
+                  "thread's CPU time (`time.thread_time`) per new token, median over rounds: time the thread spent "
+                  "descheduled on a busy host is not in it, spinning in a synchronization is; in eager mode, where "
+                  "the host's Python work paces the decode, it is the cost each implementation puts on the host."]
     for t in table:
         for impl in IMPLS:
             if t.get(f"{impl}_error"):
@@ -245,11 +254,13 @@ def summary_markdown(result: dict[str, Any], table: list[dict[str, Any]]) -> str
 def short_table(table: list[dict[str, Any]]) -> str:
     """A few lines for the terminal."""
     lines = [f"{'mode':9s} {'stock tok/s':>12s} {'gemvtune tok/s':>15s} {'ratio':>7s} {'stock ms/tok':>13s} "
-             f"{'gemvtune ms/tok':>16s}"]
+             f"{'gemvtune ms/tok':>16s} {'round ratio':>11s} {'CPU ms/tok s/g':>15s}"]
     for t in table:
         lines.append(f"{t['mode']:9s} {_f(t['stock_tokens_per_s'], '12.1f', 'failed'):>12s} "
                      f"{_f(t['gemvtune_tokens_per_s'], '15.1f', 'failed'):>15s} {_f(t['ratio'], '7.3f'):>7s} "
-                     f"{_f(t['stock_ms_per_token'], '13.2f'):>13s} {_f(t['gemvtune_ms_per_token'], '16.2f'):>16s}")
+                     f"{_f(t['stock_ms_per_token'], '13.2f'):>13s} {_f(t['gemvtune_ms_per_token'], '16.2f'):>16s} "
+                     f"{_f(t['round_ratio_median'], '11.3f'):>11s} "
+                     f"{_f(t.get('stock_cpu_ms_per_token'), '.2f') + ' / ' + _f(t.get('gemvtune_cpu_ms_per_token'), '.2f'):>15s}")
     return "\n".join(lines)
 
 
