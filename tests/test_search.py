@@ -200,15 +200,45 @@ def test_a_search_of_some_families_confirms_against_the_tables_best_of_the_other
 
     best = GemvConfig(vec=VEC_BEST, tpr=TPR_BEST, block=256)
     table = tmp_path / "table.json"
-    assert incumbents(table, SHAPE, ("splitk",)) == ()
+    assert incumbents(table, SHAPE) == ()
     rec = {"family": "gemv", "config": config_to_dict(best), "us": 10.0, "status": "ok"}
     bad = {"family": "gemv", "config": {**config_to_dict(best), "vec": "half16"}, "us": 1.0}
     table.write_text(json.dumps({"entries": {entry_key(SHAPE): {"gemv": rec, "splitk": bad}}}))
-    inc = incumbents(table, SHAPE, ("splitk",))
-    assert inc == (best,) and incumbents(table, SHAPE, ("gemv", "splitk")) == ()
+    inc = incumbents(table, SHAPE)
+    assert inc == (best,)
     runner = FakeRunner()
     opts = SearchOptions(trials=6, seed=0, progress=False, families=("splitk",), domains={"gemv": FLAT})
     res = run_search(runner, SHAPE, opts, make_storage(f"journal:{tmp_path / 'j.log'}"), "s", echo=lambda s: None,
                      incumbents=inc)
     assert best in runner.calls and res.entry["winner"]["family"] == "gemv"
     assert res.entry["gemv"]["us"] == pytest.approx(10.0) and res.entry["splitk"]["us"] >= 11.0
+
+
+def test_a_re_tune_never_replaces_an_entry_by_a_slower_config(tmp_path):
+    """A search again of the family that holds the entry (a re-tune), over a space that cannot reach the
+    held winner: the winner is re-measured beside the new top configs and stays; the entry's winner record
+    (here of no family record) counts as well."""
+    import json
+
+    from fakes import TPR_BEST, VEC_BEST
+
+    from gemvtune.kernels.families import config_to_dict
+    from gemvtune.kernels.gemv import GemvConfig
+    from gemvtune.runtime.table import entry_key
+    from gemvtune.tuning.search_run import incumbents
+
+    best = GemvConfig(vec=VEC_BEST, tpr=TPR_BEST, block=256)
+    table = tmp_path / "table.json"
+    table.write_text(json.dumps({"entries": {entry_key(SHAPE): {
+        "winner": {"family": "gemv", "config": config_to_dict(best), "us": 10.0}}}}))
+    inc = incumbents(table, SHAPE)
+    assert inc == (best,)
+    narrow = {**FLAT, "tpr": [8, 16], "vec": ["half2"]}      # the held winner is outside this space
+    runner = FakeRunner()
+    opts = SearchOptions(trials=6, seed=0, progress=False, families=("gemv",), domains={"gemv": narrow})
+    res = run_search(runner, SHAPE, opts, make_storage(f"journal:{tmp_path / 'j.log'}"), "s", echo=lambda s: None,
+                     incumbents=inc)
+    assert res.entry["winner"]["label"] == best.label and res.entry["gemv"]["label"] == best.label
+    without = run_search(FakeRunner(), SHAPE, opts, make_storage(f"journal:{tmp_path / 'k.log'}"), "s",
+                         echo=lambda s: None)
+    assert without.entry["winner"]["us"] > res.entry["winner"]["us"]   # what the re-tune alone would have written

@@ -54,8 +54,8 @@ def confirm(runner: Any, shape: Shape, studies: dict[str, optuna.Study] | optuna
             echo: Callable[[str], None], incumbents: tuple[Any, ...] = ()) -> SearchResult:
     """Re-measure the top-k configs of every family, the llama.cpp config and cuBLAS interleaved
     (A B C A B C ...); the fastest correct one wins, ties within the spread go to the simplest.
-    ``incumbents`` (the table's best of each family this search left out) join the same rounds, so a
-    search of some families still picks its winner against the others measured in the same process."""
+    ``incumbents`` (what the table holds for the shape: its winner and each family's best) join the same
+    rounds, so the winner is picked against them measured in the same process."""
     if isinstance(studies, optuna.Study):
         studies = {DEFAULT_FAMILY: studies}
     top: dict[str, list[Any]] = {}
@@ -108,7 +108,7 @@ def confirm(runner: Any, shape: Shape, studies: dict[str, optuna.Study] | optuna
     candidates = [{"family": c.family, "config": c.to_dict(), "label": c.label, **stats[c]} for c in ranked]
     entry: dict[str, Any] = {"winner": brief(w), "baselines": baselines, "tie": tie, "candidates": candidates,
                              "launch_bound": any(m.launch_bound for m in per[w] if m.ok)}
-    for fam in list(studies) + [c.family for c in incumbents if c.family not in studies]:
+    for fam in dict.fromkeys(list(studies) + [c.family for c in incumbents]):
         # the best of each family searched or re-measured, even when another family won
         best = next((c for c in ranked if c.family == fam), None)
         if best is not None:

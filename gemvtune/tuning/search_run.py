@@ -164,10 +164,12 @@ def write_failure(e: BaseException) -> GemvtuneError | None:
     return None
 
 
-def incumbents(table: Path, shape: Shape, families: tuple[str, ...]) -> tuple[Any, ...]:
-    """The table's best config of each family this search leaves out, for ``shape`` (valid
-    for it): they are re-measured in the confirmation, so the entry's winner is chosen against them in
-    the same process. Nothing when the table or entry is missing or unreadable (a fresh table)."""
+def incumbents(table: Path, shape: Shape) -> tuple[Any, ...]:
+    """What the table holds for ``shape``: its winner and the best config of each family (valid for it). They
+    are re-measured in the confirmation, so the entry's winner is chosen against them in the same process: a
+    search of some families is weighed against the others, and a search again of the same families (a
+    re-tune) never replaces an entry by a config slower than the one it holds. Nothing when the table or
+    entry is missing or unreadable (a fresh table)."""
     from ..kernels.families import FAMILIES, config_from_dict
     from ..runtime.table import entry_key
 
@@ -175,16 +177,19 @@ def incumbents(table: Path, shape: Shape, families: tuple[str, ...]) -> tuple[An
         entry = json.loads(Path(table).read_text())["entries"][entry_key(shape)]
     except (OSError, ValueError, KeyError, TypeError):
         return ()
-    out = []
-    for fam in FAMILIES:
-        rec = entry.get(fam) if isinstance(entry, dict) else None
-        if fam in families or not isinstance(rec, dict) or rec.get("status", "ok") != "ok":
+    if not isinstance(entry, dict):
+        return ()
+    out: list[Any] = []
+    win = entry.get("winner")
+    held = [(win.get("family") if isinstance(win, dict) else None, win)] + [(f, entry.get(f)) for f in FAMILIES]
+    for fam, rec in held:
+        if fam not in FAMILIES or not isinstance(rec, dict) or rec.get("status", "ok") != "ok":
             continue
         try:
             cfg = config_from_dict({"family": fam, **rec["config"]})
         except Exception:   # a record this version cannot read is not an incumbent
             continue
-        if cfg.is_valid(shape):
+        if cfg.is_valid(shape) and cfg not in out:
             out.append(cfg)
     return tuple(out)
 
@@ -212,7 +217,7 @@ def _search_shapes(runner: Any, shapes: list[Shape], opts: SearchOptions, out: P
     for shape in shapes:
         name = study_name(shape, slug) + runner.study_suffix   # replay: its own studies
         res = run_search(runner, shape, _warm(opts, out, shape, echo), storage, name, echo=echo, coord=coord,
-                         joiner=joiner, incumbents=incumbents(table, shape, opts.families))
+                         joiner=joiner, incumbents=incumbents(table, shape))
         if res is None:   # another worker of this study confirms and writes the table
             runner.release()
             continue
