@@ -11,19 +11,24 @@ from ..errors import UsageError
 # than this fits in no GPU, so such a shape is refused up front.
 MAX_WEIGHT_BYTES = 288 * 10**9
 MAX_BATCH = 16
+DTYPES = ("fp16", "bf16")   # of W and x (two bytes per weight either way); y is FP32 or the same dtype
 _INT32_MAX = 2**31 - 1
 _SHAPE_RE = re.compile(r"^\s*(\d+)\s*[xX]\s*(\d+)\s*$")
 
 
 @dataclass(frozen=True, order=True)
 class Shape:
-    """W is [M, d] row-major FP16, x is [n, d] FP16, y is [n, M] FP32; n = 1 is plain decode."""
+    """W is [M, d] row-major, x is [n, d], both of ``dtype`` (``fp16`` or ``bf16``); y is [n, M] FP32 (or
+    the input dtype, by the epilogue); n = 1 is plain decode."""
 
     M: int
     d: int
     n: int = 1
+    dtype: str = "fp16"
 
     def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise UsageError(f"shape: dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         for name in ("M", "d", "n"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int):
@@ -36,7 +41,7 @@ class Shape:
             raise UsageError(f"shape: batch n={self.n} is above the supported {MAX_BATCH}")
         if self.weight_bytes > MAX_WEIGHT_BYTES:
             raise UsageError(
-                f"shape {self.M}x{self.d}: its FP16 weight matrix is {self.weight_bytes / 1e9:.0f} GB, "
+                f"shape {self.M}x{self.d}: its {self.dtype.upper()} weight matrix is {self.weight_bytes / 1e9:.0f} GB, "
                 f"more than any GPU holds ({MAX_WEIGHT_BYTES / 1e9:.0f} GB)"
             )
 
@@ -46,25 +51,25 @@ class Shape:
 
     @property
     def bytes_moved(self) -> int:
-        """The fewest bytes a GEMV must move: W once, x once (FP16), y once (FP32)."""
+        """The fewest bytes a GEMV must move: W once, x once (two bytes each), y once (FP32)."""
         return self.M * self.d * 2 + self.n * self.d * 2 + self.n * self.M * 4
 
     @property
     def key(self) -> str:
-        return f"{self.M}x{self.d}" + (f"@n{self.n}" if self.n != 1 else "")
+        return f"{self.M}x{self.d}" + (f"@n{self.n}" if self.n != 1 else "") + (f".{self.dtype}" if self.dtype != "fp16" else "")
 
     def __str__(self) -> str:
         return self.key
 
 
-def parse_shape(text: str, n: int = 1) -> Shape:
-    """Parse ``"14336x4096"`` (M x d) into a Shape; anything else raises UsageError."""
+def parse_shape(text: str, n: int = 1, dtype: str = "fp16") -> Shape:
+    """Parse ``"14336x4096"`` (M x d) into a Shape of ``dtype``; anything else raises UsageError."""
     if not isinstance(text, str):
         raise UsageError(f"shape must be a string like 14336x4096, got {text!r}")
     m = _SHAPE_RE.match(text)
     if not m:
         raise UsageError(f"malformed shape {text!r}: expected MxD with positive integers, e.g. 14336x4096")
-    return Shape(int(m.group(1)), int(m.group(2)), n)
+    return Shape(int(m.group(1)), int(m.group(2)), n, dtype)
 
 
 def parse_batches(text: str) -> list[int]:
