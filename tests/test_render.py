@@ -54,3 +54,34 @@ def test_strict_undefined():
 def test_templates_found():
     assert (templates_dir() / "gemv.cu.j2").is_file()
     assert not re.search(r"\{\{|\{%", render(LLAMA_CPP, Shape(1, 2)))
+
+
+def test_fp16_sources_are_byte_identical_to_before_bf16():
+    """FP16 rendering did not change when BF16 kernels were added (issue 21): committed measurements, the export
+    goldens and compile caches key on these bytes. tests/data/fp16_render_hashes.json holds the sha256 of a fixed
+    sample (every family, one config for every value of every parameter, on edge shapes at n = 1, 3, 8, 16, with
+    the FP16 epilogues; and the seed kernel) rendered by the templates before BF16 was added."""
+    import hashlib
+    import json
+    from pathlib import Path
+
+    from gemvtune.kernels.epilogue import Epilogue
+    from gemvtune.kernels.families import config_from_dict
+    from gemvtune.kernels.seed import seed_source
+
+    data = json.loads((Path(__file__).parent / "data" / "fp16_render_hashes.json").read_text())
+    assert len(data["entries"]) > 400 and {e["config"]["family"] for e in data["entries"]} == {"gemv", "splitk", "mma", "ring"}
+    changed, checked = [], 0
+    for entry in data["entries"]:
+        cfg, s = config_from_dict(entry["config"]), Shape(*entry["shape"])
+        for key, want in entry["sha256"].items():
+            out, _, bias = key.partition(".")
+            e = Epilogue(out, bias == "bias")
+            checked += 1
+            if hashlib.sha256(render(cfg, s, e).encode()).hexdigest() != want:
+                changed.append(f"{cfg.label}{e.label} {s}")
+    for n, want in data["seed_llamacpp"].items():
+        checked += 1
+        if hashlib.sha256(seed_source(int(n)).encode()).hexdigest() != want:
+            changed.append(f"seed n={n}")
+    assert checked > 700 and not changed, changed[:5]
