@@ -4,6 +4,9 @@ The epilogue is not a tunable (it is what the caller asks for: ``nn.Linear`` ret
 a bias; ``table.gemv`` returns FP32), so it is not part of a config's search space; it is rendered
 into every family's template and fused into the final store, so a swapped layer runs only its tuned
 kernel(s). The default (FP32 out, no bias) is the kernel every measurement in the tables was made with.
+
+The output is FP32 or the inputs' dtype (``Shape.dtype``: FP16 or BF16); ``shape_reasons`` refuses the rest
+(an FP16 y of BF16 inputs, a BF16 y of FP16 ones). The bias, when there is one, is of the inputs' dtype.
 """
 
 from __future__ import annotations
@@ -13,12 +16,15 @@ from typing import Any
 
 from ..errors import UsageError
 
-OUT_DTYPES = ("fp32", "fp16")
+OUT_DTYPES = ("fp32", "fp16", "bf16")
+_CTYPES = {"fp32": "float", "fp16": "half", "bf16": "__nv_bfloat16"}
+_LABELS = {"fp32": "", "fp16": ".o16", "bf16": ".obf16"}
 
 
 @dataclass(frozen=True, order=True)
 class Epilogue:
-    """``out``: the dtype of y (``fp32`` or ``fp16``); ``bias``: add a FP16 bias[M] (in FP32) first."""
+    """``out``: the dtype of y (``fp32``, ``fp16`` or ``bf16``: FP32 or the inputs' dtype); ``bias``: add a
+    bias[M] of the inputs' dtype (in FP32) first."""
 
     out: str = "fp32"
     bias: bool = False
@@ -32,7 +38,7 @@ class Epilogue:
     @property
     def out_ctype(self) -> str:
         """The C type of y in the rendered kernels."""
-        return "float" if self.out == "fp32" else "half"
+        return _CTYPES[self.out]
 
     @property
     def out_bytes(self) -> int:
@@ -41,14 +47,43 @@ class Epilogue:
     @property
     def label(self) -> str:
         """Suffix of a variant's name: empty for the default epilogue (FP32 out, no bias)."""
-        return ("" if self.out == "fp32" else ".o16") + (".bias" if self.bias else "")
+        return _LABELS[self.out] + (".bias" if self.bias else "")
+
+    @property
+    def out_name(self) -> str:
+        """The output dtype as the rendered sources' comments write it (FP32, FP16, BF16)."""
+        return self.out.upper()
+
+    @property
+    def sixteen_bit(self) -> bool:
+        """Whether y is a 16-bit type (FP16 or BF16): no FP32 atomics into it."""
+        return self.out_bytes == 2
+
+    def shape_reasons(self, shape: Any) -> list[str]:
+        """Why this epilogue cannot serve ``shape`` (empty: it can): y is FP32 or the inputs' dtype."""
+        dtype = getattr(shape, "dtype", "fp16")
+        if self.out not in ("fp32", dtype):
+            return [f"out={self.out} with {dtype} inputs: y is fp32 or the inputs' dtype ({dtype}), "
+                    f"so ask for out=fp32 or out={dtype}"]
+        return []
 
     def invalid_reasons(self, config: Any) -> list[str]:
         """Why ``config`` cannot fuse this epilogue (empty: it can): its family's rule
-        (``config.epilogue_reasons``; e.g. a split-K GEMM combining with FP32 atomics has no FP16 output)."""
+        (``config.epilogue_reasons``; e.g. a split-K GEMM combining with FP32 atomics has no 16-bit output).
+        Whether it suits a shape's dtype is ``shape_reasons``."""
         rule = getattr(config, "epilogue_reasons", None)
         return list(rule(self)) if rule is not None else []
 
 
+def epilogues_for(dtype: str) -> tuple[Epilogue, ...]:
+    """Every epilogue of inputs of ``dtype`` (``fp16`` or ``bf16``): FP32 or ``dtype`` out, without and with a bias."""
+    if dtype not in OUT_DTYPES[1:]:
+        raise UsageError(f"input dtype must be one of {', '.join(OUT_DTYPES[1:])}, got {dtype!r}")
+    return tuple(Epilogue(o, b) for o in ("fp32", dtype) for b in (False, True))
+
+
 DEFAULT = Epilogue()
-EPILOGUES = tuple(Epilogue(o, b) for o in OUT_DTYPES for b in (False, True))
+# The epilogues of FP16 inputs (every shape before BF16, and the default dtype): FP32 or FP16 out, with or without bias.
+EPILOGUES = epilogues_for("fp16")
+# Every epilogue of every input dtype (the FP16 ones first).
+ALL_EPILOGUES = tuple(dict.fromkeys(EPILOGUES + epilogues_for("bf16")))

@@ -21,7 +21,7 @@ MAX_GRID_Y = 65535
 DOMAINS: dict[str, tuple[Any, ...]] = {
     "block": (32, 64, 128, 256, 512, 1024),          # threads per block
     "vec": tuple(VEC_ELEMS),                           # bytes per W load: 2, 4, 8, 16
-    "acc": ("fp32", "fp16"),                           # per-thread accumulator type
+    "acc": ("fp32", "fp16"),                           # per-thread accumulator type (fp16: FP16 inputs only)
     "tpr": (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024),  # threads per row (rows per block = block/tpr)
     "unroll": (1, 2, 4, 8),                            # independent W loads in flight per thread
     "split_k": (1, 2, 4, 8, 16),                       # d split across blocks (grid.y)
@@ -31,6 +31,12 @@ DOMAINS: dict[str, tuple[Any, ...]] = {
     "occ": ("auto", "half", "full"),                   # blocks per SM asked of the compiler (caps registers)
 }
 MAX_THREADS_PER_SM, MAX_BLOCKS_PER_SM = 2048, 32      # sm_90
+
+
+# A 16-bit accumulator is offered for FP16 inputs only: with BF16 ones it would be a BF16 accumulator (8 significant
+# bits, u = 2^-8), whose error at any useful chain length passes every bound a GEMV is held to.
+BF16_ACC_REASON = ("a BF16 accumulator is invalid: 8 significant bits lose the sum "
+                   "(acc=fp16 is for FP16 inputs only)")
 
 
 def fp16_max_chain(d: int) -> int:
@@ -142,7 +148,9 @@ class GemvConfig(ConfigBase):
                 f"unroll={self.unroll} x tpr={self.tpr} needs {self.unroll * self.tpr} vectors per split, "
                 f"the row has {vps}: the unrolled loop would never run"
             )
-        if self.acc == "fp16" and self.fp16_chain(shape.d, shape.n) > fp16_max_chain(shape.d):
+        if self.acc == "fp16" and getattr(shape, "dtype", "fp16") != "fp16":
+            r.append(BF16_ACC_REASON)
+        elif self.acc == "fp16" and self.fp16_chain(shape.d, shape.n) > fp16_max_chain(shape.d):
             r.append(f"fp16 accumulation chains of {self.fp16_chain(shape.d, shape.n)} terms exceed {fp16_max_chain(shape.d)} "
                      f"(max(16, d/128)): the error would pass the fp16 bound; use more threads per row, "
                      f"more unroll, or fp32")

@@ -1,4 +1,4 @@
-"""The mma GEMV family: Y[n, M] = X[n, d] . W^T on tensor cores (mma.sync m16n8k16, FP16 in, FP32
+"""The mma GEMV family: Y[n, M] = X[n, d] . W^T on tensor cores (mma.sync m16n8k16, FP16 or BF16 in, FP32
 accumulate), built so that its time is the time of reading W for every n <= 16: warps along rows share
 each X fragment through L1, a register ring per warp keeps W loads in flight, an optional split of d
 is combined inside the kernel (no second launch). A frozen config, its domains, and validity with reasons."""

@@ -10,7 +10,47 @@ from typing import Any
 from ..errors import UsageError
 from .epilogue import DEFAULT, Epilogue
 from .families import FAMILIES
-from .shapes import Shape
+from .shapes import DTYPES, Shape
+
+# The template values that name the element type of W, x and the bias (``Shape.dtype``). The FP16 values are the
+# text the templates always had, so an FP16 source is byte-identical to its render before BF16 was added (the
+# compile cache, the committed measurements and the exported headers key on those bytes).
+DTYPE_VALUES: dict[str, dict[str, str]] = {
+    "fp16": {
+        "dtype": "fp16",
+        "elem": "half",                        # the C type of one element of W, x, bias
+        "elem2": "half2",                      # two packed elements
+        "in_name": "FP16",                     # how the sources' comments name the input dtype
+        "dtype_header": "cuda_fp16.h",         # the header declaring elem and its intrinsics
+        "to_float": "__half2float",            # elem -> float
+        "to_float2": "__half22float2",         # elem2 -> float2
+        "from_bits": "__ushort_as_half",       # 16 raw bits -> elem
+        "pair2": "__halves2half2",             # (low, high) elem -> elem2
+        "as2": "as_half2",                     # the templates' 32 raw bits -> elem2 helper (its name)
+        "mma_ab": "f16",                       # mma.sync's A and B type
+    },
+    "bf16": {
+        "dtype": "bf16",
+        "elem": "__nv_bfloat16",
+        "elem2": "__nv_bfloat162",
+        "in_name": "BF16",
+        "dtype_header": "cuda_bf16.h",
+        "to_float": "__bfloat162float",
+        "to_float2": "__bfloat1622float2",
+        "from_bits": "__ushort_as_bfloat16",
+        "pair2": "__halves2bfloat162",
+        "as2": "as_bf162",
+        "mma_ab": "bf16",
+    },
+}
+assert tuple(DTYPE_VALUES) == DTYPES
+
+
+def dtype_values(dtype: str) -> dict[str, str]:
+    """The element-type template values of inputs of ``dtype`` (``fp16`` or ``bf16``)."""
+    if dtype not in DTYPE_VALUES:
+        raise UsageError(f"no kernels for input dtype {dtype!r}; one of {', '.join(DTYPE_VALUES)}")
+    return dict(DTYPE_VALUES[dtype])
 
 
 def templates_dir() -> Path:
@@ -36,7 +76,8 @@ def _env():
 
 def render(config: Any, shape: Shape, epilogue: Epilogue = DEFAULT) -> str:
     """CUDA source of one variant of any family with ``epilogue`` (output dtype, bias) fused into its
-    final store, from the family's template. Only validated, typed values reach the template."""
+    final store, from the family's template, for inputs (W, x, bias) of ``shape.dtype`` (FP16 or BF16; FP32
+    accumulation either way). Only validated, typed values reach the template."""
     fam = FAMILIES.get(getattr(config, "family", None))   # type: ignore[arg-type]
     if fam is None or not isinstance(config, fam.config_cls):
         raise UsageError(f"render needs a config of a gemvtune family ({', '.join(FAMILIES)}), got {type(config).__name__}")
@@ -44,6 +85,9 @@ def render(config: Any, shape: Shape, epilogue: Epilogue = DEFAULT) -> str:
         raise UsageError(f"{config.label} is a {fam.name} algorithm: the library runs it, there is no CUDA source to render")
     if not isinstance(epilogue, Epilogue):
         raise UsageError(f"render needs an Epilogue, got {type(epilogue).__name__}")
+    reasons = epilogue.shape_reasons(shape)
+    if reasons:
+        raise UsageError(f"the epilogue out={epilogue.out} bias={epilogue.bias} cannot serve {shape}: " + "; ".join(reasons))
     reasons = config.invalid_reasons(shape)
     if reasons:
         raise UsageError(f"config {config.label} is invalid for {shape}: " + "; ".join(reasons))
@@ -53,7 +97,8 @@ def render(config: Any, shape: Shape, epilogue: Epilogue = DEFAULT) -> str:
                          + "; ".join(reasons))
     values = dict(config.to_dict())
     values.update(label=config.label + epilogue.label, d=int(shape.d), n=int(shape.n),
-                  out_t=epilogue.out_ctype, bias=bool(epilogue.bias))
+                  out_t=epilogue.out_ctype, out_name=epilogue.out_name, bias=bool(epilogue.bias))
+    values.update(dtype_values(getattr(shape, "dtype", "fp16")))
     values.update(fam.render_values(config, shape))
     return _env().get_template(fam.template).render(**values)
 

@@ -1,4 +1,4 @@
-"""The ring GEMV family: Y[n, M] = X[n, d] . W^T on tensor cores (mma.sync m16n8k16, FP16 in, FP32
+"""The ring GEMV family: Y[n, M] = X[n, d] . W^T on tensor cores (mma.sync m16n8k16, FP16 or BF16 in, FP32
 accumulate), W streamed through a shared-memory ring filled by cp.async. Where the mma family keeps W in
 registers (a few 64-byte pieces per row per warp, the ring's depth bounded by registers), a block here
 copies whole row runs of ``bk`` halves (128-512 contiguous bytes per row, as the n = 1 GEMV reads them)

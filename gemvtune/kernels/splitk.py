@@ -1,5 +1,6 @@
-"""The split-K GEMM family: Y[n, M] = X[n, d] . W^T on tensor cores (mma.sync m16n8k16, FP16 in, FP32
-accumulate), d split across blocks. A frozen config, its domains, and validity with reasons."""
+"""The split-K GEMM family: Y[n, M] = X[n, d] . W^T on tensor cores (mma.sync m16n8k16, FP16 or BF16 in, FP32
+accumulate), d split across blocks. Its partial sums are FP32 whatever the combine (FP32 atomics into y, or an
+FP32 workspace added by a second kernel), so no option accumulates in 16 bits. A frozen config, its domains, and validity with reasons."""
 
 from __future__ import annotations
 
@@ -74,8 +75,9 @@ class SplitKConfig(TensorCoreTiles, ConfigBase):
 
     def epilogue_reasons(self, epilogue: Any) -> list[str]:
         """Why this config cannot fuse ``epilogue`` (gemvtune.kernels.epilogue.Epilogue) into its store."""
-        if self.split > 1 and self.combine == "atomic" and epilogue.out != "fp32":
-            return ["combine=atomic adds FP32 partial sums into y; an FP16 output needs combine=pass2"]
+        if self.split > 1 and self.combine == "atomic" and epilogue.out != "fp32":   # any 16-bit y (FP16, BF16)
+            article = "an" if epilogue.out == "fp16" else "a"
+            return [f"combine=atomic adds FP32 partial sums into y; {article} {epilogue.out.upper()} output needs combine=pass2"]
         return []
 
     def smem_bytes(self, shape: Shape) -> int:

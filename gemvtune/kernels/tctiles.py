@@ -1,5 +1,5 @@
 """What the tensor-core families (``splitk``, ``mma``, ``ring``) share: mma.sync m16n8k16 tiles over 32-half d pieces
-(FP32 accumulation, 16-byte W loads), n padded to n8 tiles, d cut into chunks and the chunks into splits
+(FP16 or BF16 operands, FP32 accumulation, 16-byte W loads), n padded to n8 tiles, d cut into chunks and the chunks into splits
 (grid.y), and the padded row length of an X slice staged in shared memory."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ class TensorCoreTiles:
     """Mixin of the tensor-core config dataclasses; ``kv`` (16-byte pieces per lane and row in a chunk) is 1
     unless the family makes it a parameter."""
 
-    acc = "fp32"          # tensor-core accumulation is FP32 (sets the error bound)
+    acc = "fp32"          # tensor-core accumulation is FP32 for FP16 and BF16 inputs alike (sets the error bound)
     vec_elems = 8         # W is read in 16-byte pieces (sets the alignment the dispatcher checks)
     kv = 1
 
