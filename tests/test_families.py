@@ -160,6 +160,10 @@ def test_epilogue_rule_is_the_config_s():
     assert not fp16.invalid_reasons(SplitKConfig(split=4, combine="pass2"))
     assert not fp16.invalid_reasons(SplitKConfig(split=1)) and not fp16.invalid_reasons(GemvConfig(split_k=4))
     assert not Epilogue().invalid_reasons(SplitKConfig(split=4, combine="atomic"))
+    bf16 = Epilogue("bf16")   # the rule is about any 16-bit output
+    assert bf16.invalid_reasons(SplitKConfig(split=4, combine="atomic")) == [
+        "combine=atomic adds FP32 partial sums into y; a BF16 output needs combine=pass2"]
+    assert not bf16.invalid_reasons(SplitKConfig(split=4, combine="pass2")) and not bf16.invalid_reasons(GemvConfig())
 
 
 # Modules that may still name a family in a string literal, and why. A new family must not need edits

@@ -78,6 +78,9 @@ def test_render_names_its_levers():
     assert "constexpr int KV = 2;" in staged and "__shared__ __align__(16) half xs[N * XROW];" in staged
     plain = render(MmaConfig(kw=1, split=1, pdl="off", hint="nc"), Shape(129, 4104, 3))
     assert "griddepcontrol" not in plain and "counters[" not in plain and "evict_first" not in plain
+    bf16 = render(MmaConfig(kv=2, x_load="smem", split=4), Shape(4096, 4096, 16, "bf16"))   # BF16 W and x (issue 21)
+    assert "__shared__ __align__(16) __nv_bfloat16 xs[N * XROW];" in bf16 and "const __nv_bfloat16* wrow[MT][2];" in bf16
+    assert "m16n8k16.row.col.f32.bf16.bf16.f32" in bf16 and ".f16.f16." not in bf16
 
 
 @pytest.mark.slow   # ~60 NVRTC compiles

@@ -87,6 +87,10 @@ def test_render_names_its_levers():
     plain = render(RingConfig(x_load="ldg"), Shape(129, 4104, 3))
     assert "counters[" not in plain and "L2::" not in plain and "constexpr int XR = 0;" in plain
     assert "load_x8(x + (size_t)(8 * j + g) * D" in plain
+    bf16 = render(RingConfig(), Shape(129, 4104, 3, "bf16"), Epilogue(out="bf16", bias=True))   # BF16 W and x (issue 21)
+    assert "__nv_bfloat16* ring = reinterpret_cast<__nv_bfloat16*>(ring_bytes);" in bf16
+    assert "cp16(__nv_bfloat16* dst, const __nv_bfloat16* src, bool in)" in bf16 and "typedef __nv_bfloat16 out_t;" in bf16
+    assert "m16n8k16.row.col.f32.bf16.bf16.f32" in bf16 and ".f16.f16." not in bf16
 
 
 def test_export_header_carries_dynamic_shared_memory():

@@ -34,6 +34,8 @@ def test_domains_cover_issue():
     (GemvConfig(acc="fp16", tpr=32, block=32, vec="half2", unroll=4), Shape(64, 4096, 2), "fp16 accumulation chains"),
     (GemvConfig(split_k=4, vec="half8", tpr=2), Shape(8, 16), "split_k=4 exceeds"),
     (GemvConfig(acc="fp16", tpr=4, block=32, vec="half8"), Shape(64, 4096), "fp16 accumulation chains"),
+    (GemvConfig(acc="fp16", tpr=32, block=256, vec="half2", unroll=4), Shape(64, 4096, 1, "bf16"),
+     "a BF16 accumulator is invalid: 8 significant bits lose the sum (acc=fp16 is for FP16 inputs only)"),
 ])
 def test_invalid_reasons(cfg, shape, needle):
     r = cfg.invalid_reasons(shape)
@@ -45,6 +47,8 @@ def test_valid_examples():
     assert GemvConfig(vec="half8", tpr=8, unroll=4, split_k=2, x_load="smem").is_valid(Shape(7, 4104))
     assert GemvConfig(vec="half", tpr=2, block=32).is_valid(Shape(1, 1))
     assert GemvConfig(x_load="smem", vec="half8", tpr=32).is_valid(Shape(64, 16384))
+    assert GemvConfig(acc="fp16", tpr=32, block=256, vec="half2", unroll=4).is_valid(Shape(64, 4096))   # FP16 inputs
+    assert GemvConfig(vec="half8", tpr=8, unroll=4, split_k=2, x_load="smem").is_valid(Shape(7, 4104, 1, "bf16"))
 
 
 def test_domain_errors_and_from_dict():
