@@ -83,7 +83,7 @@ def test_committed_table_never_picks_a_kernel_cublas_beat():
     """The issue's example: 14336x4096 at n = 16 ran 38.17 µs tuned against cuBLAS's 31.27 µs."""
     t = load_table(ROOT / "results" / "nvidia-h200" / "table.json")
     assert not t.route(14336, 4096, 16, "torch", "fp16").tuned
-    for M, d, n in t.keys():
-        r = t.route(M, d, n, "torch", "fp16")
+    for M, d, n, dtype in t.keys():
+        r = t.route(M, d, n, "torch", dtype, dtype)
         if r.tuned:
             assert r.cublas_us is None or r.tuned_us < r.cublas_us

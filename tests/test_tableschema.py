@@ -194,11 +194,11 @@ def test_accepted_tables_never_crash_report_export_or_route(tmp_path, what, muta
     header = build_header(t)
     assert header.isascii() and "#include <cstdlib>" not in header and "#define x" not in header
     crossover_frame(t)
-    for M, d, n in t.keys():
+    for M, d, n, dtype in t.keys():
         for fw in ("torch", "cupy"):
-            for out in ("fp32", "fp16"):
+            for out in ("fp32", dtype):
                 for policy in ("fastest", "tuned"):
-                    r = choose(t, M, d, n, fw, policy, out)
+                    r = choose(t, M, d, n, fw, policy, out, dtype)
                     assert r.kind in ("tuned", "cublas")
                     assert r.tuned_us is None or (math.isfinite(r.tuned_us) and r.tuned_us > 0)
 

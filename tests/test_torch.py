@@ -154,7 +154,7 @@ class _FakeTable:
     def __init__(self, tuned=range(1, 17)):
         self.tuned = set(tuned)
 
-    def route(self, M, d, n, framework="torch", out="fp32"):
+    def route(self, M, d, n, framework="torch", out="fp32", dtype="fp16"):
         if n in self.tuned:
             return Route("tuned", GemvConfig(), f"tuned at n={n}", 1.0, 2.0)
         return Route("cublas", None, f"cuBLAS at n={n}", 3.0, 2.0)
@@ -164,21 +164,27 @@ class _HostPlan:
     """A plan whose launch computes on host memory through the raw pointers it is given (CPU tensors
     have real host addresses), so the pointer, shape and epilogue plumbing of run_linear is checked."""
 
-    def __init__(self, M, d, n, bias):
-        self.M, self.d, self.n, self.bias, self.calls = M, d, n, bias, []
+    def __init__(self, M, d, n, bias, dtype="fp16"):
+        self.M, self.d, self.n, self.bias, self.dtype, self.calls = M, d, n, bias, dtype, []
 
     def launch(self, W, x, y, bias, stream):
         import ctypes
 
         import numpy as np
 
-        def view(ptr, count):
-            return np.ctypeslib.as_array((ctypes.c_uint16 * count).from_address(ptr)).view(np.float16)
+        from gemvtune.runners.elems import from_float32, to_float64
 
-        w = view(W, self.M * self.d).reshape(self.M, self.d).astype(np.float64)
-        xv = view(x, self.n * self.d).reshape(self.n, self.d).astype(np.float64)
-        acc = xv @ w.T + (view(bias, self.M).astype(np.float64) if bias else 0.0)
-        view(y, self.n * self.M)[:] = acc.reshape(-1).astype(np.float16)
+        def view(ptr, count):
+            a = np.ctypeslib.as_array((ctypes.c_uint16 * count).from_address(ptr))
+            return a.view(np.float16) if self.dtype == "fp16" else a   # BF16: the bits
+
+        def vals(ptr, count):
+            return to_float64(view(ptr, count), self.dtype)
+
+        w = vals(W, self.M * self.d).reshape(self.M, self.d)
+        xv = vals(x, self.n * self.d).reshape(self.n, self.d)
+        acc = xv @ w.T + (vals(bias, self.M) if bias else 0.0)
+        view(y, self.n * self.M)[:] = from_float32(acc.reshape(-1).astype(np.float32), self.dtype)
         self.calls.append((W, x, y, bias))
 
 
@@ -186,37 +192,40 @@ def test_run_linear_plumbing_shapes_bias_and_strides(monkeypatch):
     """run_linear on host tensors with a host 'plan': flattening, fresh output, bias, strided x."""
     plans = {}
 
-    def fake_plan(tid, table, config, M, d, n, bias, out, dev, stream):
-        assert out == "fp16" and isinstance(config, GemvConfig)
-        return plans.setdefault((M, d, n, bias), _HostPlan(M, d, n, bias))
+    def fake_plan(tid, table, config, M, d, n, bias, out, dev, stream, dtype):
+        assert out == dtype and isinstance(config, GemvConfig)
+        return plans.setdefault((M, d, n, bias, dtype), _HostPlan(M, d, n, bias, dtype))
 
     monkeypatch.setattr(torch_op, "_plan", fake_plan)
     monkeypatch.setattr(torch_op, "_raw_stream", lambda dev: 0)
     table = _FakeTable(tuned={1, 3, 4})
     torch.manual_seed(2)
-    for bias in (True, False):
-        lin = nn.Linear(16, 8, bias=bias).half()
+    for bias, tdt in ((True, torch.float16), (False, torch.float16), (True, torch.bfloat16)):
+        lin = nn.Linear(16, 8, bias=bias).to(tdt)
         b = lin.bias.detach() if bias else None
         w = lin.weight.detach()
         for shape in ((16,), (1, 16), (1, 1, 16), (3, 16), (2, 2, 16)):
-            x = torch.randn(shape).half()
+            x = torch.randn(shape).to(tdt)
             y = torch_op.run_linear(x, w, b, table)
             ref = F.linear(x.float(), w.float(), b.float() if bias else None)
-            assert y.shape == shape[:-1] + (8,) and y.dtype == torch.float16
-            assert torch.allclose(y.float(), ref, atol=2e-2), shape
-        x = torch.randn(16, 2).half()[:, 0]                      # strided: copied to a contiguous x first
+            assert y.shape == shape[:-1] + (8,) and y.dtype == tdt
+            assert torch.allclose(y.float(), ref, atol=2e-2 if tdt == torch.float16 else 6e-2), shape
+        x = torch.randn(16, 2).to(tdt)[:, 0]                      # strided: copied to a contiguous x first
         assert torch.allclose(torch_op.run_linear(x, w, b, table).float(),
-                              F.linear(x.float(), w.float(), b.float() if bias else None), atol=2e-2)
+                              F.linear(x.float(), w.float(), b.float() if bias else None), atol=6e-2)
+    assert {k[4] for k in plans} == {"fp16", "bf16"}
     calls = sum(len(p.calls) for p in plans.values())
-    y = torch_op.run_linear(torch.randn(2, 16).half(), w, None, table)  # n = 2: cuBLAS route, F.linear
+    y = torch_op.run_linear(torch.randn(2, 16).to(w.dtype), w, None, table)  # n = 2: cuBLAS route, F.linear
     assert y.shape == (2, 8) and sum(len(p.calls) for p in plans.values()) == calls
-    torch_op.run_linear(torch.randn(17, 16).half(), w, None, table)    # n = 17 > 16: F.linear
+    torch_op.run_linear(torch.randn(17, 16).to(w.dtype), w, None, table)    # n = 17 > 16: F.linear
     assert sum(len(p.calls) for p in plans.values()) == calls
 
 
 def test_layer_routes_per_batch_size_come_from_the_table():
     g = GemvLinear(nn.Linear(16, 8).half(), _FakeTable(tuned={1, 2, 8}), max_batch=8)
-    assert [n for n in range(1, 9) if g._tuned[n]] == [1, 2, 8] and len(g._tuned) == 9
+    for dt in (torch.float16, torch.bfloat16):
+        assert [n for n in range(1, 9) if g._tuned[dt][n]] == [1, 2, 8] and len(g._tuned[dt]) == 9
+    assert set(g._tuned) == {torch.float16, torch.bfloat16}
 
 
 def test_op_fake_implementation_and_shape_rules():

@@ -12,6 +12,7 @@ import click
 
 from ..errors import GemvtuneError, UsageError
 from ..kernels.shapes import parse_shape
+from .options import DTYPE
 from .options import gpu_check as _gpu_check
 from .options import writable_dir as _writable_dir
 
@@ -40,8 +41,9 @@ def _write(rows: list[dict], out: Path, tag: str, meta: dict) -> Path:
                    "table predicts a config more than 3%% faster than the winner)")
 @click.option("--out", "out_dir", default=None, help="folder for the CSV (default: <table folder>/check)")
 @click.option("--strict", is_flag=True, default=False, help="exit 1 when an entry is flagged (or stale)")
+@DTYPE
 def check(table_path: str, shape_texts: tuple[str, ...], rounds: int, framework: str, stale_only: bool,
-          out_dir: str | None, strict: bool) -> None:
+          out_dir: str | None, strict: bool, dtype: str) -> None:
     """Re-measure a table's winners and baselines on this GPU (one process, interleaved) and flag every entry
     whose winner drifted more than 3% from its record or lost to cuBLAS; with --stale-only, list the entries
     worth re-tuning, without a GPU."""
@@ -56,8 +58,8 @@ def check(table_path: str, shape_texts: tuple[str, ...], rounds: int, framework:
         base, _, n = t.partition("@n")
         if n and not n.isdigit():
             raise UsageError(f"malformed --shape {t!r}: expected MxD or MxD@nN, e.g. 4096x4096@n8")
-        shapes.append(parse_shape(base, int(n) if n else 1))
-    missing = [str(s) for s in shapes if (s.M, s.d, s.n) not in keys]
+        shapes.append(parse_shape(base, int(n) if n else 1, dtype))
+    missing = [str(s) for s in shapes if (s.M, s.d, s.n, s.dtype) not in keys]
     if missing:
         raise UsageError(f"not in the table {table_path}: {', '.join(missing)}")
     from ..kernels.shapes import Shape

@@ -11,6 +11,7 @@ import click
 from ..errors import UsageError
 from ..kernels.shapes import MAX_BATCH, parse_shape
 from ..model import MODEL_NAME
+from .options import DTYPE
 
 
 def default_model() -> Path:
@@ -75,13 +76,17 @@ def fit_cmd(results_dir: str, out_path: str | None, rounds: int) -> None:
 @click.option("--family", "family_text", default=None,
               help="template families to rank, comma-separated (default: every template family)")
 @click.option("--top", "top_k", default=10, show_default=True, type=click.IntRange(1, 1000))
-def predict(shape_text: str, batch: int, model_path: str | None, family_text: str | None, top_k: int) -> None:
+@DTYPE
+def predict(shape_text: str, batch: int, model_path: str | None, family_text: str | None, top_k: int,
+            dtype: str) -> None:
     """The valid configs the cost model predicts fastest for a shape, with predicted µs and % of the read
     floor (no GPU: a CPU-only machine can run it)."""
     from ..kernels.families import FAMILIES, parse_families
     from ..model import costmodel as cm
 
-    shape = parse_shape(shape_text, batch)
+    shape = parse_shape(shape_text, batch, dtype)
+    if dtype != "fp16":
+        raise UsageError(f"the cost model is fitted on FP16 measurements only; it predicts nothing for {dtype}")
     names = parse_families(family_text) if family_text else tuple(n for n, f in FAMILIES.items() if not f.library)
     lib = [n for n in names if FAMILIES[n].library]
     if lib:

@@ -150,9 +150,10 @@ def ceiling(gib: float) -> None:
 @click.option("--out", "out_dir", default=None, help="output folder (default results/<gpu>/)")
 @click.option("--no-spin-check", is_flag=True, help="skip timing llama.cpp with the spin method too")
 @_options.NO_INDUCTOR
+@_options.DTYPE
 @_options.BENCH_MODEL_OPTIONS
 def bench(shape_texts: tuple[str, ...], suite: str | None, model: str | None, spec: str, table_path: str | None,
-          batch_text: str, rounds: int, seed: int, out_dir: str | None, no_spin_check: bool, no_inductor: bool,
+          batch_text: str, rounds: int, seed: int, out_dir: str | None, no_spin_check: bool, no_inductor: bool, dtype: str,
           layers_text: str | None, hf_config: str | None, tokens_text: str | None, prompt_text: str | None) -> None:
     """Benchmark in one process: the read ceiling, then per shape the table's tuned kernel against the
     llama.cpp config (d compiled in), the seed kernel as written (d at run time), cuBLAS and Inductor
@@ -165,7 +166,7 @@ def bench(shape_texts: tuple[str, ...], suite: str | None, model: str | None, sp
     if hf_config is not None:
         _bench_hf(hf_config, layers_text, tokens_text, prompt_text, table_path, out_dir, rounds, seed,
                   shape_texts, suite, model, spec, batch_text, {"--no-spin-check": no_spin_check,
-                                                                "--no-inductor": no_inductor})
+                                                                "--no-inductor": no_inductor}, dtype)
         return
     for text, opt in ((tokens_text, "--tokens"), (prompt_text, "--prompt-tokens")):
         if text is not None:
@@ -183,7 +184,7 @@ def bench(shape_texts: tuple[str, ...], suite: str | None, model: str | None, sp
         shapes += model_shapes(model)
     if not shapes:
         raise UsageError("bench needs --shape, --suite or --model")
-    shapes = list(dict.fromkeys(Shape(s.M, s.d, n) for s in shapes for n in batches))
+    shapes = list(dict.fromkeys(Shape(s.M, s.d, n, dtype) for s in shapes for n in batches))
     if spec == "tuned":
         from ..runtime.table import load_table
 
@@ -216,7 +217,7 @@ def bench(shape_texts: tuple[str, ...], suite: str | None, model: str | None, sp
 
 def _bench_hf(hf_config: str, layers_text: str | None, tokens_text: str | None, prompt_text: str | None,
               table_path: str | None, out_dir: str | None, rounds: int, seed: int, shape_texts: tuple[str, ...],
-              suite: str | None, model: str | None, spec: str, batch_text: str, skips: dict[str, bool]) -> None:
+              suite: str | None, model: str | None, spec: str, batch_text: str, skips: dict[str, bool], dtype: str) -> None:
     """bench --hf-config: every check that needs no GPU first (options, the config file, transformers,
     the table), then the GPU check, then gemvtune.clients.hfbench."""
     from ..clients.hfbench import build_config, check_transformers, positive_int, read_config, run_hf_bench
@@ -243,8 +244,8 @@ def _bench_hf(hf_config: str, layers_text: str | None, tokens_text: str | None, 
 
         table_path = default_table_path()               # results/<gpu>/table.json, named as torch sees the GPU
         load_table(table_path)
-    run_hf_bench(hf_config, layers=layers, tokens=tokens, prompt_tokens=prompt, table_path=table_path,
-                 out_dir=out_dir, rounds=rounds, echo=click.echo, seed=seed)
+    run_hf_bench(hf_config, layers=layers, tokens=tokens, prompt_tokens=prompt, table_path=table_path, out_dir=out_dir,
+                 rounds=rounds, echo=click.echo, seed=seed, dtype={"fp16": "float16", "bf16": "bfloat16"}[dtype])
 
 
 @cli.command()
@@ -253,10 +254,11 @@ def _bench_hf(hf_config: str, layers_text: str | None, tokens_text: str | None, 
               help="all | sample:N | llama | FILE.json | one inline config")
 @click.option("--seed", default=0, show_default=True, type=SEED, help="seed of sample:N")
 @click.option("--batch", default="1", show_default=True, help="batch sizes n, e.g. 1,3,8")
-def verify(shape_texts: tuple[str, ...], spec: str, seed: int, batch: str) -> None:
+@_options.DTYPE
+def verify(shape_texts: tuple[str, ...], spec: str, seed: int, batch: str, dtype: str) -> None:
     """Check variants (either family; a config file may mix them) against a float64 reference on fresh
     random inputs (no timing). Configs invalid for a shape are listed as such. Exit 1 if any is wrong."""
-    shapes = [parse_shape(t, n) for t in shape_texts for n in parse_batches(batch)]
+    shapes = [parse_shape(t, n, dtype) for t in shape_texts for n in parse_batches(batch)]
     picks = {s: select_configs(spec, s, seed) for s in shapes}
     _gpu_check()
     from ..kernels.compile import compile_variants

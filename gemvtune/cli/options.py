@@ -96,6 +96,14 @@ def gpu_check() -> None:
         raise NoDeviceError(why)
 
 
+def DTYPE(f: Callable) -> Callable:  # noqa: N802  (a decorator, named like NO_INDUCTOR)
+    """--dtype of the commands that take shapes: the element type of W and x."""
+    from ..kernels.shapes import DTYPES
+
+    return click.option("--dtype", type=click.Choice(DTYPES), default="fp16", show_default=True,
+                        help="dtype of W and x (and the bias): fp16 or bf16")(f)
+
+
 # ---- bench's options, declared here to keep cli/main.py short --------------------------------------------
 NO_INDUCTOR = click.option(
     "--no-inductor", is_flag=True,

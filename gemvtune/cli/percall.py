@@ -11,6 +11,7 @@ import click
 
 from ..errors import UsageError
 from ..kernels.shapes import parse_shape
+from .options import DTYPE
 from .options import gpu_check as _gpu_check
 from .options import writable_dir as _writable_dir
 
@@ -22,11 +23,12 @@ from .options import writable_dir as _writable_dir
 @click.option("--calls", default=300, show_default=True, type=click.IntRange(10, 100000))
 @click.option("--repeats", default=7, show_default=True, type=click.IntRange(1, 100))
 @click.option("--out", "out_dir", default=None, help="output folder (default results/<gpu>/bench/)")
+@DTYPE
 def percall(shape_texts: tuple[str, ...], n: int, table_path: str | None, calls: int, repeats: int,
-            out_dir: str | None) -> None:
+            out_dir: str | None, dtype: str) -> None:
     """GPU: µs per call of F.linear, nn.Linear, GemvLinear, the custom op, table.gemv (torch and CuPy)
     and a bare launch, side by side in one process; CSV and markdown."""
-    shapes = [parse_shape(t, n) for t in (shape_texts or ("1024x4096", "4096x4096"))]
+    shapes = [parse_shape(t, n, dtype) for t in (shape_texts or ("1024x4096", "4096x4096"))]
     try:
         import torch
     except ImportError:

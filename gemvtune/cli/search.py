@@ -51,8 +51,8 @@ def _parse_devices(text: str | None) -> list[str]:
 @click.command()
 @click_options("search")
 def search(shape_texts, model, hf_configs, fused, sampler, trials, timeout, seed, storage, results_dir, table_path,
-           top_k, rounds, warm_k, batch_text, family_text, replay_path, allow_replay, watchdog_s, devices_text, workers,
-           heartbeat_s, worker_index) -> None:
+           top_k, rounds, warm_k, batch_text, dtype, family_text, replay_path, allow_replay, watchdog_s, devices_text,
+           workers, heartbeat_s, worker_index) -> None:
     """Find the fastest correct kernel per shape and batch with Optuna (the GEMV family and the
     split-K tensor-core GEMM family); record the winners in the GPU's table."""
     from ..tuning.workers import die_with_parent
@@ -72,7 +72,7 @@ def search(shape_texts, model, hf_configs, fused, sampler, trials, timeout, seed
         raise UsageError("search needs --shape or --model (a preset) or --hf-config (a config.json)")
     if fused and not (model or hf_configs):
         raise UsageError("--fused picks the fused shapes of --model/--hf-config: give one of them")
-    shapes = list(dict.fromkeys(Shape(s.M, s.d, n) for s in dict.fromkeys(base) for n in batches))
+    shapes = list(dict.fromkeys(Shape(s.M, s.d, n, dtype) for s in dict.fromkeys(base) for n in batches))
     opts = from_cli(click.get_current_context().params)
     devices = _parse_devices(devices_text)
     if devices and workers > 1:

@@ -130,7 +130,7 @@ def run_hf_bench(config_path: str, layers: int | None = None, tokens: int = 128,
         with contextlib.suppress(Exception):
             table._check_gpu(env["gpu"])
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
-    stem = f"hf-{name}-L{layers}-{stamp}"
+    stem = f"hf-{name}-L{layers}" + ("" if dtype == "float16" else f"-{dtype}") + f"-{stamp}"
     result: dict[str, Any] = {  # date and command (unless given) as every gemvtune provenance has them
         **provenance(), "model": name, "config_path": str(config_path), "config_file": str(cfg_file), **cinfo,
         "dtype": dtype, "tokens": tokens, "prompt_tokens": prompt_tokens, "rounds": rounds, "seed": seed,

@@ -54,18 +54,19 @@ def measure_percall(table: Any, shape: Shape, calls: int = 300, repeats: int = 7
 
     tuned = Table(table.data, table.path, policy="tuned")
     dev = torch.device("cuda")
+    dt, tdt = shape.dtype, {"fp16": torch.float16, "bf16": torch.bfloat16}[shape.dtype]
     torch.manual_seed(0)
-    lin = torch.nn.Linear(shape.d, shape.M, bias=False, device=dev, dtype=torch.float16).eval()
+    lin = torch.nn.Linear(shape.d, shape.M, bias=False, device=dev, dtype=tdt).eval()
     W = lin.weight.detach()
-    x = torch.randn(shape.n, shape.d, device=dev, dtype=torch.float16)
+    x = torch.randn(shape.n, shape.d, device=dev, dtype=tdt)
     g_tuned = GemvLinear(lin, tuned)                       # the tuned kernel, whatever the route
     g_user = GemvLinear(lin, table)                        # what the table's route gives a user
-    route = table.route(shape.M, shape.d, shape.n, "torch", "fp16")
+    route = table.route(shape.M, shape.d, shape.n, "torch", dt, dt)
     tid = torch_op.register_table(tuned)
     out32 = torch.empty(shape.n, shape.M, device=dev, dtype=torch.float32)
-    y16 = torch.empty(shape.n, shape.M, device=dev, dtype=torch.float16)
-    plan = torch_op._plan(tid, tuned, tuned.route(shape.M, shape.d, shape.n, "torch", "fp16").config,
-                          shape.M, shape.d, shape.n, False, "fp16", 0, torch_op._raw_stream(0))
+    y16 = torch.empty(shape.n, shape.M, device=dev, dtype=tdt)
+    plan = torch_op._plan(tid, tuned, tuned.route(shape.M, shape.d, shape.n, "torch", dt, dt).config,
+                          shape.M, shape.d, shape.n, False, dt, 0, torch_op._raw_stream(0), dt)
     wp, xp, yp, sp = W.data_ptr(), x.data_ptr(), y16.data_ptr(), torch_op._raw_stream(0)
     xv = x.reshape(-1) if shape.n == 1 else x
     with torch.no_grad():
@@ -79,8 +80,9 @@ def measure_percall(table: Any, shape: Shape, calls: int = 300, repeats: int = 7
             "bare launch": lambda: plan.launch(wp, xp, yp, 0, sp),
         }
         res = _time(fns, torch.cuda.synchronize, calls, repeats)
-    row: dict[str, Any] = {"M": shape.M, "d": shape.d, "n": shape.n, "route": route.kind, "route_why": route.why,
-                           "config": _plan_config(plan).label, **res}
+    row: dict[str, Any] = {"M": shape.M, "d": shape.d, "n": shape.n, "dtype": dt, "route": route.kind,
+                           "route_why": route.why, "config": _plan_config(plan).label, **res}
+    cupy = cupy and dt == "fp16"   # (CuPy has no bfloat16 arrays)
     if cupy:
         from ..runners.cuda import _cupy
 
@@ -117,7 +119,10 @@ PATHS = ("F.linear", "nn.Linear", "GemvLinear", "GemvLinear (route)", "gemvtune:
 
 def percall_markdown(rows: list[dict[str, Any]], device: dict[str, Any], command: str) -> str:
     """The per-call table: one column per shape, one row per path (median µs, min..max)."""
-    head = "| path | " + " | ".join(f"{r['M']}x{r['d']} n={r['n']}" for r in rows) + " |"
+    def col(r: dict[str, Any]) -> str:
+        return f"{r['M']}x{r['d']} n={r['n']}" + (f" {r['dtype']}" if r.get("dtype", "fp16") != "fp16" else "")
+
+    head = "| path | " + " | ".join(col(r) for r in rows) + " |"
     lines = [f"# Per-call CPU cost of each launch path, {device.get('name', '?')}", "",
              f"driver {device.get('driver', '?')}; torch {device.get('torch', '?')}; command: `{command}`", "",
              "µs per call in a Python loop (median of interleaved repeats; min..max).", "",
@@ -130,7 +135,7 @@ def percall_markdown(rows: list[dict[str, Any]], device: dict[str, Any], command
                   "table.gemv cupy / RawKernel"):
         if all(ratio in r for r in rows):
             lines.append(f"| **{ratio}** | " + " | ".join(f"**{r[ratio]:.3f}**" for r in rows) + " |")
-    lines += ["", "Route a user gets per shape: " + "; ".join(f"{r['M']}x{r['d']} n={r['n']}: {r['route']} ({r['route_why']})"
+    lines += ["", "Route a user gets per shape: " + "; ".join(f"{col(r)}: {r['route']} ({r['route_why']})"
                                                       for r in rows), ""]
     return "\n".join(lines)
 

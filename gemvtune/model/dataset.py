@@ -20,7 +20,7 @@ import pandas as pd
 from ..kernels.families import DEFAULT_FAMILY, FAMILIES, config_from_dict
 from ..kernels.shapes import Shape
 
-_NAME = re.compile(r"^(?:sweep|search)-(\d+)x(\d+)x(\d+)(?:-\d{8}-\d{6})?\.csv(?:\.gz)?$")
+_NAME = re.compile(r"^(?:sweep|search)-(\d+)x(\d+)x(\d+)(?:-(bf16))?(?:-\d{8}-\d{6})?\.csv(?:\.gz)?$")
 
 
 @dataclass
@@ -42,8 +42,7 @@ def _rows(path: Path, kind: str) -> list[dict[str, Any]]:
     m = _NAME.match(path.name)
     if m is None:
         raise ValueError("not a sweep or search CSV name")
-    M, d, n = (int(v) for v in m.groups())
-    shape = Shape(M, d, n)
+    shape = Shape(int(m.group(1)), int(m.group(2)), int(m.group(3)), m.group(4) or "fp16")
     df = pd.read_csv(path, low_memory=False)
     if "status" not in df or "pct_ceiling" not in df or "us_median" not in df:
         raise ValueError("no status, us_median or pct_ceiling column")
@@ -90,8 +89,9 @@ def _gpu(results: Path) -> tuple[int, str, float]:
     return sm, name, float(sorted(ceilings)[len(ceilings) // 2])
 
 
-def load(results: str | Path, sweeps: bool = True, searches: bool = True) -> Dataset:
-    """Every usable measurement under a GPU's results folder (``results/<gpu>``)."""
+def load(results: str | Path, sweeps: bool = True, searches: bool = True, dtype: str = "fp16") -> Dataset:
+    """Every usable measurement of ``dtype`` inputs under a GPU's results folder (``results/<gpu>``): one model
+    per dtype (the model has no dtype feature; FP16 is what every recorded sweep measured)."""
     results = Path(results)
     sm, gpu, gbps = _gpu(results)
     rows: list[dict[str, Any]] = []
@@ -99,6 +99,9 @@ def load(results: str | Path, sweeps: bool = True, searches: bool = True) -> Dat
     files = ([(p, "sweep") for p in sorted(results.glob("sweeps/sweep-*.csv.gz"))] if sweeps else []) + \
             ([(p, "search") for p in sorted(results.glob("searches/search-*.csv"))] if searches else [])
     for p, kind in files:
+        m = _NAME.match(p.name)
+        if m is not None and (m.group(4) or "fp16") != dtype:
+            continue
         try:
             rows += _rows(p, kind)
         except (OSError, ValueError, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as e:

@@ -7,8 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ..kernels.shapes import Shape
-from ..runtime.table import Table
+from ..runtime.table import Table, entry_shape
 
 
 def _us(d: dict[str, Any] | None) -> float:
@@ -23,10 +22,10 @@ def crossover_frame(t: Table) -> Any:
     rows = []
     for e in t.data["entries"].values():
         b = e.get("baselines", {})
-        shape = Shape(int(e["M"]), int(e["d"]), int(e.get("n", 1)))
+        shape = entry_shape(e)
         cub = b.get("cublas-torch") or b.get("cublas")
         w = e["winner"]
-        rows.append({"M": shape.M, "d": shape.d, "n": shape.n, "gemv_us": _us(e.get("gemv")),
+        rows.append({"M": shape.M, "d": shape.d, "n": shape.n, "dtype": shape.dtype, "gemv_us": _us(e.get("gemv")),
                      "splitk_us": _us(e.get("splitk")), "cublas_us": _us(cub), "llama_us": _us(b.get("llama.cpp")),
                      "floor_us": shape.bytes_moved / (read * 1e3), "winner_family": w.get("family", "gemv"),
                      "winner": w.get("label"), "winner_us": _us(w), "x_cublas": _us(cub) / _us(w)})

@@ -29,12 +29,12 @@ def table_frame(t: Table) -> Any:
     import pandas as pd
 
     rows = []
-    for e in sorted(t.data["entries"].values(), key=lambda e: (e["M"], e["d"], e.get("n", 1))):   # numerically
+    for e in sorted(t.data["entries"].values(), key=lambda e: (e["M"], e["d"], e.get("n", 1), e.get("dtype") or "fp16")):   # numerically
         w, b, s = e["winner"], e.get("baselines") or {}, e.get("search") or {}
         cfg = winner_config(e)
         cub = b.get("cublas-torch") or b.get("cublas") or {}
         lla = b.get("llama.cpp") or {}
-        row = {"M": e["M"], "d": e["d"], "n": e.get("n", 1), "winner": cfg.label, "family": cfg.family,
+        row = {"M": e["M"], "d": e["d"], "n": e.get("n", 1), "dtype": e.get("dtype") or "fp16", "winner": cfg.label, "family": cfg.family,
                "us": _num(w.get("us")), "us_min": _num(w.get("us_min")), "us_max": _num(w.get("us_max")),
                "spread": _num(w.get("spread")), "gbps": _num(w.get("gbps")), "pct_ceiling": _num(w.get("pct_ceiling")),
                "llama_us": _num(lla.get("us")), "cublas_us": _num(cub.get("us")),

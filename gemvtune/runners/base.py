@@ -52,6 +52,12 @@ class Measurement:
     launch_bound: bool = False        # W streams at the ceiling in less than an empty launch: timed, but the launch's time
     error: str = ""
     params: dict[str, Any] = field(default_factory=dict)
+    dtype: str = "fp16"               # of W and x (Shape.dtype)
+
+    @classmethod
+    def of(cls, name: str, kind: str, shape: Shape, status: str, **kw: Any) -> Measurement:
+        """A measurement of ``shape`` (its M, d, n and dtype)."""
+        return cls(name, kind, shape.M, shape.d, shape.n, status, dtype=shape.dtype, **kw)
 
     @property
     def ok(self) -> bool:
@@ -63,7 +69,7 @@ class Measurement:
 
     @property
     def shape(self) -> Shape:
-        return Shape(self.M, self.d, self.n)
+        return Shape(self.M, self.d, self.n, self.dtype)
 
     def row(self) -> dict[str, Any]:
         r = {k: v for k, v in asdict(self).items() if k != "params"}

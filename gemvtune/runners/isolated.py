@@ -118,7 +118,7 @@ class IsolatedRunner(RunnerBase):
         try:
             return self._call("measure", (config, shape), {"kind": kind, **kwargs}, self.timeout_s)
         except (TimeoutError, RuntimeError) as e:
-            m = Measurement(config.label, kind, shape.M, shape.d, shape.n, Status.TIMEOUT)
+            m = Measurement.of(config.label, kind, shape, Status.TIMEOUT)
             m.error = f"{e} (after {time.perf_counter() - t0:.1f} s; a hang?)"
             return m
 

@@ -199,7 +199,7 @@ class ReplayRunner(RunnerBase):
         """What the shape's sweep recorded for ``config`` (a config of any family: one of another family
         than the sweep's was not measured in it)."""
         self.calls += 1
-        m = Measurement(config.label, kind, shape.M, shape.d, shape.n, Status.OK, params=config.to_dict(),
+        m = Measurement.of(config.label, kind, shape, Status.OK, params=config.to_dict(),
                         method="replay")
         why = config.invalid_reasons(shape)
         if why:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -80,15 +81,27 @@ def error_bound(acc: str, d: int, out: str = "fp32") -> float:
     E[t_i^2] for random data). The errors add (triangle inequality), so the bound grows by u with 2x
     margin: + 2^-10. Per row, |t_i| / s_i is about a standard normal's size (rarely above 5 over
     M rows; never above sqrt(d + 1)), and the row check allows ROW_FACTOR x 2^-10 = 10 u.
+
+    BF16 inputs (8 significant bits) change nothing above for FP32 accumulation: a BF16 x BF16 product has
+    at most 16 significant bits and is exact in FP32, so only the FP32 additions round, as for FP16 (the
+    inputs' own rounding is not an error: the reference is computed from the rounded values). A BF16
+    accumulator is not offered (its u = 2^-8 loses the sum). out="bf16" stores y rounded to nearest BF16,
+    u = 2^-8, so the store term is 2^-7 by the same argument as out="fp16".
     """
-    if out not in ("fp32", "fp16"):
+    if out not in ("fp32", "fp16", "bf16"):
         raise ValueError(f"unknown output dtype {out!r}")
-    store = 2.0**-10 if out == "fp16" else 0.0
+    store = {"fp32": 0.0, "fp16": 2.0**-10, "bf16": 2.0**-7}[out]
     if acc == "fp32":
         return 8 * 2.0**-24 * max(d, 1) ** 0.5 + store
     if acc == "fp16":
         return 4 * 2.0**-11 * (1 + d / 3072) ** 0.5 + store
     raise ValueError(f"unknown accumulation {acc!r}")
+
+
+def library_bound(shape: Any) -> float:
+    """The bound of a library's answer (cuBLAS, Inductor): FP32 accumulation, output in the input's dtype;
+    FP16 outputs keep the looser FP16-accumulation bound they always had (cuBLAS may accumulate in halves)."""
+    return error_bound("fp16", shape.d) if shape.dtype == "fp16" else error_bound("fp32", shape.d, out=shape.dtype)
 
 
 ROW_FACTOR = 5.0  # per-row check: max_i |y_i - ref_i| / ||W_i * x|| <= ROW_FACTOR * bound

@@ -100,7 +100,15 @@ def build_header(table: Table) -> str:
     templates/export_header.h.j2."""
     rows, entries, blas = [], [], []
     pdl_any = False
+    other = [s.key for s in table.shapes if s.dtype != "fp16"]
+    if other:   # the header's pointer types, fallback kernel and dispatch are FP16 (__half)
+        import warnings
+
+        warnings.warn(f"gemvtune: export writes the FP16 entries only; left out: {', '.join(other[:8])}"
+                      + (f" and {len(other) - 8} more" if len(other) > 8 else ""), stacklevel=2)
     for shape in table.shapes:
+        if shape.dtype != "fp16":
+            continue
         cfg, how = table.lookup(shape)
         assert how == "tuned"
         if is_library(cfg):   # "use your BLAS": the algorithm, described; no source

@@ -56,7 +56,8 @@ def _candidates(entry: dict[str, Any], shape: Any, out: str) -> list[tuple[float
     from ..kernels.families import DEFAULT_FAMILY, FAMILIES, FAMILY_NAMES, config_from_dict
 
     epi = Epilogue(out)
-    own = (int(entry.get("M", 0)), int(entry.get("d", 0)), int(entry.get("n", 1))) == (shape.M, shape.d, shape.n)
+    own = (int(entry.get("M", 0)), int(entry.get("d", 0)), int(entry.get("n", 1)), entry.get("dtype") or "fp16") == \
+        (shape.M, shape.d, shape.n, shape.dtype)
     found: dict[Any, float] = {}
     for rec in [entry.get("winner")] + [entry.get(f) for f in FAMILY_NAMES]:
         us = _us(rec)
@@ -79,9 +80,10 @@ def measured(entry: dict[str, Any], framework: str, shape: Any = None, out: str 
     base = entry.get("baselines") or {}
     cublas = _us(base.get(BASELINE[framework])) or _us(base.get("cublas")) or _us(base.get("cublas-torch"))
     if shape is None:
-        from ..kernels.shapes import Shape
 
-        shape = Shape(int(entry["M"]), int(entry["d"]), int(entry.get("n", 1)))
+        from .keys import entry_shape
+
+        shape = entry_shape(entry)
     cands = _candidates(entry, shape, out)
     return (cands[0][0], cublas, cands[0][1]) if cands else (None, cublas, None)
 
@@ -101,7 +103,8 @@ def predicted_cublas_us(table: Any, shape: Any, floor_of: Any, framework: str = 
     from ..kernels.shapes import Shape
 
     pts: dict[int, list[tuple[float, float]]] = {}
-    for key in table.keys():
+    keys = [k for k in table.keys() if k[3] == shape.dtype] or table.keys()   # the same dtype where measured
+    for key in keys:
         s = Shape(*key)
         e = table.entry(s)
         c = measured(e, framework, s)[1] if e else None
@@ -137,9 +140,10 @@ def _zero_trial(table: Any, shape: Any, framework: str, out: str) -> Route | Non
 
 
 def choose(table: Any, M: int, d: int, n: int, framework: str = "torch", policy: str = "fastest",
-           out: str = "fp32") -> Route:
-    """The route of one (M, d, n) call through ``table`` (a ``gemvtune.runtime.table.Table``) for a caller of
-    ``framework`` that wants an ``out`` (``fp32``/``fp16``) result."""
+           out: str = "fp32", dtype: str = "fp16") -> Route:
+    """The route of one (M, d, n) call on ``dtype`` inputs through ``table`` (a ``gemvtune.runtime.table.Table``)
+    for a caller of ``framework`` that wants an ``out`` result (``fp32`` or the input dtype). Entries of another
+    dtype never serve it: a BF16 call where the table has only FP16 entries runs cuBLAS, and the route says so."""
     from ..kernels.epilogue import Epilogue
     from ..kernels.shapes import Shape
 
@@ -147,7 +151,9 @@ def choose(table: Any, M: int, d: int, n: int, framework: str = "torch", policy:
         raise ValueError(f"framework must be one of {', '.join(BASELINE)}, got {framework!r}")
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
-    shape = Shape(M, d, n)
+    shape = Shape(M, d, n, dtype)
+    if out not in ("fp32", dtype):
+        raise ValueError(f"a {dtype} call's output is fp32 or {dtype}, not {out!r}")
     entry = table.entry(shape)
     if policy == "tuned":
         cfg, how = table.lookup(shape)
@@ -167,11 +173,13 @@ def choose(table: Any, M: int, d: int, n: int, framework: str = "torch", policy:
         what = f"tuned {t:.2f} µs" if t else f"no measured kernel that gives an {out} output"
         return Route("cublas", None, f"cuBLAS {c:.2f} µs is faster than, or within {MARGIN:.0%} of, {what}"
                      if c else f"cuBLAS: {what}", t, c)
-    same = {k[2]: table.entry(Shape(*k)) for k in table.keys() if k[:2] == (M, d)}
+    same = {k[2]: table.entry(Shape(*k)) for k in table.keys() if (k[0], k[1], k[3]) == (M, d, dtype)}
     lo = max((m for m in same if m < n), default=None)
     hi = min((m for m in same if m > n), default=None)
     if lo is None or hi is None:
         near = f" (tuned at n={','.join(map(str, sorted(same)))} only)" if same else ""
+        if not same and dtype != "fp16" and any(k[:2] == (M, d) for k in table.keys()):
+            near = f" for {dtype} (its entries are of another dtype)"
         zero = _zero_trial(table, shape, framework, out)
         if zero is not None:
             return zero

@@ -1,4 +1,4 @@
-"""The per-GPU lookup table: versioned JSON keyed by (M, d, n), atomic merge-on-write, lookup with
+"""The per-GPU lookup table: versioned JSON keyed by (M, d, n, dtype), atomic merge-on-write, lookup with
 fallback, and run-time dispatch (``load_table(path).gemv(W, x)``)."""
 
 from __future__ import annotations
@@ -16,15 +16,12 @@ from typing import TYPE_CHECKING, Any
 from ..errors import UsageError
 from ..kernels.families import DEFAULT_FAMILY, FAMILIES, FAMILY_NAMES, config_from_dict
 from ..kernels.shapes import Shape
+from .keys import entry_key, entry_shape
 
 if TYPE_CHECKING:
     from ..runners.cuda import Dispatcher
 
 SCHEMA_VERSION = 1
-
-
-def entry_key(shape: Shape) -> str:
-    return f"{shape.M}x{shape.d}x{shape.n}"
 
 
 def _now() -> str:
@@ -140,7 +137,7 @@ def record(path: str | Path, shape: Shape, entry: dict[str, Any], device: dict[s
         data["gpu"] = gpu_identity(device)
         if ceiling:
             data["ceiling"] = ceiling
-        entry = {"M": shape.M, "d": shape.d, "n": shape.n, "updated": _now(), **entry}
+        entry = {"M": shape.M, "d": shape.d, "n": shape.n, "dtype": shape.dtype, "updated": _now(), **entry}
         winner_config(entry)  # never write a config we could not load
         old = data["entries"].get(entry_key(shape)) or {}
         for fam in FAMILY_NAMES:  # a family this search left out keeps its best from the earlier search
@@ -164,12 +161,12 @@ class Table:
         # gemvtune.model.costmodel.CostModel (zero-trial picks for shapes the table lacks), or a zero-argument
         # callable that loads it when a shape first needs it (load_table's: most tables never need it)
         self._costmodel = costmodel
-        self._predicted: dict[tuple[int, int, int, str], tuple[Any, float] | None] = {}
-        self._routes: dict[tuple[int, int, int, str, str], Any] = {}
-        self._configs: dict[tuple[int, int, int], Any] = {
-            (int(e["M"]), int(e["d"]), int(e.get("n", 1))): winner_config(e) for e in data["entries"].values()
+        self._predicted: dict[tuple[Shape, str], tuple[Any, float] | None] = {}
+        self._routes: dict[tuple[int, int, int, str, str, str], Any] = {}
+        self._configs: dict[tuple[int, int, int, str], Any] = {
+            _key(entry_shape(e)): winner_config(e) for e in data["entries"].values()
         }
-        self._warned: set[tuple[int, int, int]] = set()
+        self._warned: set[Shape] = set()
         self._dispatch: Dispatcher | None = None
         self._gpu_checked = False
 
@@ -181,22 +178,22 @@ class Table:
     def shapes(self) -> list[Shape]:
         return [Shape(*k) for k in sorted(self._configs)]
 
-    def keys(self) -> list[tuple[int, int, int]]:
-        """(M, d, n) of every entry."""
+    def keys(self) -> list[tuple[int, int, int, str]]:
+        """(M, d, n, dtype) of every entry (``Shape(*key)`` is its shape)."""
         return sorted(self._configs)
 
     def entry(self, shape: Shape) -> dict[str, Any] | None:
         return self.data["entries"].get(entry_key(shape))
 
-    def route(self, M: int, d: int, n: int, framework: str = "torch", out: str = "fp32") -> Any:
-        """The ``gemvtune.runtime.route.Route`` of an (M, d, n) call under this table's policy (cached): the
-        tuned kernel or cuBLAS, whichever the table measured faster (see ``gemvtune.runtime.route``)."""
-        key = (M, d, n, framework, out)
+    def route(self, M: int, d: int, n: int, framework: str = "torch", out: str = "fp32", dtype: str = "fp16") -> Any:
+        """The ``gemvtune.runtime.route.Route`` of an (M, d, n) call on ``dtype`` inputs under this table's policy
+        (cached): the tuned kernel or cuBLAS, whichever the table measured faster (see ``gemvtune.runtime.route``)."""
+        key = (M, d, n, framework, out, dtype)
         r = self._routes.get(key)
         if r is None:
             from .route import choose
 
-            r = self._routes[key] = choose(self, M, d, n, framework, self.policy, out)
+            r = self._routes[key] = choose(self, M, d, n, framework, self.policy, out, dtype)
         return r
 
     def lookup(self, shape: Shape) -> tuple[Any, str]:
@@ -206,19 +203,19 @@ class Table:
         algorithm, e.g. cuBLASLt's: it runs only the shape it was measured on); else the first of
         each family's fallbacks (``Family.fallbacks``, families in registry order) that can run it: the
         llama.cpp config, then generic GEMV configs."""
-        k = (shape.M, shape.d, shape.n)
+        k = _key(shape)
         if k in self._configs:
             return self._configs[k], "tuned"
-        same = sorted(((abs(n - shape.n), -n), cfg, n) for (M, d, n), cfg in self._configs.items()
-                      if (M, d) == (shape.M, shape.d) and _transfers(cfg, shape))
+        same = sorted(((abs(n - shape.n), -n), cfg, n) for (M, d, n, dt), cfg in self._configs.items()
+                      if (M, d, dt) == (shape.M, shape.d, shape.dtype) and _transfers(cfg, shape))
         if same:
             return same[0][1], f"winner tuned at n={same[0][2]}"
         zero = self.predicted(shape)
         if zero is not None:
             return zero[0], f"cost model's pick (predicted {zero[1]:.2f} µs, never measured on this shape)"
         best = None
-        for (M, d, n), cfg in self._configs.items():
-            if n != shape.n or not _transfers(cfg, shape):
+        for (M, d, n, dt), cfg in self._configs.items():
+            if n != shape.n or dt != shape.dtype or not _transfers(cfg, shape):
                 continue
             dist = abs(math.log(M / shape.M)) + abs(math.log(d / shape.d))
             if best is None or dist < best[0]:
@@ -240,9 +237,9 @@ class Table:
     def predicted(self, shape: Shape, out: str = "fp32") -> tuple[Any, float] | None:
         """(config, predicted µs): the cost model's zero-trial pick for a shape, among configs that can give an
         ``out`` output (None: no model, or no valid candidate); computed once per shape and output."""
-        if self.costmodel is None:
-            return None
-        k = (shape.M, shape.d, shape.n, out)
+        if self.costmodel is None or shape.dtype not in getattr(self.costmodel, "dtypes", ("fp16",)):
+            return None   # (a model trained on FP16 measurements only says nothing about BF16 speed)
+        k = (shape, out)
         if k not in self._predicted:
             from ..model.zerotrial import pick
 
@@ -251,8 +248,8 @@ class Table:
 
     def config_for(self, shape: Shape) -> Any:
         cfg, how = self.lookup(shape)
-        if how != "tuned" and (shape.M, shape.d, shape.n) not in self._warned:
-            self._warned.add((shape.M, shape.d, shape.n))
+        if how != "tuned" and shape not in self._warned:
+            self._warned.add(shape)
             warnings.warn(f"gemvtune: shape {shape} is not in the table; using the {how} ({cfg.label})",
                           stacklevel=3)
         return cfg
@@ -288,6 +285,10 @@ class Table:
             if self.strict_gpu:
                 raise UsageError(msg)
             warnings.warn("gemvtune: " + msg, stacklevel=3)
+
+
+def _key(shape: Shape) -> tuple[int, int, int, str]:
+    return (shape.M, shape.d, shape.n, shape.dtype)
 
 
 def _transfers(config: Any, shape: Shape) -> bool:

@@ -162,19 +162,23 @@ _SEARCH_STRS = ("sampler", "study", "started", "finished")
 
 def _entry(key: Any, e: Any) -> None:
     from ..kernels.families import FAMILY_NAMES
-    from ..kernels.shapes import Shape
+    from ..kernels.shapes import DTYPES, Shape
+    from .keys import entry_key
 
     e = _dict(e, "entry")
     for k in ("M", "d"):
         _num(e, k, "", required=True, positive=True, integer=True)
     _num(e, "n", "", positive=True, integer=True)
+    dtype = e.get("dtype", "fp16")
+    if dtype not in DTYPES:
+        raise SchemaError("dtype", f"must be one of {', '.join(DTYPES)}, got {_show(dtype)}")
     try:
-        shape = Shape(e["M"], e["d"], e.get("n") or 1)
+        shape = Shape(e["M"], e["d"], e.get("n") or 1, dtype)
     except UsageError as err:
         raise SchemaError("M/d/n", f"are not a shape: {err}") from None
-    want = f"{shape.M}x{shape.d}x{shape.n}"
+    want = entry_key(shape)
     if key != want:
-        raise SchemaError("key", f"{_show(key)} does not match its M, d, n (expected {want!r})")
+        raise SchemaError("key", f"{_show(key)} does not match its M, d, n, dtype (expected {want!r})")
     if "winner" not in e:
         raise SchemaError("winner", "is missing")
     _config(_measured(e["winner"], "winner"), "winner", shape)

@@ -1,5 +1,5 @@
 """PyTorch drop-in: ``GemvLinear`` runs an ``nn.Linear`` through the table's tuned kernels where it can
-(CUDA FP16, 1..16 rows of input) and through ``torch.nn.functional.linear`` everywhere else.
+(CUDA FP16 or BF16, 1..16 rows of input) and through ``torch.nn.functional.linear`` everywhere else.
 
 This is the only gemvtune module that imports torch; ``import gemvtune`` does not load it.
 
@@ -27,9 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from ..kernels.shapes import MAX_BATCH
-from .torch_op import _ALIGN, register_table, run_linear
-
-_F16 = torch.float16
+from .torch_op import _ALIGN, DTYPES, register_table, run_linear
 
 
 class GemvLinear(torch.nn.Module):
@@ -37,10 +35,11 @@ class GemvLinear(torch.nn.Module):
     names, so ``state_dict`` keys do not change) and the original module, for ``restore_linears``.
 
     ``forward(x)`` computes ``F.linear(x, weight, bias)`` (FP16 out, bias and cast fused into the tuned
-    kernel) through the table's route for (M, d, n), n = x.numel() // in_features: the tuned kernel
-    where the table measured it faster than cuBLAS, else ``F.linear`` itself. Anything the kernels
-    cannot take is ``F.linear`` too: CPU, FP32/BF16, n > max_batch, a gradient needed, a weight not
-    contiguous or not 16-byte aligned. Eager calls launch directly (``torch_op.run_linear``); under
+    kernel) through the table's route for (M, d, n, dtype), n = x.numel() // in_features: the tuned kernel
+    where the table measured it faster than cuBLAS for the weight's dtype (FP16 and BF16 entries are
+    separate: a BF16 layer never runs a kernel tuned only for FP16), else ``F.linear`` itself. Anything the
+    kernels cannot take is ``F.linear`` too: CPU, FP32, x of another dtype than the weight, n > max_batch,
+    a gradient needed, a weight not contiguous or not 16-byte aligned. Eager calls launch directly (``torch_op.run_linear``); under
     ``torch.compile`` the layer is the custom op ``torch.ops.gemvtune.linear``, so
     ``fullgraph=True`` traces it and Inductor's CUDA graphs capture its kernels.
     """
@@ -60,10 +59,11 @@ class GemvLinear(torch.nn.Module):
         self.register_parameter("bias", linear.bias)
         self.table, self.max_batch = table, max_batch
         self._tid = register_table(table)
-        # Route per n (index 0 unused), decided once from the table's measurements: a constant that
-        # torch.compile reads without tracing the table.
-        self._tuned = (False,) + tuple(table.route(self.out_features, self.in_features, n, "torch", "fp16").tuned
-                                       for n in range(1, max_batch + 1))
+        # Route per weight dtype and n (index 0 unused), decided once from the table's measurements: constants
+        # that torch.compile reads without tracing the table (a weight cast after the swap finds its dtype's).
+        self._tuned = {tdt: (False,) + tuple(table.route(self.out_features, self.in_features, n, "torch", dt, dt).tuned
+                                             for n in range(1, max_batch + 1))
+                       for tdt, dt in DTYPES.items()}
         self._original = (linear,)  # a tuple: not registered as a submodule (state_dict keys stay the same)
 
     @property
@@ -79,14 +79,14 @@ class GemvLinear(torch.nn.Module):
         w, b = self.weight, self.bias
         if not w.is_cuda:
             return f"weight on {w.device}, not a CUDA device"
-        if w.dtype != torch.float16:
-            return f"weight is {str(w.dtype).replace('torch.', '')}; the tuned kernels are FP16"
+        if w.dtype not in DTYPES:
+            return f"weight is {str(w.dtype).replace('torch.', '')}; the tuned kernels are FP16 or BF16"
         if not w.is_contiguous():
             return "weight is not contiguous"
         if w.data_ptr() % _ALIGN:
             return f"weight is not {_ALIGN}-byte aligned"
         if b is not None and (b.dtype != w.dtype or not b.is_contiguous() or b.device != w.device):
-            return "bias is not a contiguous FP16 vector on the weight's device"
+            return "bias is not a contiguous vector of the weight's dtype on the weight's device"
         return ""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -97,11 +97,12 @@ class GemvLinear(torch.nn.Module):
         # route comes first, so a call that runs cuBLAS anyway pays nothing more for the checks below.
         w, b = self.weight, self.bias
         n = x.numel() // self.in_features
-        if n > self.max_batch or not self._tuned[n]:
-            return F.linear(x, w, b)  # cuBLAS measured faster for this n, or the table lacks it
-        if (x.dtype is not _F16 or w.dtype is not _F16 or not x.is_cuda or x.get_device() != w.get_device()
+        tuned = self._tuned.get(w.dtype)
+        if tuned is None or n > self.max_batch or not tuned[n]:
+            return F.linear(x, w, b)  # not FP16/BF16, cuBLAS measured faster for this n, or the table lacks it
+        if (x.dtype is not w.dtype or not x.is_cuda or x.get_device() != w.get_device()
                 or not x.dim() or x.shape[-1] != self.in_features or not w.is_contiguous()
-                or (b is not None and (b.dtype is not _F16 or not b.is_contiguous()))):
+                or (b is not None and (b.dtype is not w.dtype or not b.is_contiguous()))):
             return F.linear(x, w, b)
         if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad or (b is not None and b.requires_grad)):
             return F.linear(x, w, b)  # the tuned kernels have no backward: autograd gets F.linear
@@ -112,14 +113,15 @@ class GemvLinear(torch.nn.Module):
         (its implementation checks pointers and alignment at run time)."""
         w, b = self.weight, self.bias
         k = self.in_features
-        if not (x.is_cuda and x.dtype == torch.float16 and w.dtype == torch.float16 and x.device == w.device
+        tuned = self._tuned.get(w.dtype)
+        if not (tuned is not None and x.is_cuda and x.dtype == w.dtype and x.device == w.device
                 and x.dim() > 0 and x.shape[-1] == k and w.is_contiguous()
-                and (b is None or (b.dtype == torch.float16 and b.is_contiguous()))):
+                and (b is None or (b.dtype == w.dtype and b.is_contiguous()))):
             return F.linear(x, w, b)
         if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad or (b is not None and b.requires_grad)):
             return F.linear(x, w, b)
         n = x.numel() // k
-        if n > self.max_batch or not self._tuned[n]:
+        if n > self.max_batch or not tuned[n]:
             return F.linear(x, w, b)
         return torch.ops.gemvtune.linear(x, w, b, self._tid)
 
@@ -187,7 +189,8 @@ def explain(model: torch.nn.Module, n: int = 1) -> list[dict[str, Any]]:
             if n > mod.max_batch:
                 rows.append({**row, "route": "F.linear", "why": f"n={n} above this layer's max_batch={mod.max_batch}"})
                 continue
-            r = mod.table.route(mod.out_features, mod.in_features, n, "torch", "fp16")
+            dt = DTYPES[mod.weight.dtype]
+            r = mod.table.route(mod.out_features, mod.in_features, n, "torch", dt, dt)
             rows.append({**row, "route": "tuned" if r.tuned else "cublas", "why": r.why,
                          "tuned_us": r.tuned_us, "cublas_us": r.cublas_us})
         elif type(mod) is torch.nn.Linear:

@@ -2,8 +2,8 @@
 behind it and behind ``Table.gemv`` on torch tensors.
 
 ``gemvtune::linear(Tensor x, Tensor weight, Tensor? bias, int table) -> Tensor`` computes
-``F.linear(x, weight, bias)`` (FP16 out, like ``nn.Linear``) with the route the table chose for
-(M, d, n): the tuned kernel, bias and cast fused into its final store, launched through its
+``F.linear(x, weight, bias)`` (FP16 or BF16 in and out, like ``nn.Linear``) with the route the table chose for
+(M, d, n, dtype): the tuned kernel, bias and cast fused into its final store, launched through its
 ``LaunchPlan`` with raw pointers on torch's current stream (a cuBLASLt algorithm through its ``LtPlan``,
 bias in the library's epilogue), or cuBLAS (``F.linear``) where the table measured cuBLAS faster. It is a ``torch.library.custom_op`` with a fake implementation, so
 ``torch.compile(fullgraph=True)`` traces it as one opaque op and Inductor's CUDA graphs capture its
@@ -31,10 +31,12 @@ _ALIGN = 16          # bytes: the widest load of any kernel (half8 / 16-byte W a
 _TABLES: dict[int, Any] = {}
 _IDS: dict[int, int] = {}
 _NEXT = itertools.count(1)
-# Plans by (table id, M, d, n, bias, out dtype, device): the hot path's one dict lookup (a cuBLASLt
+# Plans by (table id, M, d, n, bias, out dtype, device, input dtype): the hot path's one dict lookup (a cuBLASLt
 # algorithm's ``LtPlan`` has the same interface; a key whose algorithm the library refused is absent).
 _FAST: dict[tuple, Any] = {}
-_EPI = {(b, o): Epilogue(o, b) for b in (False, True) for o in ("fp16", "fp32")}
+# The element types the tuned kernels take, by torch dtype (anything else runs F.linear).
+DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
+_TORCH = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 # torch's current CUDA stream of a device as a raw pointer (0.1 µs; ``current_stream().cuda_stream``
 # costs 8 µs on the H200 host). CPU-only builds lack it: there is no CUDA call to make there.
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
@@ -51,13 +53,13 @@ def register_table(table: Any) -> int:
 
 
 def _plan(tid: int, table: Any, config: Any, M: int, d: int, n: int, bias: bool, out: str, dev: int,
-          stream: int) -> Any:
+          stream: int, dtype: str = "fp16") -> Any:
     """The route's plan (kept in _FAST): a kernel's ``LaunchPlan`` or a cuBLASLt algorithm's ``LtPlan``
     (same launch interface), or None where the library refuses its algorithm (cuBLAS runs)."""
-    key = (tid, M, d, n, bias, out, dev)
+    key = (tid, M, d, n, bias, out, dev, dtype)
     plan = _FAST.get(key)
     if plan is None:
-        plan = route_plan(config, Shape(M, d, n), _EPI[(bias, out)], dev, stream)
+        plan = route_plan(config, Shape(M, d, n, dtype), Epilogue(out, bias), dev, stream)
         if plan is not None:
             _FAST[key] = plan
     return plan
@@ -76,13 +78,14 @@ def run_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
         tid = register_table(table)
     dev = x.get_device()
     has_bias = bias is not None
-    plan = _FAST.get((tid, M, d, n, has_bias, "fp16", dev))     # the hot path: one lookup
+    dt = DTYPES[weight.dtype]
+    plan = _FAST.get((tid, M, d, n, has_bias, dt, dev, dt))     # the hot path: one lookup
     stream = _raw_stream(dev)
     if plan is None:
-        route = table.route(M, d, n, "torch", "fp16")
+        route = table.route(M, d, n, "torch", dt, dt)
         if route.kind != "tuned":
             return F.linear(x, weight, bias)
-        plan = _plan(tid, table, route.config, M, d, n, has_bias, "fp16", dev, stream)
+        plan = _plan(tid, table, route.config, M, d, n, has_bias, dt, dev, stream, dt)
         if plan is None:
             return F.linear(x, weight, bias)
     if not x.is_contiguous():
@@ -105,8 +108,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, tab
         raise UsageError(f"gemvtune::linear: no table registered under id {table}")
     if weight.dim() != 2 or x.shape[-1] != weight.shape[1]:
         raise UsageError(f"gemvtune::linear: x {tuple(x.shape)} does not match weight {tuple(weight.shape)}")
-    ok = (x.is_cuda and x.dtype == torch.float16 and weight.dtype == torch.float16 and weight.device == x.device
-          and weight.is_contiguous() and (bias is None or (bias.dtype == torch.float16 and bias.is_contiguous()
+    ok = (x.is_cuda and x.dtype in DTYPES and weight.dtype == x.dtype and weight.device == x.device
+          and weight.is_contiguous() and (bias is None or (bias.dtype == x.dtype and bias.is_contiguous()
                                                            and bias.device == x.device)))
     if not ok:
         return F.linear(x, weight, bias)
@@ -130,17 +133,20 @@ def _dtype_name(dt: Any) -> str:
 
 def table_gemv(table: Any, W: torch.Tensor, x: torch.Tensor, out: torch.Tensor | None, bias: torch.Tensor | None,
                out_dtype: str) -> torch.Tensor:
-    """``Table.gemv`` on torch tensors: y [M] (x [d]) or [n, M] (x [n, d]) of ``out_dtype``."""
-    want_out = {"fp32": torch.float32, "fp16": torch.float16}.get(out_dtype)
-    if want_out is None:
-        raise UsageError(f"out_dtype must be fp32 or fp16, got {out_dtype!r}")
+    """``Table.gemv`` on torch tensors: y [M] (x [d]) or [n, M] (x [n, d]) of ``out_dtype`` (fp32, or the
+    inputs' dtype); W, x and bias all FP16 or all BF16."""
     for name, t in (("W", W), ("x", x), ("out", out), ("bias", bias)):
         if t is not None and not isinstance(t, torch.Tensor):
             raise UsageError(f"{name} must be a torch tensor like W, got {type(t).__name__}")
         if t is not None and not t.is_cuda:
             raise UsageError(f"{name} is on the CPU; gemv needs CUDA tensors")
-    for name, t, want in (("W", W, torch.float16), ("x", x, torch.float16), ("bias", bias, torch.float16),
-                          ("out", out, want_out)):
+    dt = DTYPES.get(W.dtype)
+    if dt is None:
+        raise UsageError(f"W must be float16 or bfloat16, got {_dtype_name(W.dtype)}")
+    if out_dtype not in ("fp32", dt):
+        raise UsageError(f"out_dtype must be fp32 or {dt} (W's dtype), got {out_dtype!r}")
+    want_out, want_in = _TORCH[out_dtype], _TORCH[dt]
+    for name, t, want in (("x", x, want_in), ("bias", bias, want_in), ("out", out, want_out)):
         if t is not None and t.dtype != want:
             raise UsageError(f"{name} must be {_dtype_name(want)}, got {_dtype_name(t.dtype)}")
     if W.dim() != 2:
@@ -162,7 +168,7 @@ def table_gemv(table: Any, W: torch.Tensor, x: torch.Tensor, out: torch.Tensor |
     if out is not None and (out.numel() != n * M or not out.is_contiguous()):
         raise UsageError(f"out must be a contiguous {_dtype_name(want_out)} tensor of {n * M} elements")
     W, x = W.detach(), x.detach()
-    route = table.route(M, d, n, "torch", out_dtype)
+    route = table.route(M, d, n, "torch", out_dtype, dt)
     if route.kind != "tuned":
         y = F.linear(x, W, bias)
         if out is None:
@@ -173,7 +179,7 @@ def table_gemv(table: Any, W: torch.Tensor, x: torch.Tensor, out: torch.Tensor |
         raise UsageError(f"W and x must be {_ALIGN}-byte aligned for the tuned kernel (is W an offset view?)")
     dev = W.get_device()
     stream = _raw_stream(dev)
-    plan = _plan(register_table(table), table, route.config, M, d, n, bias is not None, out_dtype, dev, stream)
+    plan = _plan(register_table(table), table, route.config, M, d, n, bias is not None, out_dtype, dev, stream, dt)
     if plan is None:   # the library refused the table's cuBLASLt algorithm for this call (warned once)
         y = F.linear(x, W, bias)
         if out is None:

@@ -97,7 +97,7 @@ def confirm(runner: Any, shape: Shape, studies: dict[str, optuna.Study] | optuna
         return {"family": c.family, "config": c.to_dict(), "label": c.label,
                 **{k: stats[c][k] for k in ("us", "us_min", "us_max", "gbps", "pct_ceiling", "spread")}}
 
-    winner = Measurement(w.label, "winner", shape.M, shape.d, shape.n, Status.OK, us_median=s["us"],
+    winner = Measurement.of(w.label, "winner", shape, Status.OK, us_median=s["us"],
                          us_min=s["us_min"], us_max=s["us_max"], gbps=s["gbps"], pct_ceiling=s["pct_ceiling"],
                          params=config_to_dict(w))
     baselines = {"llama.cpp": stats[LLAMA_CPP]}

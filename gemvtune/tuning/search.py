@@ -45,7 +45,8 @@ def quiet_optuna():
 
 
 def study_name(shape: Shape, gpu_slug: str, family: str = DEFAULT_FAMILY) -> str:
-    return get_family(family).study_name(f"gemvtune-{gpu_slug}-{shape.M}x{shape.d}x{shape.n}")
+    dt = "" if shape.dtype == "fp16" else f"-{shape.dtype}"   # (FP16 keeps the names studies had before BF16)
+    return get_family(family).study_name(f"gemvtune-{gpu_slug}-{shape.M}x{shape.d}x{shape.n}{dt}")
 
 
 def family_domains(opts: SearchOptions, family: str) -> dict[str, Any]:
@@ -98,7 +99,7 @@ def run_search(runner: Any, shape: Shape, opts: SearchOptions, storage: Any, nam
         measured0 += len(known)
         enqueue_seed(study, fam, family_domains(opts, fam))
         enqueue_warm(study, (opts.warm_start or {}).get(fam, ()), family_domains(opts, fam))
-        study.set_user_attr("shape", [shape.M, shape.d, shape.n])
+        study.set_user_attr("shape", [shape.M, shape.d, shape.n, shape.dtype])
         study.set_user_attr("family", fam)
         if not studies:   # the first study describes the search, for workers that join by name
             study.set_user_attr("search_options", study_record(opts))

@@ -16,6 +16,7 @@ import click
 
 from ..errors import UsageError
 from ..kernels.families import FAMILY_NAMES, get_family, parse_families
+from ..kernels.shapes import DTYPES
 from .samplers import SAMPLERS
 from .spacebound import STALL_PROPOSALS
 from .storage import HEARTBEAT_S
@@ -112,6 +113,8 @@ OPTIONS: tuple[Opt, ...] = (   # in ``gemvtune search --help`` order
              "enqueued after each family's seed and counted in --trials (0: none; no model: none)"),
     Opt("--batch", "batch_text", default="1", show_default=True,
         help="batch sizes n (columns of x) to tune each shape at, e.g. 1,2,4,8,16"),
+    Opt("--dtype", "dtype", click.Choice(DTYPES), "fp16", show_default=True,
+        help="dtype of W and x (and the bias): fp16 or bf16; the table keeps their entries apart"),
     Opt("--family", "family_text", field="families", parse=_families, study=True,
         help="kernel families to search, comma-separated: " + ",".join(FAMILY_NAMES) + " (default: all; a "
              "library family, cuBLASLt's algorithms, where this runner can ask it; on --replay: the sweeps' family)"),

@@ -90,9 +90,23 @@ def _two_cupys() -> str:
     return f"; more than one CuPy is installed ({', '.join(names)}): keep one" if len(names) > 1 else ""
 
 
-def _rand_half(shape, rng) -> cp.ndarray:
-    """Uniform in [-1, 1), never zeros as a whole."""
-    return (rng.random(shape, dtype=cp.float32) * 2 - 1).astype(cp.float16)
+def rand_elems(shape, rng, dtype: str = "fp16") -> cp.ndarray:
+    """Uniform in [-1, 1), never zeros as a whole, of element type ``dtype`` (``gemvtune.runners.elems``: FP16,
+    or BF16 as uint16 bits), rounded to nearest from FP32."""
+    from ..elems import from_float32
+
+    return from_float32(rng.random(shape, dtype=cp.float32) * 2 - 1, dtype)
+
+
+def as_torch(torch: Any, a: Any, dtype: str) -> Any:
+    """A CuPy array as a torch tensor (DLPack, no copy); BF16 bits (uint16) as torch.bfloat16."""
+    t = torch.from_dlpack(a)
+    return t.view(torch.bfloat16) if dtype == "bf16" else t
+
+
+def from_torch(torch: Any, t: Any) -> Any:
+    """A torch tensor as a CuPy array (DLPack, no copy); torch.bfloat16 as its bits (uint16)."""
+    return cp.from_dlpack(t.view(torch.uint16) if t.dtype == torch.bfloat16 else t)
 
 
 @contextlib.contextmanager

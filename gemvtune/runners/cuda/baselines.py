@@ -14,8 +14,8 @@ from typing import Any, Protocol
 
 from ...kernels.shapes import Shape
 from ..base import Measurement, Status
-from ..timing import error_bound
-from ._cupy import cp
+from ..timing import error_bound, library_bound
+from ._cupy import as_torch, cp
 
 
 def _cublas(W, x):
@@ -99,8 +99,12 @@ class Baselines:
         """cuBLAS through cupy.matmul (FP16 in, FP32 compute, FP16 out), timed with the spin method
         (CuPy refuses cuBLAS inside graph capture). Verified like every variant."""
         h = self.h
-        m = Measurement("cublas (cupy.matmul)", "cublas", shape.M, shape.d, shape.n, Status.OK)
-        m.bound = error_bound("fp16", shape.d)  # its output is FP16: one final rounding to 2^-11
+        m = Measurement.of("cublas (cupy.matmul)", "cublas", shape, Status.OK)
+        m.bound = library_bound(shape)   # its output is FP16: one final rounding to 2^-11
+        if shape.dtype != "fp16":
+            m.status, m.error = Status.INVALID, (f"CuPy has no {shape.dtype} arrays: cuBLAS is measured through "
+                                                 "torch (cublas-torch)")
+            return m
         with h.on_stream():
             try:
                 ok, m.relerr, m.rowerr, reason = h.verify(lambda W, x, y: _cublas(W, x), shape, m.bound)
@@ -156,12 +160,12 @@ class Baselines:
         except Exception:
             return None
         h = self.h
-        m = Measurement("cublas (torch F.linear)", "cublas-torch", shape.M, shape.d, shape.n, Status.OK)
+        m = Measurement.of("cublas (torch F.linear)", "cublas-torch", shape, Status.OK)
         with h.on_stream():
             try:
                 b = h.buffers(shape)
-                Wt = [torch.from_dlpack(w) for w in b.W]
-                xt = [torch.from_dlpack(x).view(shape.n, shape.d) for x in b.x]
+                Wt = [as_torch(torch, w, shape.dtype) for w in b.W]
+                xt = [as_torch(torch, x, shape.dtype).view(shape.n, shape.d) for x in b.x]
                 t, k = self.time_torch(torch, shape, b, lambda i: torch.nn.functional.linear(xt[i % b.copies],
                                                                                             Wt[i % b.copies]))
             except Exception as e:
@@ -187,8 +191,9 @@ class Baselines:
         from ...kernels.seed import SEED_KERNEL, SEED_KIND, SEED_NAME, compile_seed, seed_invalid_reasons, seed_launch
 
         h = self.h
-        m = Measurement(SEED_NAME, SEED_KIND, shape.M, shape.d, shape.n, Status.OK)
-        why = seed_invalid_reasons(shape)
+        m = Measurement.of(SEED_NAME, SEED_KIND, shape, Status.OK)
+        why = seed_invalid_reasons(shape) if shape.dtype == "fp16" else [
+            f"the seed kernel as written (llama.cpp's) is FP16 only, not {shape.dtype}"]
         if why:
             m.status, m.error = Status.INVALID, "; ".join(why)
             return m

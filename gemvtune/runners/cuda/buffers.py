@@ -9,7 +9,7 @@ from typing import Any
 
 from ...kernels.shapes import Shape
 from ..timing import copies_for, flushes_l2
-from ._cupy import _rand_half, cp
+from ._cupy import cp, rand_elems
 from .verify import x_shape, y_shape
 
 
@@ -34,12 +34,12 @@ def make_buffers(shape: Shape, rng: Any, l2_bytes: int) -> ShapeBuffers:
     xs = x_shape(shape)
     size = shape.d * shape.n
     stride = -(-size // 128) * 128   # each copy 256-byte aligned, like its own allocation
-    x_block = _rand_half((c, stride), rng) if flush else None
+    x_block = rand_elems((c, stride), rng, shape.dtype) if flush else None
     return ShapeBuffers(
         shape,
-        [_rand_half((shape.M, shape.d), rng) for _ in range(c)],
+        [rand_elems((shape.M, shape.d), rng, shape.dtype) for _ in range(c)],
         ([x_block[i, :size].reshape(xs) for i in range(c)] if x_block is not None
-         else [_rand_half(xs, rng) for _ in range(c)]),
+         else [rand_elems(xs, rng, shape.dtype) for _ in range(c)]),
         [cp.full(y_shape(shape), cp.nan, dtype=cp.float32) for _ in range(c)],
         c,
         flush,

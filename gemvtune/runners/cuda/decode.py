@@ -16,7 +16,7 @@ from typing import Any
 
 from ...kernels.shapes import Shape
 from ..timing import error_bound
-from ._cupy import _rand_half, cp
+from ._cupy import cp, rand_elems
 from .baselines import torch_graph, torch_replay_times
 
 
@@ -67,8 +67,8 @@ class DecodeStepBench:
         self._keep: list = []
         with runner.on_stream():
             for _, s in ops:
-                self.W.append(_rand_half((s.M, s.d), runner.rng))
-                self.x.append(_rand_half((s.d,), runner.rng))
+                self.W.append(rand_elems((s.M, s.d), runner.rng, s.dtype))
+                self.x.append(rand_elems((s.d,), runner.rng, s.dtype))
             runner.stream.synchronize()
 
     @property
@@ -156,7 +156,7 @@ class DecodeStepBench:
     def check_op(self, impl: str, i: int) -> tuple[bool, float, str]:
         """Op i's output of ``impl`` (after a replay) against the float64 reference of its W and x."""
         shape = self.ops[i][1]
-        ref, scale = self.runner.reference(self.W[i], self.x[i])
+        ref, scale = self.runner.reference(self.W[i], self.x[i], shape.dtype)
         acc = getattr(self.configs.get(impl, {}).get(shape), "acc", "fp16")  # cuBLAS: FP16 output
         ok, rel, _, why = self.runner.check(self.y[impl][i], ref, scale, error_bound(acc, shape.d))
         return ok, rel, why

@@ -101,8 +101,8 @@ class Dispatcher:
     def _explain_arrays(W: Any, x: Any, bias: Any) -> None:
         """The one-line reason a call's W, x or bias cannot run (called only when a check failed)."""
         if W.dtype.char != "e" or x.dtype.char != "e" or (bias is not None and bias.dtype.char != "e"):
-            raise UsageError(f"W, x and bias must be float16, got {W.dtype} and {x.dtype}"
-                             + (f" and {bias.dtype}" if bias is not None else ""))
+            raise UsageError(f"W, x and bias must be float16 (CuPy has no bfloat16: BF16 runs on torch tensors), got "
+                             f"{W.dtype} and {x.dtype}" + (f" and {bias.dtype}" if bias is not None else ""))
         if W.ndim != 2:
             raise UsageError(f"W must be 2-D [M, d], got shape {W.shape}")
         M, d = W.shape

@@ -20,8 +20,8 @@ from typing import Any
 
 from ...kernels.shapes import Shape
 from ..base import Measurement, Status
-from ..timing import error_bound
-from ._cupy import cp
+from ..timing import library_bound
+from ._cupy import as_torch, from_torch
 
 INDUCTOR_KIND = "inductor"
 INDUCTOR_MODE = "max-autotune-no-cudagraphs"
@@ -143,8 +143,8 @@ def measure_inductor(h: Any, shape: Shape, cache: dict[Shape, InductorCompile],
     """Inductor's F.linear on ``shape``, verified like cuBLAS (FP16 output) and timed with ``time_torch`` (the
     torch F.linear baseline's harness: graph lengths, flush rule, the runner's copies) on runner ``h``.
     The compile comes from ``cache`` (made there on first use). Failures are a LAUNCH_ERROR measurement."""
-    m = Measurement(INDUCTOR_NAME, INDUCTOR_KIND, shape.M, shape.d, shape.n, Status.OK)
-    m.bound = error_bound("fp16", shape.d)   # FP16 output: one final rounding
+    m = Measurement.of(INDUCTOR_NAME, INDUCTOR_KIND, shape, Status.OK)
+    m.bound = library_bound(shape)   # output in the input's dtype: one final rounding
     try:
         import torch
     except Exception as e:
@@ -153,8 +153,8 @@ def measure_inductor(h: Any, shape: Shape, cache: dict[Shape, InductorCompile],
     with h.gpu_lock.held(), h.on_stream():
         try:
             b = h.buffers(shape)
-            Wt = [torch.from_dlpack(w) for w in b.W]
-            xt = [torch.from_dlpack(x).view(shape.n, shape.d) for x in b.x]
+            Wt = [as_torch(torch, w, shape.dtype) for w in b.W]
+            xt = [as_torch(torch, x, shape.dtype).view(shape.n, shape.d) for x in b.x]
             c = cache.get(shape)
             if c is None:
                 c = cache[shape] = compile_linear(torch, shape.key, (xt[0], Wt[0]))
@@ -165,7 +165,8 @@ def measure_inductor(h: Any, shape: Shape, cache: dict[Shape, InductorCompile],
             fn = c.fn
             if verify:
                 def run(W: Any, x: Any, y: Any) -> Any:
-                    return cp.from_dlpack(fn(torch.from_dlpack(x).view(shape.n, shape.d), torch.from_dlpack(W)))
+                    return from_torch(torch, fn(as_torch(torch, x, shape.dtype).view(shape.n, shape.d),
+                                                as_torch(torch, W, shape.dtype)))
 
                 ok, m.relerr, m.rowerr, reason = h.verify(run, shape, m.bound)
                 if not ok:

@@ -28,7 +28,7 @@ from ...kernels.plan import LaunchPlan
 from ...kernels.shapes import Shape
 from ..base import Measurement, RunnerBase, Status
 from ..timing import error_bound, gbps, launch_bound, launches_for, summarize
-from ._cupy import _rand_half, cp, cuda_available, scope
+from ._cupy import cp, cuda_available, rand_elems, scope
 from .auxkernels import AuxKernels, L2Flush, load_aux
 from .baselines import Baselines
 from .buffers import ShapeBuffers, make_buffers
@@ -263,9 +263,10 @@ class CudaRunner(RunnerBase):
         verifier's, on the runner's device and stream)."""
         return self.verifier.verify(launch, shape, bound, epilogue)
 
-    def reference(self, W: Any, x: Any) -> tuple[Any, Any]:
-        """float64 W x and per-row scales (``Verifier.reference``), on the runner's device and stream."""
-        return self.verifier.reference(W, x)
+    def reference(self, W: Any, x: Any, dtype: str = "fp16") -> tuple[Any, Any]:
+        """float64 W x and per-row scales of ``dtype`` arrays (``Verifier.reference``), on the runner's device and
+        stream."""
+        return self.verifier.reference(W, x, dtype)
 
     def check(self, y: Any, ref: Any, scale: Any, bound: float) -> tuple[bool, float, float, str]:
         """(passed, relerr, rowerr, reason) of y against a reference (``Verifier.check``), on the runner's
@@ -283,7 +284,7 @@ class CudaRunner(RunnerBase):
 
     def _measure(self, config: Any, shape: Shape, kind: str, verify: bool, timed: bool, source: str | None,
                  name: str | None, epilogue: Epilogue = DEFAULT) -> Measurement:
-        m = Measurement(name or (config.label + epilogue.label), kind, shape.M, shape.d, shape.n, Status.OK,
+        m = Measurement.of(name or (config.label + epilogue.label), kind, shape, Status.OK,
                         params=config_to_dict(config))
         why = config.invalid_reasons(shape) + epilogue.invalid_reasons(config)
         if why:
@@ -317,7 +318,7 @@ class CudaRunner(RunnerBase):
                 return m
             b = self.buffers(shape)
             n = self.launches(shape, b.copies, flush=b.flush)
-            bias = _rand_half((shape.M,), self.rng) if epilogue.bias else None   # y buffers are FP32: room for FP16 too
+            bias = rand_elems((shape.M,), self.rng, shape.dtype) if epilogue.bias else None   # y buffers are FP32: room for 16 bits too
             t = self.time_graph(lambda i: launch(b.W[i % b.copies], b.x[i % b.copies], b.y[i % b.copies], bias), n,
                                 flush=b.flush)
         except Exception as e:
@@ -338,7 +339,7 @@ class CudaRunner(RunnerBase):
 
     def measure_spin(self, config: Any, shape: Shape) -> Measurement:
         """The same variant timed with the spin method (to show it agrees with the graph method)."""
-        m = Measurement(config.label, "spin-check", shape.M, shape.d, shape.n, Status.OK, params=config_to_dict(config))
+        m = Measurement.of(config.label, "spin-check", shape, Status.OK, params=config_to_dict(config))
         launch = self.launcher(config, shape)
         b = self.buffers(shape)
         n = self.launches(shape, b.copies, cap=400, flush=b.flush)

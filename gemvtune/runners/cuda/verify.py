@@ -11,8 +11,9 @@ from typing import Any
 
 from ...kernels.epilogue import DEFAULT, Epilogue
 from ...kernels.shapes import Shape
+from ..elems import nan_fill, to_float64
 from ..timing import ROW_FACTOR
-from ._cupy import _rand_half, cp, scope
+from ._cupy import cp, rand_elems, scope
 
 
 def x_shape(shape: Shape) -> tuple[int, ...]:
@@ -42,20 +43,20 @@ class Verifier:
         """Drop the kept W and its float64 copies."""
         self._vmat = None
 
-    def reference(self, W, x) -> tuple[Any, Any]:
+    def reference(self, W, x, dtype: str = "fp16") -> tuple[Any, Any]:
         """float64 y = W x and the per-row scale ||W_i * x|| (row-chunked to bound memory); for
         X [n, d], both are [n, M] (one column at a time)."""
         with self._scope():
             if x.ndim == 2:
-                cols = [self.reference(W, x[i]) for i in range(x.shape[0])]
+                cols = [self.reference(W, x[i], dtype) for i in range(x.shape[0])]
                 return cp.stack([c[0] for c in cols]), cp.stack([c[1] for c in cols])
             M, d = W.shape
             ref = cp.empty(M, dtype=cp.float64)
             scale = cp.empty(M, dtype=cp.float64)
-            x64 = x.astype(cp.float64)
+            x64 = to_float64(x, dtype)
             rows = max(1, (1 << 26) // d)
             for r0 in range(0, M, rows):
-                p = W[r0:r0 + rows].astype(cp.float64) * x64
+                p = to_float64(W[r0:r0 + rows], dtype) * x64
                 ref[r0:r0 + rows] = p.sum(axis=1)
                 scale[r0:r0 + rows] = cp.sqrt((p * p).sum(axis=1))
             return ref, scale
@@ -92,24 +93,27 @@ class Verifier:
         more term of each row: ref_i += b_i and s_i^2 += b_i^2."""
         with self._scope():
             W, W64, W64sq = self._verify_matrix(shape)
-            x = _rand_half(x_shape(shape), self.rng)
-            bias = _rand_half((shape.M,), self.rng) if epilogue.bias else None
-            dtype = cp.float16 if epilogue.out == "fp16" else cp.float32
-            y = cp.full(y_shape(shape), cp.nan, dtype=dtype)
+            x = rand_elems(x_shape(shape), self.rng, shape.dtype)
+            bias = rand_elems((shape.M,), self.rng, shape.dtype) if epilogue.bias else None
+            y = nan_fill(cp, y_shape(shape), epilogue.out)
             out = run(W, x, y) if epilogue == DEFAULT else run(W, x, y, bias)
             self.stream.synchronize()
-            x64 = x.astype(cp.float64).reshape(shape.n, shape.d)
+            x64 = to_float64(x, shape.dtype).reshape(shape.n, shape.d)
             ref, sq = x64 @ W64.T, (x64 * x64) @ W64sq.T   # [n, M], like y
             if bias is not None:
-                b64 = bias.astype(cp.float64)              # [M]: broadcast over the n columns
+                b64 = to_float64(bias, shape.dtype)        # [M]: broadcast over the n columns
                 ref, sq = ref + b64, sq + b64 * b64
-            return self.check(y if out is None else out, ref, cp.sqrt(sq), bound)
+            if out is None:
+                got = to_float64(y, epilogue.out)
+            else:   # a baseline's own output (a uint16 one is BF16 bits: CuPy has no bfloat16)
+                got = to_float64(out, "bf16" if out.dtype == cp.uint16 else "fp32")
+            return self.check(got, ref, cp.sqrt(sq), bound)
 
     def _verify_matrix(self, shape: Shape) -> tuple[Any, Any, Any]:
         if self._vmat is None or self._vmat[0] != shape:
             self._vmat = None
-            W = _rand_half((shape.M, shape.d), self.rng)
-            W64 = W.astype(cp.float64)
+            W = rand_elems((shape.M, shape.d), self.rng, shape.dtype)
+            W64 = to_float64(W, shape.dtype)
             self._vmat = (shape, W, W64, W64 * W64)
         return self._vmat[1:]
 

@@ -1,0 +1,18 @@
+"""How a table names its entries: the key of a shape, and the shape of an entry (pure; imported by the table,
+its schema and the router alike)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..kernels.shapes import Shape
+
+
+def entry_key(shape: Shape) -> str:
+    """``MxDxn`` for FP16 (every table before BF16), ``MxDxn.bf16`` for another dtype."""
+    return f"{shape.M}x{shape.d}x{shape.n}" + (f".{shape.dtype}" if shape.dtype != "fp16" else "")
+
+
+def entry_shape(e: dict[str, Any]) -> Shape:
+    """The shape of a (validated) table entry; an entry without ``dtype`` is FP16."""
+    return Shape(int(e["M"]), int(e["d"]), int(e.get("n") or 1), str(e.get("dtype") or "fp16"))
