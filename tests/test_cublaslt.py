@@ -117,6 +117,9 @@ def test_which_runners_can_give_candidates():
     assert "replayed sweep has no cuBLASLt" in runner_problem(Replayed())
     assert runner_problem(LtRunner()) is None
     assert candidates(LtRunner(), ODD) == [SPLITK, PLAIN]   # in the heuristic's order, without repeats
+    bf16 = Shape(ODD.M, ODD.d, ODD.n, "bf16")
+    assert candidates(LtRunner(), bf16) == []                 # FP16 plans only: no BF16 candidates
+    assert "FP16 only" in " ".join(PLAIN.invalid_reasons(bf16)) and not PLAIN.invalid_reasons(ODD)
 
 
 # ---- the plan, against the fake bindings ---------------------------------------------------------------

@@ -75,9 +75,10 @@ class CublasLtConfig(ConfigBase):
         return errs
 
     def invalid_reasons(self, shape: Shape) -> list[str]:
-        """Only the domain: whether cuBLASLt runs the algorithm on a shape is the library's to say
-        (``cublasLtMatmulAlgoCheck`` when it is built), and its refusal is measured data."""
-        return self.domain_errors()
+        """The domain, and FP16 only (the plans describe FP16 A and B; BF16 descriptors are not built): whether
+        cuBLASLt runs the algorithm on a shape is the library's to say (``cublasLtMatmulAlgoCheck`` when it is
+        built), and its refusal is measured data."""
+        return self.domain_errors() + ([LT_FP16_ONLY] if shape.dtype != "fp16" else [])
 
     def needs_workspace(self, shape: Shape) -> bool:
         """Never gemvtune's workspace: cuBLASLt's own (split-K partial sums) belongs to the plan."""
@@ -146,9 +147,15 @@ def runner_problem(runner: Any) -> str | None:
     return runner.lt_problem()
 
 
+LT_FP16_ONLY = "the cublaslt family is FP16 only (its plans describe FP16 matrices)"
+
+
 def candidates(runner: Any, shape: Shape) -> list[CublasLtConfig]:
-    """The heuristic's top algorithms for ``shape``, best first, without repeats: the configs a search measures."""
+    """The heuristic's top algorithms for ``shape``, best first, without repeats: the configs a search measures
+    (none for a BF16 shape: ``LT_FP16_ONLY``)."""
     out: list[CublasLtConfig] = []
+    if shape.dtype != "fp16":
+        return out
     for cfg, _ws in runner.lt_heuristics(shape, HEURISTIC_TOP):
         if cfg not in out:
             out.append(cfg)
