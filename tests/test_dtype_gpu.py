@@ -8,7 +8,7 @@ BF16 layer runs a BF16 entry's kernel and matches F.linear, a BF16 layer on an F
 import random
 
 import pytest
-from cover import sample
+from cover import sample, verify_failures
 
 from gemvtune import LLAMA_CPP, Shape
 from gemvtune.kernels.epilogue import Epilogue
@@ -43,17 +43,9 @@ def _sample(shape: Shape, k: int = 4, seed: int = 5) -> list:
 
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
 def test_bf16_variants_of_every_family_verify(runner, shape):
-    from gemvtune.kernels.compile import compile_variants
-
     cfgs = _sample(shape)
     assert {c.family for c in cfgs} >= {"gemv", "splitk"}
-    compile_variants([(c, shape) for c in cfgs], arch=runner.arch)
-    failed = []
-    for c in cfgs:
-        m = runner.measure(c, shape, timed=False)
-        if not m.ok:
-            failed.append((c.label, m.status, m.error))
-    runner.release()
+    failed = verify_failures(runner, cfgs, shape)
     assert not failed, failed[:5]
 
 

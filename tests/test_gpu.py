@@ -3,7 +3,7 @@
 import random
 
 import pytest
-from cover import cover, sample
+from cover import cover, sample, verify_failures
 
 from gemvtune import LLAMA_CPP, GemvConfig, Shape
 from gemvtune.kernels import splitk as space_splitk
@@ -107,17 +107,9 @@ def family_sample(shape: Shape, k: int, seed: int = 2) -> list:
 
 @pytest.mark.parametrize("shape", BATCH_SHAPES, ids=str)
 def test_both_families_verify_at_batch(runner, shape):
-    from gemvtune.kernels.compile import compile_variants
-
     cfgs = family_sample(shape, k=12)
     assert any(c.family == "splitk" for c in cfgs) and any(c.family == "gemv" for c in cfgs)
-    compile_variants([(c, shape) for c in cfgs], arch=runner.arch)   # in parallel; measure() hits the cache
-    failed = []
-    for c in cfgs:
-        m = runner.measure(c, shape, timed=False)
-        if not m.ok:
-            failed.append((c.label, m.status, m.error))
-    runner.release()
+    failed = verify_failures(runner, cfgs, shape)
     assert not failed, failed[:5]
 
 

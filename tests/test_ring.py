@@ -3,7 +3,7 @@ dynamic shared memory every launch path carries, NVRTC compiles of every paramet
 and verification against float64 on odd shapes at n = 1, 3, 8, 16 (GPU)."""
 
 import pytest
-from cover import cover
+from cover import cover, verify_failures
 
 from gemvtune.kernels import ring
 from gemvtune.kernels.compile import CompileError, compile_variants
@@ -135,12 +135,7 @@ def runner():
 @pytest.mark.parametrize("shape", [s for s in EDGE if s.d % 8 == 0], ids=str)
 def test_ring_verifies_on_odd_shapes(runner, shape):
     cfgs = _cover(shape, k=6, seed=7)
-    compile_variants([(c, shape) for c in cfgs], arch=runner.arch)
-    failed = [(c.label, m.status, m.error) for c in cfgs for m in [runner.measure(c, shape, timed=False)] if not m.ok]
-    ep = Epilogue(out="fp16", bias=True)
-    failed += [(c.label + ep.label, m.status, m.error) for c in cfgs[:4]
-               for m in [runner.measure(c, shape, timed=False, epilogue=ep)] if not m.ok]
-    runner.release()
+    failed = verify_failures(runner, cfgs, shape) + verify_failures(runner, cfgs[:4], shape, Epilogue(out="fp16", bias=True))
     assert not failed, failed[:5]
 
 
