@@ -167,10 +167,54 @@ def test_dtype_option_of_the_commands():
     assert "4096x4096.bf16" in str(r.exception)
 
 
-def test_export_writes_the_fp16_entries_and_names_the_others():
+def _mixed_table():
+    """FP16 and BF16 entries of every template family's seed (and a split-K with a workspace)."""
+    from gemvtune.kernels.families import FAMILIES, config_to_dict
+
+    entries = []
+    for dt in ("fp16", "bf16"):
+        for i, fam in enumerate(f for f in FAMILIES.values() if not f.library):
+            shape = Shape(1024 + 64 * i, 4096, 1 if fam.name == "gemv" else 4, dt)
+            if not fam.seed.is_valid(shape):
+                continue
+            e = _entry(shape.M, shape.d, shape.n, 9.0, 13.0, dt)
+            e["winner"] = {"family": fam.name, "config": config_to_dict(fam.seed), "us": 9.0}
+            entries.append(e)
+    return _table(*entries)
+
+
+def test_export_writes_both_dtypes():
+    from gemvtune.runtime.export import build_header, namespace_of
+
+    t = _mixed_table()
+    text = build_header(t)
+    assert {s.dtype for s in t.shapes} == {"fp16", "bf16"}
+    for s in t.shapes:
+        assert f"namespace {namespace_of(s)} {{" in text
+        assert namespace_of(s).endswith("_bf16") == (s.dtype == "bf16")
+    for api in ("gemvtune_gemv_bf16(int M, int d, int n, const __nv_bfloat16* W", "gemvtune_is_tuned_bf16",
+                "gemvtune_kernel_label_bf16", "gemvtune_workspace_bytes_bf16", "namespace gemvtune_fallback_bf16",
+                "#include <cuda_bf16.h>", "gemvtune_gemv(int M, int d, int n, const __half* W"):
+        assert api in text, api
+    fp16_only = build_header(_table(_entry(4096, 4096, 1, 9.5, 13.8)))
+    assert "bf16" not in fp16_only and "bfloat16" not in fp16_only
+
+
+@pytest.mark.slow   # nvcc builds the header
+def test_export_with_bf16_entries_compiles_with_nvcc(tmp_path):
+    from test_export import _compile, _nvcc
+
     from gemvtune.runtime.export import build_header
 
-    t = _table(_entry(4096, 4096, 1, 9.5, 13.8), _entry(1024, 4096, 1, 3.0, 7.0, "bf16"))
-    with pytest.warns(UserWarning, match="FP16 entries only; left out: 1024x4096.bf16"):
-        text = build_header(t)
-    assert "gemvtune_4096_4096_1" in text and "gemvtune_1024_4096_1" not in text
+    nvcc = _nvcc()
+    if not nvcc:
+        pytest.skip("nvcc is not on PATH")
+    t = _mixed_table()
+    (tmp_path / "g.cuh").write_text(build_header(t))
+    calls = "\n".join(f"    e |= gemvtune_gemv{'_bf16' if s.dtype == 'bf16' else ''}({s.M}, {s.d}, {s.n}, "
+                      f"({'const __nv_bfloat16' if s.dtype == 'bf16' else 'const __half'}*)p, "
+                      f"({'const __nv_bfloat16' if s.dtype == 'bf16' else 'const __half'}*)p, (float*)p, p, 0);"
+                      for s in t.shapes)
+    (tmp_path / "a.cu").write_text('#include "g.cuh"\nextern "C" int run_all(void* p) {\n    int e = 0;\n'
+                                   + calls + "\n    return e + gemvtune_is_tuned_bf16(1, 1, 1);\n}\n")
+    _compile(nvcc, "sm_90", tmp_path, [tmp_path / "a.cu"], tmp_path / "liba.so")

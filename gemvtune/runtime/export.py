@@ -1,6 +1,8 @@
 """A table as a standalone CUDA header for C++ engines (``gemvtune export --format cuda``); pure text.
-Each tuned (M, d, n) gets its rendered kernel(s) in ``namespace gemvtune_M_D_N`` (inside an anonymous one:
-several .cu files may include it), a generic run-time-shape kernel is the fallback, dispatch is exact. A
+Each tuned (M, d, n) gets its rendered kernel(s) in ``namespace gemvtune_M_D_N`` (``..._bf16`` for a BF16 entry;
+inside an anonymous one: several .cu files may include it), a generic run-time-shape kernel is the fallback,
+dispatch is exact: ``gemvtune_gemv`` for FP16 W and X, and, where the table has BF16 entries, ``gemvtune_gemv_bf16``
+(with its own fallback, tables and queries; the FP16 text is the same with or without them). A
 shape whose winner is a library's algorithm (cuBLASLt) is marked "use your BLAS" with the algorithm's
 attributes and description (``gemvtune_blas_algorithm``), and no source. The C++
 text is templates/export_header.h.j2; this module gives it only validated numbers, identifiers and labels,
@@ -23,12 +25,12 @@ from .tableschema import ascii_words
 
 FORMATS = ("cuda",)
 # The only includes a header holds (the rendered kernels' own are dropped: see _namespaced).
-_INCLUDES = {f"#include <{h}>" for h in ("cuda_runtime.h", "cuda_fp16.h", "stddef.h", "stdint.h")}
+_INCLUDES = {f"#include <{h}>" for h in ("cuda_runtime.h", "cuda_fp16.h", "cuda_bf16.h", "stddef.h", "stdint.h")}
 TEMPLATE = "export_header.h.j2"   # in templates/: the prelude, the generic fallback kernel, the entries, the dispatch
 
 
 def namespace_of(shape: Shape) -> str:
-    return f"gemvtune_{shape.M}_{shape.d}_{shape.n}"
+    return f"gemvtune_{shape.M}_{shape.d}_{shape.n}" + ("" if shape.dtype == "fp16" else f"_{shape.dtype}")
 
 
 def _namespaced(source: str) -> tuple[str, list[str]]:
@@ -68,6 +70,7 @@ def _entry(config: Any, shape: Shape, spec: Any) -> dict[str, Any]:
     body, macros = _namespaced(render(config, shape))
     return {"key": entry_key(shape), "family": _label(config.family), "label": _label(config.label),
             "ns": _ident(namespace_of(shape)), "body": body.strip(), "M": int(shape.M),
+            "elem": "half" if shape.dtype == "fp16" else "__nv_bfloat16",
             "pdl": "true" if spec.pdl else "false", "smem": int(spec.smem), "macros": [_ident(m) for m in macros],
             "launches": [{"name": _ident(name), "grid": _ints(g), "block": _ints(b)} for name, g, b in spec.kernels]}
 
@@ -98,17 +101,10 @@ def _env() -> Any:
 def build_header(table: Table) -> str:
     """The whole header for a loaded table (deterministic: the same table gives the same text), from
     templates/export_header.h.j2."""
-    rows, entries, blas = [], [], []
+    rows: dict[str, list[dict[str, Any]]] = {"fp16": [], "bf16": []}   # the dispatch tables, one per dtype
+    entries, blas = [], []
     pdl_any = False
-    other = [s.key for s in table.shapes if s.dtype != "fp16"]
-    if other:   # the header's pointer types, fallback kernel and dispatch are FP16 (__half)
-        import warnings
-
-        warnings.warn(f"gemvtune: export writes the FP16 entries only; left out: {', '.join(other[:8])}"
-                      + (f" and {len(other) - 8} more" if len(other) > 8 else ""), stacklevel=2)
     for shape in table.shapes:
-        if shape.dtype != "fp16":
-            continue
         cfg, how = table.lookup(shape)
         assert how == "tuned"
         if is_library(cfg):   # "use your BLAS": the algorithm, described; no source
@@ -118,14 +114,14 @@ def build_header(table: Table) -> str:
         pdl_any |= spec.pdl
         ws, off = (spec.workspace_bytes, spec.counters_offset) if spec.needs_workspace else (0, 0)
         entries.append(_entry(cfg, shape, spec))
-        rows.append({"M": int(shape.M), "d": int(shape.d), "n": int(shape.n), "align": int(spec.align),
+        rows[shape.dtype].append({"M": int(shape.M), "d": int(shape.d), "n": int(shape.n), "align": int(spec.align),
                      "ws": int(ws), "off": int(off), "label": f"{_label(cfg.family)}:{_label(cfg.label)}",
                      "ns": _ident(namespace_of(shape))})
     cc = str(table.gpu.get("compute_capability") or "9.0").replace(".", "")
     gpu = ascii_words(table.gpu.get("name"))   # a table string: a safe ASCII subset, never a newline
     text = _env().get_template(TEMPLATE).render(
         gpu=gpu, count=len(entries), sm=cc if cc.isdigit() else "90", need=90 if pdl_any else 80,
-        entries=entries, rows=rows, blas=blas)
+        entries=entries, rows=rows["fp16"], rows_bf16=rows["bf16"], blas=blas)
     return _checked(text)
 
 
