@@ -1,6 +1,6 @@
 """The cuBLASLt family (CPU): its config, its place in the registry (nothing rendered, compiled, counted or
 swept), and its plan's calls into cuBLASLt, made against a fake of nvmath's bindings (tests/fake_cublaslt.py):
-the layouts, transposes and types of (M, d, n) for FP32 and FP16 output, the bias epilogue, the heuristic's
+the layouts, transposes and types of (M, d, n) for FP16 and BF16 inputs and FP32 and 16-bit outputs, the bias epilogue, the heuristic's
 answer read back, one cublasLtMatmul per launch, and a refused algorithm recorded as data."""
 
 import sys
@@ -54,7 +54,7 @@ def test_rules_of_the_family():
     s = Shape(4096, 4096, 8)
     assert not SPLITK.invalid_reasons(s) and not SPLITK.needs_workspace(s) and SPLITK.acc == "fp32"
     assert not Epilogue("fp32").invalid_reasons(SPLITK) and not Epilogue("fp16", True).invalid_reasons(SPLITK)
-    assert "FP16 output" in Epilogue("fp32", True).invalid_reasons(SPLITK)[0]
+    assert "16-bit output" in Epilogue("fp32", True).invalid_reasons(SPLITK)[0]
     assert all(lo == 0 and hi > 0 for lo, hi in DOMAINS.values())
 
 
@@ -117,21 +117,21 @@ def test_which_runners_can_give_candidates():
     assert "replayed sweep has no cuBLASLt" in runner_problem(Replayed())
     assert runner_problem(LtRunner()) is None
     assert candidates(LtRunner(), ODD) == [SPLITK, PLAIN]   # in the heuristic's order, without repeats
-    bf16 = Shape(ODD.M, ODD.d, ODD.n, "bf16")
-    assert candidates(LtRunner(), bf16) == []                 # FP16 plans only: no BF16 candidates
-    assert "FP16 only" in " ".join(PLAIN.invalid_reasons(bf16)) and not PLAIN.invalid_reasons(ODD)
 
 
 # ---- the plan, against the fake bindings ---------------------------------------------------------------
-@pytest.mark.parametrize("out,dtype", [("fp32", 0), ("fp16", 2)])
-def test_descriptors_of_a_shape(monkeypatch, out, dtype):
+@pytest.mark.parametrize("inp,out,dtype", [("fp16", "fp32", 0), ("fp16", "fp16", 2), ("bf16", "fp32", 0),
+                                           ("bf16", "bf16", 14)])
+def test_descriptors_of_a_shape(monkeypatch, inp, out, dtype):
     lt = install(monkeypatch)
-    p = ltplan.LtProblem(ODD, Epilogue(out), device=0)
+    shape = Shape(ODD.M, ODD.d, ODD.n, inp)
+    t = {"fp16": 2, "bf16": 14}[inp]                 # cudaDataType: CUDA_R_16F, CUDA_R_16BF
+    p = ltplan.LtProblem(shape, Epilogue(out), device=0)
     M, d, n = ODD.M, ODD.d, ODD.n
-    assert lt.layouts[p.a] == (2, d, M, d)          # W: column-major [d, M], FP16, lda = d (op T gives [M, d])
-    assert lt.layouts[p.b] == (2, d, n, d)          # X: column-major [d, n], FP16, ldb = d
+    assert lt.layouts[p.a] == (t, d, M, d)          # W: column-major [d, M], lda = d (op T gives [M, d])
+    assert lt.layouts[p.b] == (t, d, n, d)          # X: column-major [d, n], ldb = d
     assert lt.layouts[p.d] == (dtype, M, n, M)      # Y: column-major [M, n], ldd = M
-    assert p.c == p.d and p.types == (2, 2, dtype, dtype)
+    assert p.c == p.d and p.types == (t, t, dtype, dtype)
     assert lt.descs[p.desc] == {"COMPUTE_TYPE": 68, "SCALE_TYPE": 0, "TRANSA": 1, "TRANSB": 0}   # no epilogue set
     p.close()
     assert ("desc_destroy", p.desc) not in lt.calls and sum(c[0] == "layout_destroy" for c in lt.calls) == 3
@@ -141,6 +141,9 @@ def test_bias_epilogue_descriptor(monkeypatch):
     lt = install(monkeypatch)
     p = ltplan.LtProblem(ODD, Epilogue("fp16", True))
     assert lt.descs[p.desc]["EPILOGUE"] == 4 and lt.descs[p.desc]["BIAS_DATA_TYPE"] == 2
+    p = ltplan.LtProblem(Shape(ODD.M, ODD.d, ODD.n, "bf16"), Epilogue("bf16", True))
+    assert lt.descs[p.desc]["EPILOGUE"] == 4 and lt.descs[p.desc]["BIAS_DATA_TYPE"] == 14
+    assert PLAIN.epilogue_reasons(Epilogue("bf16", True)) == [] and PLAIN.epilogue_reasons(Epilogue("fp32", True))
 
 
 def test_heuristics_read_back_in_order(monkeypatch):
@@ -216,7 +219,7 @@ def test_refused_algorithm_is_recorded_as_data(monkeypatch):
     m2 = Measurement(PLAIN.label, "variant", ODD.M, ODD.d, ODD.n, Status.OK)
     assert part.plan(m2, PLAIN, ODD) is part.get(PLAIN, ODD) and m2.ok   # built once, kept
     m3 = Measurement(PLAIN.label, "variant", ODD.M, ODD.d, ODD.n, Status.OK)
-    assert part.plan(m3, PLAIN, ODD, Epilogue("fp32", True)) is None and "FP16 output" in m3.error
+    assert part.plan(m3, PLAIN, ODD, Epilogue("fp32", True)) is None and "16-bit output" in m3.error
     lt.algos = []
     with pytest.raises(ltplan.LtRefused, match="returned no algorithm"):
         part.heuristics(ODD)

@@ -75,21 +75,20 @@ class CublasLtConfig(ConfigBase):
         return errs
 
     def invalid_reasons(self, shape: Shape) -> list[str]:
-        """The domain, and FP16 only (the plans describe FP16 A and B; BF16 descriptors are not built): whether
-        cuBLASLt runs the algorithm on a shape is the library's to say (``cublasLtMatmulAlgoCheck`` when it is
-        built), and its refusal is measured data."""
-        return self.domain_errors() + ([LT_FP16_ONLY] if shape.dtype != "fp16" else [])
+        """Only the domain: whether cuBLASLt runs the algorithm on a shape (of either dtype) is the library's to
+        say (``cublasLtMatmulAlgoCheck`` when it is built), and its refusal is measured data."""
+        return self.domain_errors()
 
     def needs_workspace(self, shape: Shape) -> bool:
         """Never gemvtune's workspace: cuBLASLt's own (split-K partial sums) belongs to the plan."""
         return False
 
     def epilogue_reasons(self, epilogue: Any) -> list[str]:
-        """FP32 and FP16 outputs; a bias through CUBLASLT_EPILOGUE_BIAS with an FP16 output only (the
-        library reads the bias in D's type: an FP16 bias with an FP32 D is not one of its documented cases)."""
-        if epilogue.bias and epilogue.out != "fp16":
-            return ["cuBLASLt's bias epilogue reads the bias in the output's type; gemvtune's bias is FP16, "
-                    "so it needs an FP16 output"]
+        """FP32 and 16-bit outputs; a bias through CUBLASLT_EPILOGUE_BIAS with a 16-bit output only (the
+        library reads the bias in D's type: a 16-bit bias with an FP32 D is not one of its documented cases)."""
+        if epilogue.bias and not epilogue.sixteen_bit:
+            return ["cuBLASLt's bias epilogue reads the bias in the output's type; gemvtune's bias is of the inputs' "
+                    "16-bit type, so it needs a 16-bit output"]
         return []
 
     def attributes(self) -> list[tuple[str, int]]:
@@ -147,15 +146,10 @@ def runner_problem(runner: Any) -> str | None:
     return runner.lt_problem()
 
 
-LT_FP16_ONLY = "the cublaslt family is FP16 only (its plans describe FP16 matrices)"
-
-
 def candidates(runner: Any, shape: Shape) -> list[CublasLtConfig]:
-    """The heuristic's top algorithms for ``shape``, best first, without repeats: the configs a search measures
-    (none for a BF16 shape: ``LT_FP16_ONLY``)."""
+    """The heuristic's top algorithms for ``shape`` (its dtype's), best first, without repeats: the configs a
+    search measures."""
     out: list[CublasLtConfig] = []
-    if shape.dtype != "fp16":
-        return out
     for cfg, _ws in runner.lt_heuristics(shape, HEURISTIC_TOP):
         if cfg not in out:
             out.append(cfg)

@@ -32,7 +32,8 @@ from .shapes import Shape
 
 # The C ABI values of cudaDataType_t, cublasComputeType_t and cublasOperation_t (library_types.h,
 # cublas_api.h): what cuBLASLt's descriptors and layouts take.
-CUDA_R_32F, CUDA_R_16F = 0, 2
+CUDA_R_32F, CUDA_R_16F, CUDA_R_16BF = 0, 2, 14   # cudaDataType values
+_TYPES = {"fp32": CUDA_R_32F, "fp16": CUDA_R_16F, "bf16": CUDA_R_16BF}
 COMPUTE_32F = 68
 OP_N, OP_T = 0, 1
 ALIGN = 16                      # bytes: the alignment the heuristic is told W, x, y and bias have (launch checks it)
@@ -132,8 +133,8 @@ class LtProblem:
         self.shape, self.epilogue, self.device = shape, epilogue, device
         self.handle = handle(device)
         M, d, n = shape.M, shape.d, shape.n
-        self.out_type = CUDA_R_32F if epilogue.out == "fp32" else CUDA_R_16F
-        self.types = (CUDA_R_16F, CUDA_R_16F, self.out_type, self.out_type)   # A, B, C, D
+        self.in_type, self.out_type = _TYPES[shape.dtype], _TYPES[epilogue.out]
+        self.types = (self.in_type, self.in_type, self.out_type, self.out_type)   # A, B, C, D
         self.desc = self.a = self.b = self.d = 0
         try:
             with _context(device):
@@ -143,9 +144,9 @@ class LtProblem:
                 self.set_desc(A.TRANSB, OP_N)
                 if epilogue.bias:
                     self.set_desc(A.EPILOGUE, int(lt.Epilogue.BIAS))
-                    self.set_desc(A.BIAS_DATA_TYPE, CUDA_R_16F)
-                self.a = int(lt.matrix_layout_create(CUDA_R_16F, d, M, d))
-                self.b = int(lt.matrix_layout_create(CUDA_R_16F, d, n, d))
+                    self.set_desc(A.BIAS_DATA_TYPE, self.in_type)
+                self.a = int(lt.matrix_layout_create(self.in_type, d, M, d))
+                self.b = int(lt.matrix_layout_create(self.in_type, d, n, d))
                 self.d = int(lt.matrix_layout_create(self.out_type, M, n, M))
         except Exception as e:
             self.close()
