@@ -80,7 +80,6 @@ def measured(entry: dict[str, Any], framework: str, shape: Any = None, out: str 
     base = entry.get("baselines") or {}
     cublas = _us(base.get(BASELINE[framework])) or _us(base.get("cublas")) or _us(base.get("cublas-torch"))
     if shape is None:
-
         from .keys import entry_shape
 
         shape = entry_shape(entry)

@@ -34,13 +34,13 @@ class GemvLinear(torch.nn.Module):
     """Wraps an ``nn.Linear``: holds the *same* weight and bias Parameters (registered under the same
     names, so ``state_dict`` keys do not change) and the original module, for ``restore_linears``.
 
-    ``forward(x)`` computes ``F.linear(x, weight, bias)`` (FP16 out, bias and cast fused into the tuned
-    kernel) through the table's route for (M, d, n, dtype), n = x.numel() // in_features: the tuned kernel
-    where the table measured it faster than cuBLAS for the weight's dtype (FP16 and BF16 entries are
+    ``forward(x)`` computes ``F.linear(x, weight, bias)`` (out in the weight's dtype, bias and cast fused into
+    the tuned kernel) through the table's route for (M, d, n, dtype), n = x.numel() // in_features: the tuned
+    kernel where the table measured it faster than cuBLAS for the weight's dtype (FP16 and BF16 entries are
     separate: a BF16 layer never runs a kernel tuned only for FP16), else ``F.linear`` itself. Anything the
     kernels cannot take is ``F.linear`` too: CPU, FP32, x of another dtype than the weight, n > max_batch,
-    a gradient needed, a weight not contiguous or not 16-byte aligned. Eager calls launch directly (``torch_op.run_linear``); under
-    ``torch.compile`` the layer is the custom op ``torch.ops.gemvtune.linear``, so
+    a gradient needed, a weight not contiguous or not 16-byte aligned. Eager calls launch directly
+    (``torch_op.run_linear``); under ``torch.compile`` the layer is the custom op ``torch.ops.gemvtune.linear``, so
     ``fullgraph=True`` traces it and Inductor's CUDA graphs capture its kernels.
     """
 
