@@ -5,7 +5,8 @@
 #   then the FP16 GPU tests of the run-time path (no regression: tests/test_gpu_table.py tests/test_torch.py).
 # PART=san: compute-sanitizer memcheck and racecheck of every template config of tests/data/sanitize_configs.json
 #   in BF16 on the edge shapes (1x8, 7x72, 129x4104 at n = 1 and 3).
-# PART=search: gemvtune search --dtype bf16 of the decode suite at n = 1 and 8 (BATCH, TRIALS) into results/nvidia-h200.
+# PART=search: gemvtune search --dtype bf16 of the decode suite at n = 1 (GEMV, 100 trials) and n = 8 (ring, split-K,
+#   cuBLASLt; 24 trials) into results/nvidia-h200; search CSVs to move under searches/ afterwards.
 # PART=bench: gemvtune bench --dtype bf16 --suite decode --batch 1,8 (BF16 against cuBLAS BF16 and Inductor, one
 #   process), then the same in FP16 (the ratios the target compares with, measured in the same session).
 # PART=hf: the Hugging Face bench of Llama-3-8B in BF16 (transformers with bfloat16 weights; ROUNDS).
@@ -36,9 +37,14 @@ if [ "$PART" = san ]; then
   tail -3 $L/verify.log; for t in memcheck racecheck; do tail -2 $L/$t.log; done
 fi
 if [ "$PART" = search ]; then
-  echo "command: gemvtune search $SUITE --dtype bf16 --batch ${BATCH:-1,8} --trials ${TRIALS:-100} --results $R" > $L/search.log
-  timeout ${T_SEARCH:-540} python3 -m gemvtune search $SUITE --dtype bf16 --batch ${BATCH:-1,8} --trials ${TRIALS:-100} \
+  # as the FP16 entries were searched: n = 1 the GEMV family at the default budget (every FP16 n = 1 winner is a
+  # GEMV), n = 8 the tensor-core and library families at the ring search's budget (the FP16 n = 8 winners)
+  echo "command: gemvtune search $SUITE --dtype bf16 --batch 1 --family gemv --trials 100 --results $R" > $L/search.log
+  timeout ${T_SEARCH1:-260} python3 -m gemvtune search $SUITE --dtype bf16 --batch 1 --family gemv --trials 100 \
     --results $R >> $L/search.log 2>&1; echo "search rc=$?" >> $L/search.log
+  echo "command: gemvtune search $SUITE --dtype bf16 --batch 8 --family ring,splitk,cublaslt --trials 24 --top-k 2 --rounds 2 --results $R" >> $L/search.log
+  timeout ${T_SEARCH8:-300} python3 -m gemvtune search $SUITE --dtype bf16 --batch 8 --family ring,splitk,cublaslt --trials 24 \
+    --top-k 2 --rounds 2 --results $R >> $L/search.log 2>&1; echo "search rc=$?" >> $L/search.log
   python3 -m gemvtune report --table $R/table.json --csv $R/table.csv > $L/report.log 2>&1
   grep -E "µs|rc=" $L/search.log | cut -c1-220 | tail -20
 fi
