@@ -54,7 +54,7 @@ def measure_percall(table: Any, shape: Shape, calls: int = 300, repeats: int = 7
 
     tuned = Table(table.data, table.path, policy="tuned")
     dev = torch.device("cuda")
-    dt, tdt = shape.dtype, {"fp16": torch.float16, "bf16": torch.bfloat16}[shape.dtype]
+    dt, tdt = shape.dtype, torch_op._TORCH[shape.dtype]
     torch.manual_seed(0)
     lin = torch.nn.Linear(shape.d, shape.M, bias=False, device=dev, dtype=tdt).eval()
     W = lin.weight.detach()

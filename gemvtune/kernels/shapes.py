@@ -54,9 +54,13 @@ class Shape:
         """The fewest bytes a GEMV must move: W once, x once (two bytes each), y once (FP32)."""
         return self.M * self.d * 2 + self.n * self.d * 2 + self.n * self.M * 4
 
+    def dtype_suffix(self, sep: str) -> str:
+        """``sep`` + the dtype in names of keys, files and studies, or "" for FP16 (the names from before BF16)."""
+        return "" if self.dtype == "fp16" else f"{sep}{self.dtype}"
+
     @property
     def key(self) -> str:
-        return f"{self.M}x{self.d}" + (f"@n{self.n}" if self.n != 1 else "") + (f".{self.dtype}" if self.dtype != "fp16" else "")
+        return f"{self.M}x{self.d}" + (f"@n{self.n}" if self.n != 1 else "") + self.dtype_suffix(".")
 
     def __str__(self) -> str:
         return self.key

@@ -10,7 +10,7 @@ from ..kernels.shapes import Shape
 
 def entry_key(shape: Shape) -> str:
     """``MxDxn`` for FP16 (every table before BF16), ``MxDxn.bf16`` for another dtype."""
-    return f"{shape.M}x{shape.d}x{shape.n}" + (f".{shape.dtype}" if shape.dtype != "fp16" else "")
+    return f"{shape.M}x{shape.d}x{shape.n}" + shape.dtype_suffix(".")
 
 
 def entry_shape(e: dict[str, Any]) -> Shape:

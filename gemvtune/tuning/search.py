@@ -45,8 +45,7 @@ def quiet_optuna():
 
 
 def study_name(shape: Shape, gpu_slug: str, family: str = DEFAULT_FAMILY) -> str:
-    dt = "" if shape.dtype == "fp16" else f"-{shape.dtype}"   # (FP16 keeps the names studies had before BF16)
-    return get_family(family).study_name(f"gemvtune-{gpu_slug}-{shape.M}x{shape.d}x{shape.n}{dt}")
+    return get_family(family).study_name(f"gemvtune-{gpu_slug}-{shape.M}x{shape.d}x{shape.n}{shape.dtype_suffix('-')}")
 
 
 def family_domains(opts: SearchOptions, family: str) -> dict[str, Any]:

@@ -222,8 +222,7 @@ def _search_shapes(runner: Any, shapes: list[Shape], opts: SearchOptions, out: P
             runner.release()
             continue
         stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
-        dt = "" if shape.dtype == "fp16" else f"-{shape.dtype}"
-        csv = out / f"search-{shape.M}x{shape.d}x{shape.n}{dt}-{stamp}.csv"
+        csv = out / f"search-{shape.M}x{shape.d}x{shape.n}{shape.dtype_suffix('-')}-{stamp}.csv"
         pd.DataFrame(res.trials).to_csv(csv, index=False, float_format="%.6g")
         meta = provenance(dev, ceiling=ceil, replayed=bool(runner.replayed), study=name, storage=storage_url, shape=[shape.M, shape.d, shape.n],
                           search=res.entry["search"], winner=res.entry["winner"], baselines=res.entry["baselines"])

@@ -33,8 +33,8 @@ def grid_configs(grid: dict[str, tuple[Any, ...]] | None = None, family: str = D
 
 def sweep_path(out_dir: str | Path, shape: Shape, family: str = DEFAULT_FAMILY) -> Path:
     """``sweep-MxDxN.csv.gz``; another family's sweep has its study suffix (``sweep-MxDxN-splitk.csv.gz``)."""
-    dt = "" if shape.dtype == "fp16" else f"-{shape.dtype}"
-    return Path(out_dir) / f"sweep-{shape.M}x{shape.d}x{shape.n}{dt}{get_family(family).study_suffix}.csv.gz"
+    return Path(out_dir) / (f"sweep-{shape.M}x{shape.d}x{shape.n}{shape.dtype_suffix('-')}"
+                            f"{get_family(family).study_suffix}.csv.gz")
 
 
 def run_sweep(runner: Any, shape: Shape, out_dir: str | Path, echo: Callable[[str], None] = print,
