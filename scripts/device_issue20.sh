@@ -8,6 +8,8 @@
 # PART=rest: the same for the entries cuBLASLt or split-K won, the GEMV family where the cost model predicts a GEMV
 #   config faster (n = 2) or the entry is n = 1 (8192x28672; and 5120x14336, 3584x3584, 6144x5120, whose earlier
 #   winners were put back so that the fixed confirmation compares them with the re-tune's in one process).
+# PART=stale: the entries `gemvtune check --stale-only` lists after the re-tune (STALE, default 512x3584 1024x4096:
+#   the cost model predicts a config faster than their recorded winners), searched again (GEMV, default budget).
 # PART=zt: the zero-trial GPU tests, then scripts/zero_trial_eval.py on the four unseen shapes with the refitted
 #   model, against the tuned winners of the last session's fresh searches re-measured here (--tuned-from) and cuBLAS.
 set -uo pipefail
@@ -36,7 +38,11 @@ if [ "$PART" = rest ]; then
   search $L/search.log ${T5:-130} --shape 8192x28672 --shape 5120x14336 --shape 3584x3584 --shape 6144x5120 --batch 1 --family gemv
   search $L/search.log ${T6:-60} --shape 1024x16384 --batch 4,8 --family splitk
 fi
-if [ "$PART" = ring ] || [ "$PART" = rest ]; then
+if [ "$PART" = stale ]; then
+  SH=""; for x in ${STALE:-512x3584 1024x4096}; do SH="$SH --shape $x"; done
+  search $L/search.log ${T1:-90} $SH --batch 1 --family gemv
+fi
+if [ "$PART" = ring ] || [ "$PART" = rest ] || [ "$PART" = stale ]; then
   python3 -m gemvtune report --table $R/table.json --csv $R/table.csv > $L/report.log 2>&1
   grep -E "trials\)|rc=" $L/search.log | cut -c1-200 | tail -40
 fi

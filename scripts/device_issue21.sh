@@ -2,7 +2,8 @@
 # Issue 21 (BF16) on the H200. Full outputs under $OUT/issue21/<part>; the changed results come back as results.tgz;
 # a short table last. PART may name several parts, run in order: PART="tests san".
 # PART=tests: the BF16 GPU tests (tests/test_dtype_gpu.py and the kernel side's tests/test_bf16_*.py, gpu-marked),
-#   then the FP16 GPU tests of the run-time path (no regression: tests/test_gpu_table.py tests/test_torch.py).
+#   then the FP16 GPU tests of the run-time path (no regression: tests/test_gpu_table.py tests/test_torch.py);
+#   TESTS overrides the list.
 # PART=san: compute-sanitizer memcheck and racecheck of every template config of tests/data/sanitize_configs.json
 #   in BF16 on the edge shapes (1x8, 7x72, 129x4104 at n = 1 and 3).
 # PART=search: gemvtune search --dtype bf16 of the decode suite at n = 1 (GEMV, 100 trials) and n = 8 (ring, split-K,
@@ -20,7 +21,7 @@ for PART in $PARTS; do
 L=$OUT/issue21/$PART; mkdir -p $L
 { date -u; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; } > "$L/env.txt" 2>&1
 if [ "$PART" = tests ]; then
-  T="tests/test_dtype_gpu.py $(ls tests/test_bf16_*.py 2>/dev/null | tr '\n' ' ') tests/test_gpu_table.py tests/test_torch.py"
+  T=${TESTS:-"tests/test_dtype_gpu.py $(ls tests/test_bf16_*.py 2>/dev/null | tr '\n' ' ') tests/test_gpu_table.py tests/test_torch.py"}
   echo "command: python3 -m pytest -m gpu $T -rA" > $L/pytest.log
   timeout ${T_TESTS:-300} python3 -m pytest -m gpu -p no:cacheprovider -q $T -rA >> $L/pytest.log 2>&1; echo "pytest rc=$?" >> $L/pytest.log
   tail -3 $L/pytest.log; grep -E "^(FAILED|ERROR)" $L/pytest.log | head -20; grep -E "^E  " $L/pytest.log | head -12

@@ -55,6 +55,9 @@ def test_stale_flags_short_budgets_and_predicted_better_configs():
     assert {r["shape"] for r in rows} == {"4096x4096", "14336x4096"}
     assert all(better.label in r["why"] and "faster than the winner" in r["why"] for r in rows)
     assert stale(Table(_data())) == []
+    whole = _data(budgets={"14336x4096x1": 8})                         # fewer trials, but the whole space measured
+    whole["entries"]["14336x4096x1"]["search"]["space_measured"] = True
+    assert stale(Table(whole)) == []
     # a predicted best under the winner's prediction but not under its recorded time is no reason to re-tune
     # (the model over-predicts a winner it has few measurements of)
     fast = _data(times={k: 5.1 for k in KEYS})

@@ -91,6 +91,22 @@ def test_table_keys_and_routes_keep_dtypes_apart():
     assert how != "tuned" and "4096x4096" not in how
 
 
+def test_a_bf16_entry_never_routes_to_a_16_bit_accumulator():
+    """A BF16 entry with an FP16-accumulator winner (as an FP16 entry copied over would have) is refused by the
+    table's schema with one line; a Table built without validation, or one whose candidates hold such a config,
+    still never routes to it: the family's best that is valid, or cuBLAS."""
+    e = _entry(4096, 4096, 1, 9.5, 13.8, "bf16")
+    e["winner"]["config"] = dict(GEMV, acc="fp16")
+    with pytest.raises(UsageError, match="a BF16 accumulator is invalid"):
+        _table(e)
+    unchecked = Table({"schema": 1, "gpu": {"name": "X"}, "entries": {"4096x4096x1.bf16": e}})
+    assert not unchecked.route(4096, 4096, 1, "torch", "bf16", "bf16").tuned
+    e["gemv"] = {"family": "gemv", "config": GEMV, "us": 10.0}
+    r = Table({"schema": 1, "gpu": {"name": "X"}, "entries": {"4096x4096x1.bf16": e}}).route(
+        4096, 4096, 1, "torch", "bf16", "bf16")
+    assert r.tuned and r.config.acc == "fp32" and r.tuned_us == 10.0
+
+
 def test_record_writes_dtype_and_keeps_both(tmp_path):
     path = tmp_path / "table.json"
     e = {"winner": {"family": "gemv", "config": GEMV, "us": 9.5}, "baselines": {}}

@@ -140,3 +140,4 @@ def test_a_budget_covering_the_space_measures_each_config_once():
     assert done == len(space) == len({c.label for c in runner.calls}) == len(runner.calls)   # each once
     assert f"all {len(space)} valid configs of the space are measured" in said[0]
     assert len(study.trials) <= len(space) + 2
+    assert study.user_attrs["space_measured"] == len(space)    # the table's search record says so (check --stale-only)

@@ -26,6 +26,7 @@ def test_the_committed_table_still_has_the_entries_these_cases_edit():
     move the keys (the ring family's search of 2026-12-02 turned 4096x4096 n = 2 and 8 into ring winners)."""
     entries = json.loads(TABLE.read_text())["entries"]
     assert entries[GEMV_KEY]["winner"].get("family", "gemv") == "gemv" and "splitk" in entries[GEMV_KEY]
+    assert entries[GEMV_KEY]["winner"]["config"]["block"] < 1024     # (so tpr = 1024 exceeds it below)
     assert entries[SK_KEY]["winner"].get("family") == "splitk"
 
 
@@ -77,7 +78,7 @@ BAD = [
     ("winner a list", _set(f"{G}.winner", [1]), GEMV_KEY, "winner must be a JSON object"),
     ("winner config missing", _del(f"{G}.winner.config"), GEMV_KEY, "winner.config is missing"),
     ("winner config a string", _set(f"{G}.winner.config", "b256"), GEMV_KEY, "winner.config must be a JSON object"),
-    ("winner tpr > block", _set(f"{G}.winner.config.tpr", 512), GEMV_KEY, "tpr=512 threads per row exceed"),
+    ("winner tpr > block", _set(f"{G}.winner.config.tpr", 1024), GEMV_KEY, "tpr=1024 threads per row exceed"),
     ("winner config unknown parameter", _set(f"{G}.winner.config.colour", "red"), GEMV_KEY,
      "winner.config is not a config"),
     ("winner config tpr a string", _set(f"{G}.winner.config.tpr", "256"), GEMV_KEY, "winner.config is not a config"),

@@ -310,7 +310,7 @@ def _spy(monkeypatch):
 
 def _expected_tuned(block, n):
     return sorted((m.out_features, m.in_features, n) for m in block.modules()
-                  if isinstance(m, GemvLinear) and m._tuned[n])
+                  if isinstance(m, GemvLinear) and m._tuned[m.weight.dtype][n])
 
 
 @pytest.mark.gpu
@@ -432,7 +432,7 @@ def test_torch_compile_fullgraph_and_reduce_overhead_capture_the_tuned_kernels(m
     with torch.no_grad():
         ref = m(x)
         swap_linears(m, table)
-        assert all(m_._tuned[1] for m_ in m.modules() if isinstance(m_, GemvLinear))
+        assert all(m_._tuned[torch.float16][1] for m_ in m.modules() if isinstance(m_, GemvLinear))
         graphs = []
 
         def backend(gm, example_inputs):

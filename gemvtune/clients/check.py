@@ -1,5 +1,5 @@
 """Keeping a table fresh: ``stale`` lists the entries worth re-tuning without a GPU (searched with less than the
-default budget, or beaten by more than 3% by the cost model's predicted best: faster by 3% than both the
+default budget unless the search measured its whole space, or beaten by more than 3% by the cost model's predicted best: faster by 3% than both the
 winner's predicted time and its recorded one), and ``recheck`` re-measures every
 entry's winner and its cuBLAS baselines on this GPU in one process, interleaved, flagging a winner whose time
 drifted by more than 3% from the table's record or that lost to cuBLAS."""
@@ -31,7 +31,7 @@ def stale(table: Table, model: Any = None, default_trials: int | None = None) ->
         why = []
         search: dict[str, Any] = e["search"] if isinstance(e.get("search"), dict) else {}
         trials = search.get("measured_trials")   # the studies' measured trials (resumed studies count whole)
-        if isinstance(trials, int) and trials < budget:
+        if isinstance(trials, int) and trials < budget and not search.get("space_measured"):
             why.append(f"{trials} measured trials in its studies (< the default budget {budget})")
         cfg = winner_config(e)
         if model is not None and not FAMILIES[cfg.family].library:

@@ -201,6 +201,7 @@ def _entry(key: Any, e: Any) -> None:
         _str(search, k, "search")
     _num(search, "search_s", "search")
     _bool(search, "replayed", "search")
+    _bool(search, "space_measured", "search")
     fams = search.get("families")
     if fams is not None and not (isinstance(fams, list) and all(isinstance(f, str) for f in fams)):
         raise SchemaError("search.families", f"must be a list of family names, got {_show(fams)}")

@@ -33,6 +33,9 @@ class SearchResult:
     entry: dict[str, Any] = field(default_factory=dict)
 
 
+TIE_MAX = 0.01   # configs within the spread of the two fastest, and within 1%, tie (the simplest wins)
+
+
 def complexity(c: Any) -> tuple:
     """Smaller is simpler: the gemv family first, then fewer levers away from its seed point."""
     return (FAMILY_NAMES.index(c.family),) + family_of(c).complexity(c)
@@ -53,7 +56,7 @@ def _summary(ms: list[Measurement]) -> dict[str, Any]:
 def confirm(runner: Any, shape: Shape, studies: dict[str, optuna.Study] | optuna.Study, opts: SearchOptions,
             echo: Callable[[str], None], incumbents: tuple[Any, ...] = ()) -> SearchResult:
     """Re-measure the top-k configs of every family, the llama.cpp config and cuBLAS interleaved
-    (A B C A B C ...); the fastest correct one wins, ties within the spread go to the simplest.
+    (A B C A B C ...); the fastest correct one wins, ties within the spread (at most 1%) go to the simplest.
     ``incumbents`` (what the table holds for the shape: its winner and each family's best) join the same
     rounds, so the winner is picked against them measured in the same process."""
     if isinstance(studies, optuna.Study):
@@ -86,7 +89,9 @@ def confirm(runner: Any, shape: Shape, studies: dict[str, optuna.Study] | optuna
     if not ranked:
         raise UsageError(f"every candidate for {shape} failed re-measurement")
     w = ranked[0]
-    noise = max((stats[c]["spread"] or 0.0) for c in ranked[:2])
+    # the noise of the two fastest (their rounds' range), at most TIE_MAX: one noisy round must not make a
+    # config several % slower by median a "tie" that the simpler one wins
+    noise = min(TIE_MAX, max((stats[c]["spread"] or 0.0) for c in ranked[:2]))
     within = [c for c in ranked if stats[c]["us"] <= stats[w]["us"] * (1 + noise)]
     tie = len(within) > 1
     if tie:

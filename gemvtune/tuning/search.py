@@ -129,6 +129,8 @@ def run_search(runner: Any, shape: Shape, opts: SearchOptions, storage: Any, nam
         "started": started, "finished": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "search_s": round(search_s, 2), "confirm_rounds": opts.rounds, "top_k": opts.top_k,
         "replayed": bool(runner.replayed),
+        # every family's whole valid space measured (fewer trials than the budget is then no reason to re-tune)
+        "space_measured": all(st.user_attrs.get("space_measured") for st in studies.values()),
     }
     return result
 
@@ -229,6 +231,7 @@ def optimize(study: optuna.Study, runner: Any, shape: Shape, opts: SearchOptions
         if exhausted():
             where = "sweep" if runner.replayed else "space"
             counter["stop"] = f"all {len(space)} valid configs of the {where} are measured"  # type: ignore[arg-type]
+            study.set_user_attr("space_measured", len(space))  # type: ignore[arg-type]
         elif counter["idle"] >= STALL_PROPOSALS:
             counter["stop"] = (f"{STALL_PROPOSALS} proposals in a row measured nothing new (invalid, already "
                                "measured or not recorded): the sampler has nothing left to try")
@@ -322,6 +325,7 @@ def optimize(study: optuna.Study, runner: Any, shape: Shape, opts: SearchOptions
     done = measured0
     if exhausted():
         counter["stop"] = f"all {len(space)} valid configs are measured"  # type: ignore[arg-type]
+        study.set_user_attr("space_measured", len(space))  # type: ignore[arg-type]
     elif fam.library and space is not None:
         n = enqueue_candidates(study, space, known, limit=opts.trials - measured0)
         log.info("%s %s: %d of the library's %d candidates queued, in its order", shape, family, n, len(space))
