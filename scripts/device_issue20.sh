@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 20 on the H200 (fourth session): keep the table fresh, and the refitted cost model on unseen shapes.
-# Full outputs under $OUT/issue20/<part>; the changed results come back as results.tgz (search CSVs to move under
+# Full outputs under $OUT/issue20/<part>, packed into logs-<parts>.tgz at the end; the changed results come back as results-<parts>.tgz (search CSVs to move under
 # searches/ afterwards); a short table last. PART may name several parts, run in order: PART="rest zt".
 # PART=ring: the entries `gemvtune check --stale-only` lists (searched with 24 trials a family, or beaten by the
 #   cost model's predicted best) that the ring family won, searched again at the default budget (100 trials;
@@ -57,4 +57,6 @@ if [ "$PART" = zt ]; then
   tail -2 $L/pytest.log; grep -E "^(FAILED|ERROR)" $L/pytest.log | head; tail -7 $L/zero-trial.log | cut -c1-250
 fi
 done
-tar czf $OUT/results.tgz $(find $R -newer $OUT/stamp -type f ! -name 'optuna-journal*' ! -name '*.lock') 2>/dev/null
+tar czf $OUT/results-${PARTS// /-}.tgz $(find $R -newer $OUT/stamp -type f ! -name 'optuna-journal*' ! -name '*.lock') 2>/dev/null
+# the device tool brings back a few files only: every log in one archive (logs-<part>.tgz), the results in another
+( cd $OUT && tar czf logs-${PARTS// /-}.tgz issue20 && rm -rf issue20 )

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 21 (BF16) on the H200. Full outputs under $OUT/issue21/<part>; the changed results come back as results.tgz;
+# Issue 21 (BF16) on the H200. Full outputs under $OUT/issue21/<part>, packed into logs-<parts>.tgz at the end; the changed results come back as results-<parts>.tgz;
 # a short table last. PART may name several parts, run in order: PART="tests san".
 # PART=tests: the BF16 GPU tests (tests/test_dtype_gpu.py and the kernel side's tests/test_bf16_*.py, gpu-marked),
 #   then the FP16 GPU tests of the run-time path (no regression: tests/test_gpu_table.py tests/test_torch.py);
@@ -64,4 +64,6 @@ if [ "$PART" = hf ]; then
   tail -6 $L/hf.log | cut -c1-250
 fi
 done
-tar czf $OUT/results.tgz $(find $R -newer $OUT/stamp -type f) 2>/dev/null
+tar czf $OUT/results-${PARTS// /-}.tgz $(find $R -newer $OUT/stamp -type f ! -name "optuna-journal*" ! -name "*.lock") 2>/dev/null
+# the device tool brings back a few files only: every log in one archive (logs-<part>.tgz), the results in another
+( cd $OUT && tar czf logs-${PARTS// /-}.tgz issue21 && rm -rf issue21 )

@@ -55,9 +55,12 @@ def test_stale_flags_short_budgets_and_predicted_better_configs():
     assert {r["shape"] for r in rows} == {"4096x4096", "14336x4096"}
     assert all(better.label in r["why"] and "faster than the winner" in r["why"] for r in rows)
     assert stale(Table(_data())) == []
-    whole = _data(budgets={"14336x4096x1": 8})                         # fewer trials, but the whole space measured
-    whole["entries"]["14336x4096x1"]["search"]["space_measured"] = True
+    whole = _data(budgets={"14336x4096x1": 108})                       # per family: cuBLASLt's whole space of 8
+    whole["entries"]["14336x4096x1"]["search"].update(family_trials={"ring": 100, "cublaslt": 8},
+                                                       space_measured=["cublaslt"])
     assert stale(Table(whole)) == []
+    whole["entries"]["14336x4096x1"]["search"]["family_trials"]["ring"] = 24     # one family short: stale, said
+    assert [r["why"] for r in stale(Table(whole))] == ["ring 24 measured trials (< the default budget 100)"]
     # a predicted best under the winner's prediction but not under its recorded time is no reason to re-tune
     # (the model over-predicts a winner it has few measurements of)
     fast = _data(times={k: 5.1 for k in KEYS})

@@ -130,11 +130,15 @@ def test_schema_refuses_a_dtype_that_does_not_fit(tmp_path, key, dtype, why):
         load_table(path)
 
 
-def test_committed_table_is_fp16_and_a_bf16_call_runs_cublas():
+def test_committed_table_keeps_its_dtypes_apart():
     t = load_table(ROOT / "results" / "nvidia-h200" / "table.json")
-    assert {k[3] for k in t.keys()} == {"fp16"}
-    r = t.route(4096, 4096, 1, "torch", "bf16", "bf16")
-    assert r.kind == "cublas" and "bf16" in r.why
+    assert {k[3] for k in t.keys()} == {"fp16", "bf16"}
+    assert (1024, 4096, 1, "fp16") in t.keys() and (1024, 4096, 1, "bf16") not in t.keys()
+    r = t.route(1024, 4096, 1, "torch", "bf16", "bf16")                # FP16 entry only: a BF16 call runs cuBLAS
+    assert r.kind == "cublas" and "another dtype" in r.why
+    r = t.route(4096, 4096, 1, "torch", "bf16", "bf16")                # its own BF16 entry: FP32 accumulation
+    assert r.tuned and r.config.acc == "fp32"
+    assert r.tuned_us == t.entry(Shape(4096, 4096, 1, "bf16"))["winner"]["us"]
     assert t.predicted(Shape(11008, 4096, 1, "bf16")) is None      # the FP16 cost model says nothing for BF16
 
 
@@ -154,7 +158,8 @@ def test_cost_model_data_is_one_dtype(tmp_path):
     assert _NAME.match("search-4096x4096x1-20261202-033123.csv").group(4) is None
     fp16 = load(ROOT / "results" / "nvidia-h200", sweeps=False)
     assert len(fp16.frame) and {s.dtype for s in fp16.shapes} == {"fp16"}
-    assert len(load(ROOT / "results" / "nvidia-h200", sweeps=False, dtype="bf16").frame) == 0
+    bf16 = load(ROOT / "results" / "nvidia-h200", sweeps=False, dtype="bf16")     # the BF16 searches, apart
+    assert len(bf16.frame) and {s.dtype for s in bf16.shapes} == {"bf16"}
 
 
 def test_torch_gemvlinear_bf16_on_the_cpu_is_f_linear():
@@ -170,7 +175,7 @@ def test_torch_gemvlinear_bf16_on_the_cpu_is_f_linear():
     assert explain(torch.nn.Sequential(g))[0]["why"] == "weight on cpu, not a CUDA device"
 
 
-def test_dtype_option_of_the_commands():
+def test_dtype_option_of_the_commands(tmp_path):
     from gemvtune.cli.main import cli
 
     r = CliRunner().invoke(cli, ["predict", "--shape", "4096x4096", "--dtype", "bf16"])
@@ -178,9 +183,9 @@ def test_dtype_option_of_the_commands():
     r = CliRunner().invoke(cli, ["verify", "--shape", "4096x4096", "--dtype", "fp8"])
     assert r.exit_code == 2 and "fp16" in r.output and "bf16" in r.output
     r = CliRunner().invoke(cli, ["check", "--table", str(ROOT / "results" / "nvidia-h200" / "table.json"),
-                                 "--stale-only", "--dtype", "bf16", "--shape", "4096x4096"])
+                                 "--stale-only", "--dtype", "bf16", "--shape", "1024x4096", "--out", str(tmp_path)])
     assert isinstance(r.exception, UsageError) and "not in the table" in str(r.exception)
-    assert "4096x4096.bf16" in str(r.exception)
+    assert "1024x4096.bf16" in str(r.exception)
 
 
 def _mixed_table():

@@ -42,6 +42,7 @@ def test_search_finds_known_optimum_and_never_measures_invalid(tmp_path):
     assert res.entry["baselines"]["llama.cpp"]["us"] == pytest.approx(fake_us(LLAMA_CPP))
     assert res.entry["baselines"]["cublas"]["us"] == 15.0
     assert res.entry["search"]["sampler"] == "tpe" and res.entry["search"]["seed"] == 0
+    assert res.entry["search"]["family_trials"] == {"gemv": 150} and res.entry["search"]["space_measured"] == []
 
 
 @pytest.mark.slow  # a whole search with NVRTC compiles

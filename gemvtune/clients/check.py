@@ -19,6 +19,21 @@ DRIFT = 0.03        # a re-measured winner this far from its record is flagged
 PREDICTED = 0.03    # a predicted best this much faster than the winner (predicted and recorded) marks the entry stale
 
 
+def _short_families(search: dict[str, Any], budget: int) -> str:
+    """Which of a search's families measured fewer trials than ``budget`` without measuring their whole space
+    ("" when none). A record without per-family counts (older searches) is judged by its total."""
+    per = search.get("family_trials")
+    whole = search.get("space_measured")   # a list of families; one bool for all in the searches of 2026-12-02 morning
+    if isinstance(per, dict):
+        done = set(whole) if isinstance(whole, list) else set(per) if whole is True else set()
+        short = {f: n for f, n in per.items() if isinstance(n, int) and n < budget and f not in done}
+        return ", ".join(f"{f} {n} measured trials" for f, n in short.items())
+    trials = search.get("measured_trials")   # the studies' measured trials (resumed studies count whole)
+    if isinstance(trials, int) and trials < budget and whole is not True:
+        return f"{trials} measured trials in its studies"
+    return ""
+
+
 def stale(table: Table, model: Any = None, default_trials: int | None = None) -> list[dict[str, Any]]:
     """One row per entry that should be searched again, with why."""
     from ..tuning.search_options import DEFAULT_TRIALS
@@ -30,9 +45,9 @@ def stale(table: Table, model: Any = None, default_trials: int | None = None) ->
         e = table.entry(shape) or {}
         why = []
         search: dict[str, Any] = e["search"] if isinstance(e.get("search"), dict) else {}
-        trials = search.get("measured_trials")   # the studies' measured trials (resumed studies count whole)
-        if isinstance(trials, int) and trials < budget and not search.get("space_measured"):
-            why.append(f"{trials} measured trials in its studies (< the default budget {budget})")
+        short = _short_families(search, budget)
+        if short:
+            why.append(f"{short} (< the default budget {budget})")
         cfg = winner_config(e)
         if model is not None and not FAMILIES[cfg.family].library:
             from ..model.zerotrial import candidates

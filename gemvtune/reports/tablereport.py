@@ -64,7 +64,8 @@ def table_summary(t: Table) -> str:
              f"{printable(g.get('compute_capability'))}, driver {printable(g.get('driver'))}); read ceiling "
              f"{_f(read, '.0f')} GB/s"]
     for _, r in df.iterrows():
-        lines.append(f"  {r.M:>7d}x{r.d:<6d} n={r.n:<2d} {r.winner:44s} {_f(r.us, '8.2f'):>8s} µs "
+        dt = "" if r["dtype"] == "fp16" else f" {printable(r['dtype'], 8)}"
+        lines.append(f"  {r.M:>7d}x{r.d:<6d} n={r.n:<2d}{dt} {r.winner:44s} {_f(r.us, '8.2f'):>8s} µs "
                      f"{_f(r.pct_ceiling, '5.1f'):>5s}% x{_f(r.x_cublas, '.3f')} cuBLAS x{_f(r.x_llama, '.3f')} "
                      f"llama.cpp ({printable(r.sampler, 40)}, {_trials(r.trials)} trials"
                      f"{', REPLAYED' if r.replayed else ''})")

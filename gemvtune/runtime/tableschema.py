@@ -156,6 +156,22 @@ def _config(rec: dict, where: str, shape: Any, family: str | None = None, requir
     return cfg
 
 
+def _family_trials(search: dict[str, Any]) -> None:
+    """search.family_trials {family: measured trials} and search.space_measured [families whose whole valid
+    space the search measured] (searches of 2026-12-02 06:30-07:05 wrote one bool for all their families)."""
+    from ..kernels.families import FAMILY_NAMES
+
+    ft = search.get("family_trials")
+    if ft is not None:
+        if not isinstance(ft, dict) or not all(k in FAMILY_NAMES and isinstance(v, int) and not isinstance(v, bool)
+                                               and v >= 0 for k, v in ft.items()):
+            raise SchemaError("search.family_trials", f"must map families to trial counts, got {_show(ft)}")
+    sm = search.get("space_measured")
+    if sm is not None and not isinstance(sm, bool) and (
+            not isinstance(sm, list) or not all(isinstance(f, str) and f in FAMILY_NAMES for f in sm)):
+        raise SchemaError("search.space_measured", f"must be a list of families, got {_show(sm)}")
+
+
 _SEARCH_INTS = ("seed", "measured_trials", "total_trials", "trials_budget", "confirm_rounds", "top_k")
 _SEARCH_STRS = ("sampler", "study", "started", "finished")
 
@@ -201,7 +217,7 @@ def _entry(key: Any, e: Any) -> None:
         _str(search, k, "search")
     _num(search, "search_s", "search")
     _bool(search, "replayed", "search")
-    _bool(search, "space_measured", "search")
+    _family_trials(search)
     fams = search.get("families")
     if fams is not None and not (isinstance(fams, list) and all(isinstance(f, str) for f in fams)):
         raise SchemaError("search.families", f"must be a list of family names, got {_show(fams)}")

@@ -86,6 +86,7 @@ def run_search(runner: Any, shape: Shape, opts: SearchOptions, storage: Any, nam
     t_start = time.time()
     studies: dict[str, optuna.Study] = {}
     measured0 = measured = 0
+    per_family: dict[str, int] = {}
     t0 = time.perf_counter()
     for fam in opts.families:
         sname = FAMILIES[fam].study_name(name)
@@ -104,7 +105,8 @@ def run_search(runner: Any, shape: Shape, opts: SearchOptions, storage: Any, nam
             study.set_user_attr("search_options", study_record(opts))
             info = runner.device_info()
             study.set_user_attr("gpu", info.get("name", ""))
-        measured += optimize(study, runner, shape, opts, known, len(known), family=fam, coord=coord, echo=echo)
+        per_family[fam] = optimize(study, runner, shape, opts, known, len(known), family=fam, coord=coord, echo=echo)
+        measured += per_family[fam]
         studies[fam] = study
     search_s = time.perf_counter() - t0
 
@@ -129,8 +131,10 @@ def run_search(runner: Any, shape: Shape, opts: SearchOptions, storage: Any, nam
         "started": started, "finished": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "search_s": round(search_s, 2), "confirm_rounds": opts.rounds, "top_k": opts.top_k,
         "replayed": bool(runner.replayed),
-        # every family's whole valid space measured (fewer trials than the budget is then no reason to re-tune)
-        "space_measured": all(st.user_attrs.get("space_measured") for st in studies.values()),
+        # per family: its study's measured trials, and whether they are its whole valid space (then fewer trials
+        # than the budget is no reason to re-tune; gemvtune check --stale-only)
+        "family_trials": per_family,
+        "space_measured": [f for f, st in studies.items() if st.user_attrs.get("space_measured")],
     }
     return result
 
