@@ -1,8 +1,8 @@
-"""Keeping a table fresh: ``stale`` lists the entries worth re-tuning without a GPU (searched with less than the
-default budget unless the search measured its whole space, or beaten by more than 3% by the cost model's predicted best: faster by 3% than both the
-winner's predicted time and its recorded one), and ``recheck`` re-measures every
-entry's winner and its cuBLAS baselines on this GPU in one process, interleaved, flagging a winner whose time
-drifted by more than 3% from the table's record or that lost to cuBLAS."""
+"""Keeping a table fresh: ``stale`` lists the entries worth re-tuning without a GPU (a family searched with less
+than the default budget that did not measure its whole space, or a config the cost model predicts 3% faster than
+both the winner's predicted time and its recorded one), and ``recheck`` re-measures every entry's winner and its
+cuBLAS baselines on this GPU in one process, interleaved, flagging a winner whose time drifted by more than 3% from
+the table's record or that lost to cuBLAS."""
 
 from __future__ import annotations
 
