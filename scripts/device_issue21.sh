@@ -8,9 +8,13 @@
 #   in BF16 on the edge shapes (1x8, 7x72, 129x4104 at n = 1 and 3).
 # PART=search: gemvtune search --dtype bf16 of the decode suite at n = 1 (GEMV, 100 trials) and n = 8 (ring, split-K,
 #   cuBLASLt; 24 trials) into results/nvidia-h200; search CSVs to move under searches/ afterwards.
-# PART=bench: gemvtune bench --dtype bf16 --suite decode --batch 1,8 (BF16 against cuBLAS BF16 and Inductor, one
-#   process), then the same in FP16 (the ratios the target compares with, measured in the same session).
-# PART=hf: the Hugging Face bench of Llama-3-8B in BF16 (transformers with bfloat16 weights; ROUNDS).
+# PART=bench: gemvtune bench --dtype bf16 --suite decode --batch 1,8 (BF16 against cuBLAS BF16, one process;
+#   BENCH_OPTS, default --no-inductor), then the same in FP16 (the ratios the target compares with, same session).
+# PART=hfshapes: the HF-model shapes the FP16 table holds at n = 1, searched in BF16 (GEMV, 100 trials).
+# PART=retune8: the BF16 n = 8 entries at the default budget (ring; split-K on 1024x16384).
+# PART=percall: gemvtune percall --dtype fp16 and bf16 at n = 1 and 4.
+# PART=hf: the Hugging Face bench of Llama-3-8B in BF16 (transformers with bfloat16 weights) then FP16 (HF_DTYPES,
+#   ROUNDS).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; PARTS=${PART:-tests}
 export PYTHONUNBUFFERED=1 GEMVTUNE_CACHE_DIR=/tmp/gemvtune-cache CI=true
@@ -49,19 +53,50 @@ if [ "$PART" = search ]; then
   python3 -m gemvtune report --table $R/table.json --csv $R/table.csv > $L/report.log 2>&1
   grep -E "µs|rc=" $L/search.log | cut -c1-220 | tail -20
 fi
+if [ "$PART" = hfshapes ]; then
+  # the HF-model shapes the FP16 table holds at n = 1, in BF16 (GEMV, the default budget)
+  SH=""; for x in ${HFSHAPES:-512x3584 1024x4096 3584x3584 4608x3584 5120x4096 6144x5120 8192x8192 10240x8192 18944x3584 3584x18944 5120x14336 28672x5120 8192x28672 37888x3584 131072x5120 152064x3584}; do SH="$SH --shape $x"; done
+  echo "command: gemvtune search$SH --dtype bf16 --batch 1 --family gemv --trials 100 --results $R" > $L/search.log
+  timeout ${T_SEARCH:-420} python3 -m gemvtune search $SH --dtype bf16 --batch 1 --family gemv --trials 100 \
+    --results $R >> $L/search.log 2>&1; echo "search rc=$?" >> $L/search.log
+  python3 -m gemvtune report --table $R/table.json --csv $R/table.csv > $L/report.log 2>&1
+  grep -E "trials|rc=" $L/search.log | cut -c1-200 | tail -18
+fi
+if [ "$PART" = retune8 ]; then
+  # the BF16 n = 8 entries (24 trials a family) at the default budget, as the FP16 ones were on 2026-12-02: the
+  # ring family everywhere, split-K where it won in FP16 (1024x16384); cuBLASLt's 8 algorithms are all measured
+  echo "command: gemvtune search $SUITE --dtype bf16 --batch 8 --family ring --trials 100 --results $R" > $L/search.log
+  timeout ${T_RING:-240} python3 -m gemvtune search $SUITE --dtype bf16 --batch 8 --family ring --trials 100 \
+    --results $R >> $L/search.log 2>&1; echo "search rc=$?" >> $L/search.log
+  echo "command: gemvtune search --shape 1024x16384 --dtype bf16 --batch 8 --family splitk --trials 100 --results $R" >> $L/search.log
+  timeout ${T_SK:-60} python3 -m gemvtune search --shape 1024x16384 --dtype bf16 --batch 8 --family splitk --trials 100 \
+    --results $R >> $L/search.log 2>&1; echo "search rc=$?" >> $L/search.log
+  python3 -m gemvtune report --table $R/table.json --csv $R/table.csv > $L/report.log 2>&1
+  grep -E "trials\)|rc=" $L/search.log | cut -c1-200 | tail -10
+fi
+if [ "$PART" = percall ]; then
+  for dt in fp16 bf16; do for b in 1 4; do
+    echo "command: gemvtune percall --dtype $dt --batch $b --out $R/bench" > $L/percall-$dt-$b.log
+    timeout ${T_PERCALL:-60} python3 -m gemvtune percall --dtype $dt --batch $b --out $R/bench >> $L/percall-$dt-$b.log 2>&1
+    echo "percall rc=$?" >> $L/percall-$dt-$b.log
+    grep -E "GemvLinear|rc=" $L/percall-$dt-$b.log | cut -c1-200
+  done; done
+fi
 if [ "$PART" = bench ]; then
   for dt in bf16 fp16; do
-    echo "command: gemvtune bench --suite decode --dtype $dt --batch 1,8 --rounds ${ROUNDS:-2} --out $R/bench" > $L/bench-$dt.log
-    timeout ${T_BENCH:-280} python3 -m gemvtune bench --suite decode --dtype $dt --batch 1,8 --rounds ${ROUNDS:-2} \
-      --out $R/bench >> $L/bench-$dt.log 2>&1; echo "bench rc=$?" >> $L/bench-$dt.log
+    echo "command: gemvtune bench --suite decode --dtype $dt --batch 1,8 --rounds ${ROUNDS:-3} ${BENCH_OPTS:---no-inductor} --out $R/bench" > $L/bench-$dt.log
+    timeout ${T_BENCH:-280} python3 -m gemvtune bench --suite decode --dtype $dt --batch 1,8 --rounds ${ROUNDS:-3} \
+      ${BENCH_OPTS:---no-inductor} --out $R/bench >> $L/bench-$dt.log 2>&1; echo "bench rc=$?" >> $L/bench-$dt.log
     grep -v "triton_mm\|AUTOTUNE\|^  " $L/bench-$dt.log | grep -E "Geometric|rc=" | cut -c1-200 | tail -8
   done
 fi
 if [ "$PART" = hf ]; then
-  echo "command: gemvtune bench --hf-config gemvtune/kernels/hf_configs/llama-3-8b.json --layers 32 --tokens 128 --rounds ${ROUNDS:-4} --dtype bf16 --out $R/bench" > $L/hf.log
-  timeout ${T_HF:-400} python3 -m gemvtune bench --hf-config gemvtune/kernels/hf_configs/llama-3-8b.json --layers 32 --tokens 128 \
-    --rounds ${ROUNDS:-4} --dtype bf16 --out $R/bench >> $L/hf.log 2>&1; echo "hf rc=$?" >> $L/hf.log
-  tail -6 $L/hf.log | cut -c1-250
+  for dt in ${HF_DTYPES:-bf16 fp16}; do
+    echo "command: gemvtune bench --hf-config gemvtune/kernels/hf_configs/llama-3-8b.json --layers 32 --tokens 128 --rounds ${ROUNDS:-4} --dtype $dt --out $R/bench" > $L/hf-$dt.log
+    timeout ${T_HF:-280} python3 -m gemvtune bench --hf-config gemvtune/kernels/hf_configs/llama-3-8b.json --layers 32 --tokens 128 \
+      --rounds ${ROUNDS:-4} --dtype $dt --out $R/bench >> $L/hf-$dt.log 2>&1; echo "hf rc=$?" >> $L/hf-$dt.log
+    tail -6 $L/hf-$dt.log | cut -c1-250
+  done
 fi
 done
 tar czf $OUT/results-${PARTS// /-}.tgz $(find $R -newer $OUT/stamp -type f ! -name "optuna-journal*" ! -name "*.lock") 2>/dev/null
