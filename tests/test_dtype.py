@@ -231,11 +231,26 @@ def test_export_with_bf16_entries_compiles_with_nvcc(tmp_path):
     if not nvcc:
         pytest.skip("nvcc is not on PATH")
     t = _mixed_table()
+    only = Shape(2048, 4096, 1, "bf16")                 # a BF16 entry with no FP16 twin, of a config of its own
+    e = _entry(only.M, only.d, only.n, 9.0, 13.0, "bf16")
+    e["winner"]["config"] = dict(GEMV, block=128, tpr=64)
+    t = _table(e, *t.data["entries"].values())
     (tmp_path / "g.cuh").write_text(build_header(t))
     calls = "\n".join(f"    e |= gemvtune_gemv{'_bf16' if s.dtype == 'bf16' else ''}({s.M}, {s.d}, {s.n}, "
                       f"({'const __nv_bfloat16' if s.dtype == 'bf16' else 'const __half'}*)p, "
                       f"({'const __nv_bfloat16' if s.dtype == 'bf16' else 'const __half'}*)p, (float*)p, p, 0);"
                       for s in t.shapes)
-    (tmp_path / "a.cu").write_text('#include "g.cuh"\nextern "C" int run_all(void* p) {\n    int e = 0;\n'
+    labels = ('extern "C" const char* lab16(int M, int d, int n) { return gemvtune_kernel_label(M, d, n); }\n'
+              'extern "C" const char* lab_bf16(int M, int d, int n) { return gemvtune_kernel_label_bf16(M, d, n); }\n')
+    (tmp_path / "a.cu").write_text('#include "g.cuh"\n' + labels + 'extern "C" int run_all(void* p) {\n    int e = 0;\n'
                                    + calls + "\n    return e + gemvtune_is_tuned_bf16(1, 1, 1);\n}\n")
     _compile(nvcc, "sm_90", tmp_path, [tmp_path / "a.cu"], tmp_path / "liba.so")
+    import ctypes
+
+    so = ctypes.CDLL(str(tmp_path / "liba.so"))      # each dtype's queries answer for its own entries only
+    so.lab16.restype = so.lab_bf16.restype = ctypes.c_char_p
+    for s in t.shapes:
+        cfg, _ = t.lookup(s)
+        own = so.lab_bf16 if s.dtype == "bf16" else so.lab16
+        assert own(s.M, s.d, s.n).decode() == f"{cfg.family}:{cfg.label}"
+    assert so.lab_bf16(2048, 4096, 1).decode() == "gemv:" + t.lookup(only)[0].label and so.lab16(2048, 4096, 1) == b"fallback"
