@@ -89,6 +89,9 @@ if [ "$PART" = bench ]; then
       ${BENCH_OPTS:---no-inductor} --out $R/bench >> $L/bench-$dt.log 2>&1; echo "bench rc=$?" >> $L/bench-$dt.log
     grep -v "triton_mm\|AUTOTUNE\|^  " $L/bench-$dt.log | grep -E "Geometric|rc=" | cut -c1-200 | tail -8
   done
+  BF=$(ls -t $R/bench/bench-tuned-bf16-*-summary.csv | head -1); FP=$(ls -t $R/bench/bench-tuned-2*-summary.csv | head -1)
+  python3 scripts/dtype_compare.py "$BF" "$FP" --out $R/bench/bf16-vs-fp16-$(date -u +%Y%m%d-%H%M%S).md > $L/compare.log 2>&1
+  tail -18 $L/compare.log | cut -c1-200
 fi
 if [ "$PART" = hf ]; then
   for dt in ${HF_DTYPES:-bf16 fp16}; do

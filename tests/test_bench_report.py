@@ -113,6 +113,13 @@ def test_tuned_bench_glue_with_a_fake_runner(tmp_path, monkeypatch):
     assert "inductor" not in set(pd.read_csv(path).kind)
     summ = pd.read_csv(str(path).replace(".csv", "-summary.csv"))
     assert summ.x_inductor.isna().all() and summ.x_best.isna().all() and (summ.x_cublas > 0).all()
+    assert list(summ.dtype) == ["fp16"] and path.name.startswith("bench-tuned-2")
+    path = run_tuned_bench([Shape(4096, 4096, 1, "bf16")], str(table), str(tmp_path / "bf16"), echo=lambda s: None,
+                           rounds=1, inductor=False)                 # a BF16 run: its own entry, files named so
+    assert path.name.startswith("bench-tuned-bf16-")
+    summ = pd.read_csv(str(path).replace(".csv", "-summary.csv"))
+    assert list(summ.dtype) == ["bf16"] and list(summ.lookup) == ["tuned"] and "dispatch_ratio" not in summ
+    assert "| 4096x4096 bf16 | 1 |" in path.with_name(path.stem + "-summary.md").read_text()
 
 
 def test_percall_names_the_config_of_kernel_and_library_plans():
@@ -127,3 +134,20 @@ def test_percall_names_the_config_of_kernel_and_library_plans():
     kern = types.SimpleNamespace(spec=types.SimpleNamespace(config=types.SimpleNamespace(label="b256")))
     assert _plan_config(lib) is cfg and _plan_config(kern).label == "b256"
     assert _rawkernel(None, lib, None, None, None) is None
+
+
+def test_dtype_comparison_pairs_shapes_and_judges_the_ratio_of_ratios():
+    from gemvtune.reports.benchreport import dtype_comparison, dtype_markdown
+
+    def summ(dtype, rows):
+        return pd.DataFrame([{"M": M, "d": d, "n": n, "dtype": dtype, "tuned": "k", "tuned_us": t, "cublas_us": c,
+                              "x_cublas": c / t} for M, d, n, t, c in rows])
+
+    bf = summ("bf16", [(4096, 4096, 1, 10.0, 13.0), (4096, 4096, 8, 10.0, 12.0), (1024, 4096, 1, 3.0, 7.0)])
+    fp = summ("fp16", [(4096, 4096, 1, 10.0, 13.1), (4096, 4096, 8, 10.0, 13.0), (512, 4096, 1, 2.0, 7.0)])
+    m = dtype_comparison(bf, fp)
+    assert list(zip(m.M, m.n)) == [(4096, 1), (4096, 8)]             # shapes in both only
+    assert m.x_cublas_ratio.round(4).tolist() == [round(1.3 / 1.31, 4), round(1.2 / 1.3, 4)]
+    assert m.within.tolist() == [True, False]                         # 0.8% in, 7.7% out
+    md = dtype_markdown(m)
+    assert "| bf16 ×cuBLAS |" in md and "1 of 2 within 2%" in md

@@ -66,7 +66,7 @@ def summary_row(shape: Any, ms: list[Measurement], ceiling_gbps: float, how: str
     ind = of("inductor")
     floor = shape.bytes_moved / (ceiling_gbps * 1e3)
     tuned = next((m for m in of("tuned") if m.ok), None)
-    row = {"M": shape.M, "d": shape.d, "n": shape.n, "weight_mb": shape.weight_bytes / 1e6,
+    row = {"M": shape.M, "d": shape.d, "n": shape.n, "dtype": shape.dtype, "weight_mb": shape.weight_bytes / 1e6,
            "tuned": tuned.name if tuned else "", "lookup": how, "tuned_us": t,
            "tuned_spread": (t_hi - t_lo) / t if t else math.nan}
     row.update(baseline_columns(t, _median_of(of("llama.cpp"))[0], _median_of(of("seed"))[0],
@@ -140,7 +140,8 @@ def bench_markdown(df: Any, ceiling: dict[str, Any]) -> str:
              "Inductor µs | ×best | ×cuBLAS | ×Inductor | ×llama.cpp | ×seed | tuned kernel |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for _, r in df.iterrows():
-        lines.append(f"| {r.M}x{r.d} | {r.n} | {r.weight_mb:.0f} | {_f(r.tuned_us)} | {_f(100 * r.tuned_spread, '.1f')}% | "
+        dt = "" if r.get("dtype", "fp16") == "fp16" else f" {r['dtype']}"
+        lines.append(f"| {r.M}x{r.d}{dt} | {r.n} | {r.weight_mb:.0f} | {_f(r.tuned_us)} | {_f(100 * r.tuned_spread, '.1f')}% | "
                      f"{_f(r.gbps, '.0f')} | {_f(r.pct_ceiling, '.1f')} | {_f(r.llama_us)} | {_f(r.seed_us)} | "
                      f"{_f(r.cublas_us)} | {_f(r.inductor_us)} | {_f(r.x_best, '.3f')} | {_f(r.x_cublas, '.3f')} | "
                      f"{_f(r.x_inductor, '.3f')} | {_f(r.x_llama, '.3f')} | {_f(r.x_seed, '.3f')} | `{r.tuned}` |")
@@ -193,3 +194,32 @@ def plot_bench(df: Any, path: str | Path, title: str) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return Path(path)
+
+
+def dtype_comparison(a: Any, b: Any, tolerance: float = 0.02) -> Any:
+    """Two bench summaries (``-summary.csv`` frames) of the same shapes in two dtypes (say BF16 and FP16): per
+    (M, d, n) each one's tuned µs, cuBLAS µs and ×cuBLAS (each measured in its own run, against its own dtype's
+    cuBLAS), the ratio of the two ×cuBLAS and whether it is within ``tolerance`` of 1. Shapes in one only are
+    left out."""
+    import pandas as pd
+
+    keep = ["M", "d", "n", "tuned", "tuned_us", "cublas_us", "x_cublas"]
+    da, db = (str(f["dtype"].iloc[0]) if "dtype" in f and len(f) else "?" for f in (a, b))
+    m = pd.merge(a[keep], b[keep], on=["M", "d", "n"], suffixes=(f"_{da}", f"_{db}"))
+    m["x_cublas_ratio"] = m[f"x_cublas_{da}"] / m[f"x_cublas_{db}"]
+    m["within"] = (m["x_cublas_ratio"] - 1).abs() <= tolerance
+    return m.sort_values(["n", "M", "d"]).reset_index(drop=True)
+
+
+def dtype_markdown(m: Any, tolerance: float = 0.02) -> str:
+    """The comparison as a markdown table, with how many (M, d, n) are within the tolerance."""
+    cols = [c for c in m.columns if c.startswith("x_cublas_") and c != "x_cublas_ratio"]
+    da, db = (c.removeprefix("x_cublas_") for c in cols)
+    lines = [f"| shape | n | {da} tuned µs | {da} cuBLAS µs | {da} ×cuBLAS | {db} tuned µs | {db} cuBLAS µs | "
+             f"{db} ×cuBLAS | ratio | within {100 * tolerance:.0f}% |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for _, r in m.iterrows():
+        lines.append(f"| {r.M}x{r.d} | {r.n} | {_f(r[f'tuned_us_{da}'])} | {_f(r[f'cublas_us_{da}'])} | "
+                     f"{_f(r[f'x_cublas_{da}'], '.3f')} | {_f(r[f'tuned_us_{db}'])} | {_f(r[f'cublas_us_{db}'])} | "
+                     f"{_f(r[f'x_cublas_{db}'], '.3f')} | {_f(r.x_cublas_ratio, '.3f')} | {'yes' if r.within else 'no'} |")
+    lines += ["", f"{int(m.within.sum())} of {len(m)} within {100 * tolerance:.0f}% ({da} ×cuBLAS / {db} ×cuBLAS)."]
+    return "\n".join(lines)
