@@ -12,7 +12,11 @@
 #   BENCH_OPTS, default --no-inductor), then the same in FP16 (the ratios the target compares with, same session).
 # PART=hfshapes: the HF-model shapes the FP16 table holds at n = 1, searched in BF16 (GEMV, 100 trials).
 # PART=retune8: the BF16 n = 8 entries at the default budget (ring; split-K on 1024x16384).
+# PART=dtypegap: the BF16 entries that `check --stale-only` lists for the FP16 winner (the same kernel) recorded 2%
+#   faster and never measured for them, searched again (the other dtype's winners are incumbents since 2026-12-02).
 # PART=percall: gemvtune percall --dtype fp16 and bf16 at n = 1 and 4.
+# PART=probe: scripts/dtype_probe.py: the same configs in FP16 and BF16 and cuBLAS in each, interleaved in one process
+#   (4096x4096 at n = 1 and 8, 4096x14336 and 14336x4096 at n = 8: where the first one-process bench missed).
 # PART=hf: the Hugging Face bench of Llama-3-8B in BF16 (transformers with bfloat16 weights) then FP16 (HF_DTYPES,
 #   ROUNDS).
 set -uo pipefail
@@ -74,6 +78,19 @@ if [ "$PART" = retune8 ]; then
   python3 -m gemvtune report --table $R/table.json --csv $R/table.csv > $L/report.log 2>&1
   grep -E "trials\)|rc=" $L/search.log | cut -c1-200 | tail -10
 fi
+if [ "$PART" = dtypegap ]; then
+  # the BF16 entries `gemvtune check --stale-only` lists because the FP16 entry's winner, the same kernel in BF16,
+  # recorded 2% faster and was never measured for them; searched again, the FP16 winners now incumbents
+  echo "command: gemvtune search ${GAP1:---shape 512x3584 --shape 1024x4096 --shape 3584x3584 --shape 4608x3584 --shape 5120x14336} --dtype bf16 --batch 1 --family gemv --trials 100 --results $R" > $L/search.log
+  timeout ${T_GAP1:-200} python3 -m gemvtune search ${GAP1:---shape 512x3584 --shape 1024x4096 --shape 3584x3584 --shape 4608x3584 --shape 5120x14336} \
+    --dtype bf16 --batch 1 --family gemv --trials 100 --results $R >> $L/search.log 2>&1; echo "search rc=$?" >> $L/search.log
+  echo "command: gemvtune search --shape 4096x4096 --dtype bf16 --batch 8 --family ring --trials 100 --results $R" >> $L/search.log
+  timeout ${T_GAP8:-60} python3 -m gemvtune search --shape 4096x4096 --dtype bf16 --batch 8 --family ring --trials 100 \
+    --results $R >> $L/search.log 2>&1; echo "search rc=$?" >> $L/search.log
+  python3 -m gemvtune report --table $R/table.json --csv $R/table.csv > $L/report.log 2>&1
+  python3 -m gemvtune check --stale-only --table $R/table.json > $L/check.log 2>&1
+  grep -E "trials\)|rc=" $L/search.log | cut -c1-200 | tail -10; tail -3 $L/check.log | cut -c1-200
+fi
 if [ "$PART" = percall ]; then
   for dt in fp16 bf16; do for b in 1 4; do
     echo "command: gemvtune percall --dtype $dt --batch $b --out $R/bench" > $L/percall-$dt-$b.log
@@ -92,6 +109,18 @@ if [ "$PART" = bench ]; then
   BF=$(ls -t $R/bench/bench-tuned-bf16-*-summary.csv | head -1); FP=$(ls -t $R/bench/bench-tuned-2*-summary.csv | head -1)
   python3 scripts/dtype_compare.py "$BF" "$FP" --out $R/bench/bf16-vs-fp16-$(date -u +%Y%m%d-%H%M%S).md > $L/compare.log 2>&1
   tail -18 $L/compare.log | cut -c1-200
+fi
+if [ "$PART" = probe ]; then
+  # the same configs in FP16 and BF16 (each entry's winner and fastest candidates, FP16 accumulators as their FP32
+  # twins in BF16) and cuBLAS in each dtype, interleaved in one process, on the shapes where the target missed
+  P=$R/bench/dtype-probe-$(date -u +%Y%m%d-%H%M%S)
+  echo "command: python3 scripts/dtype_probe.py --table $R/table.json --shape 4096x4096 --batch 1,8 --rounds ${P_ROUNDS:-5} --out $P/a" > $L/probe.log
+  timeout ${T_PROBE1:-110} python3 scripts/dtype_probe.py --table $R/table.json --shape 4096x4096 --batch 1,8 \
+    --rounds ${P_ROUNDS:-5} --out $P/a >> $L/probe.log 2>&1; echo "probe rc=$?" >> $L/probe.log
+  echo "command: python3 scripts/dtype_probe.py --table $R/table.json --shape 4096x14336 --shape 14336x4096 --batch 8 --rounds ${P_ROUNDS:-5} --out $P/b" >> $L/probe.log
+  timeout ${T_PROBE2:-90} python3 scripts/dtype_probe.py --table $R/table.json --shape 4096x14336 --shape 14336x4096 \
+    --batch 8 --rounds ${P_ROUNDS:-5} --out $P/b >> $L/probe.log 2>&1; echo "probe rc=$?" >> $L/probe.log
+  grep -E "^\| |rc=" $L/probe.log | cut -c1-160 | tail -40
 fi
 if [ "$PART" = hf ]; then
   for dt in ${HF_DTYPES:-bf16 fp16}; do

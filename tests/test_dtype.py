@@ -133,8 +133,13 @@ def test_schema_refuses_a_dtype_that_does_not_fit(tmp_path, key, dtype, why):
 def test_committed_table_keeps_its_dtypes_apart():
     t = load_table(ROOT / "results" / "nvidia-h200" / "table.json")
     assert {k[3] for k in t.keys()} == {"fp16", "bf16"}
-    assert (1024, 4096, 1, "fp16") in t.keys() and (1024, 4096, 1, "bf16") not in t.keys()
-    r = t.route(1024, 4096, 1, "torch", "bf16", "bf16")                # FP16 entry only: a BF16 call runs cuBLAS
+    assert (1024, 4096, 1, "fp16") in t.keys() and (1024, 4096, 1, "bf16") in t.keys()
+    assert t.route(1024, 4096, 1, "torch", "bf16", "bf16").config.acc == "fp32"
+    data = json.loads(json.dumps(t.data))     # every tabled M x d has BF16 entries since 2026-12-02: drop some
+    data["entries"] = {k: e for k, e in data["entries"].items() if not k.startswith("1024x4096x") or e.get("dtype") != "bf16"}
+    fp_only = Table(data, t.path)
+    assert (1024, 4096, 1, "fp16") in fp_only.keys() and (1024, 4096, 1, "bf16") not in fp_only.keys()
+    r = fp_only.route(1024, 4096, 1, "torch", "bf16", "bf16")           # FP16 entry only: a BF16 call runs cuBLAS
     assert r.kind == "cublas" and "another dtype" in r.why
     r = t.route(4096, 4096, 1, "torch", "bf16", "bf16")                # its own BF16 entry: FP32 accumulation
     assert r.tuned and r.config.acc == "fp32"
@@ -183,9 +188,9 @@ def test_dtype_option_of_the_commands(tmp_path):
     r = CliRunner().invoke(cli, ["verify", "--shape", "4096x4096", "--dtype", "fp8"])
     assert r.exit_code == 2 and "fp16" in r.output and "bf16" in r.output
     r = CliRunner().invoke(cli, ["check", "--table", str(ROOT / "results" / "nvidia-h200" / "table.json"),
-                                 "--stale-only", "--dtype", "bf16", "--shape", "1024x4096", "--out", str(tmp_path)])
-    assert isinstance(r.exception, UsageError) and "not in the table" in str(r.exception)
-    assert "1024x4096.bf16" in str(r.exception)
+                                 "--stale-only", "--dtype", "bf16", "--shape", "4096x4096@n2", "--out", str(tmp_path)])
+    assert isinstance(r.exception, UsageError) and "not in the table" in str(r.exception)   # (an FP16 entry only)
+    assert "4096x4096@n2.bf16" in str(r.exception)
 
 
 def _mixed_table():
@@ -254,3 +259,27 @@ def test_export_with_bf16_entries_compiles_with_nvcc(tmp_path):
         own = so.lab_bf16 if s.dtype == "bf16" else so.lab16
         assert own(s.M, s.d, s.n).decode() == f"{cfg.family}:{cfg.label}"
     assert so.lab_bf16(2048, 4096, 1).decode() == "gemv:" + t.lookup(only)[0].label and so.lab16(2048, 4096, 1) == b"fallback"
+
+
+def test_dtype_probe_pairs_each_config_with_what_bf16_runs_in_its_place():
+    """scripts/dtype_probe.py's choice: each entry's winner and fastest candidates, once, paired with the config a
+    BF16 shape runs in its place (FP16 accumulation becomes FP32; everything else as it is), and its table."""
+    from gemvtune.kernels.families import for_dtype
+    from gemvtune.kernels.gemv import GemvConfig
+    from gemvtune.kernels.ring import RingConfig
+    from gemvtune.reports.dtypeprobe import probe_configs, probe_markdown
+
+    h = {**GEMV, "acc": "fp16"}
+    slow = {**GEMV, "tpr": 32}
+    fp = {"winner": {"family": "gemv", "config": h, "us": 9.4},
+          "candidates": [{"family": "gemv", "config": slow, "us": 12.0}, {"family": "gemv", "config": h, "us": 9.4},
+                         {"family": "ring", "config": RingConfig().to_dict(), "us": 10.0}]}
+    bf = {"winner": {"family": "gemv", "config": GEMV, "us": 9.6}, "candidates": []}
+    pairs = probe_configs([fp, None, bf], Shape(4096, 4096), k=2)
+    g16, g32 = GemvConfig(**h), GemvConfig(**GEMV)
+    assert pairs == [(g16, g32), (RingConfig(), RingConfig()), (g32, g32)]   # the slowest candidate is past k
+    assert for_dtype(g16, "fp16") is g16 and for_dtype(g32, "bf16") is g32
+    md = probe_markdown(Shape(4096, 4096), [(g16.label, g32.label), ("cuBLAS", "cuBLAS")],
+                        {(g16.label, "fp16"): [9.0, 10.0, 9.5], (g32.label, "bf16"): [9.5],
+                         ("cuBLAS", "fp16"): [13.0], ("cuBLAS", "bf16"): [13.0]}, 4500.0)
+    assert f"| `{g16.label}` | 9.50 |" in md and "| 1.000 |" in md and md.count("\n") == 3

@@ -31,15 +31,30 @@ def table(runner):
     return load_table(path, strict_gpu=True, policy="tuned")   # always a gemvtune kernel: these test kernels
 
 
-def _check(runner, W, x, y, acc, d):
+def _check(runner, W, x, y, acc, d, dtype="fp16"):
     import cupy as cp
 
     from gemvtune.runners.timing import error_bound
 
-    ref, scale = runner.reference(W, x)
+    ref, scale = runner.reference(W, x, dtype)
     ok, rel, row, why = runner.check(cp.asarray(y), ref, scale, error_bound(acc, d))
     assert ok, why
     return rel
+
+
+def _torch_bf16_gemv(table, M, d, xs):
+    """table.gemv on random BF16 torch tensors: (W, x) as CuPy uint16 arrays of their bits (what the reference
+    reads for "bf16") and y (FP32) as a CuPy array."""
+    import cupy as cp
+
+    torch = pytest.importorskip("torch")
+    Wt = (torch.rand((M, d), device="cuda") * 2 - 1).to(torch.bfloat16)
+    xt = (torch.rand(xs, device="cuda") * 2 - 1).to(torch.bfloat16)
+    yt = table.gemv(Wt, xt)
+    torch.cuda.synchronize()
+    assert yt.dtype == torch.float32
+    bits = [cp.from_dlpack(t.view(torch.int16)).view(cp.uint16) for t in (Wt, xt)]
+    return bits[0], bits[1], cp.from_dlpack(yt)
 
 
 def test_committed_table_runs_and_matches_its_timing(runner, table):
@@ -50,12 +65,15 @@ def test_committed_table_runs_and_matches_its_timing(runner, table):
     for shape in table.shapes:
         cfg, how = table.lookup(shape)
         assert how == "tuned"
-        W = (cp.random.random((shape.M, shape.d), dtype=cp.float32) * 2 - 1).astype(cp.float16)
         xs = (shape.d,) if shape.n == 1 else (shape.n, shape.d)
-        x = (cp.random.random(xs, dtype=cp.float32) * 2 - 1).astype(cp.float16)
-        y = table.gemv(W, x)
+        if shape.dtype == "bf16":   # CuPy has no bfloat16: BF16 entries run through torch, checked on their bits
+            W, x, y = _torch_bf16_gemv(table, shape.M, shape.d, xs)
+        else:
+            W = (cp.random.random((shape.M, shape.d), dtype=cp.float32) * 2 - 1).astype(cp.float16)
+            x = (cp.random.random(xs, dtype=cp.float32) * 2 - 1).astype(cp.float16)
+            y = table.gemv(W, x)
         assert y.shape == ((shape.M,) if shape.n == 1 else (shape.n, shape.M))
-        _check(runner, W, x, y, cfg.acc, shape.d)
+        _check(runner, W, x, y, cfg.acc, shape.d, shape.dtype)
         m = runner.measure(cfg, shape)
         w = table.entry(shape)["winner"]
         # Not slower than the table says beyond 8% plus the round-to-round spread the search saw: lent

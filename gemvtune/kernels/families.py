@@ -6,6 +6,7 @@ epilogues it can fuse), its template and one entry."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -163,6 +164,15 @@ def config_from_dict(data: Any) -> Any:
     if not isinstance(fam, str):
         raise UsageError(f"config family must be a string, got {fam!r}")
     return get_family(fam).config_cls.from_dict(data)
+
+
+def for_dtype(config: Any, dtype: str) -> Any:
+    """The config a ``dtype`` shape runs in place of ``config`` (one tuned for the other dtype): itself, or for
+    BF16 with an FP32 accumulator where it accumulates in FP16 (BF16 accumulates in FP32 only). Loads, tiles and
+    the rest are the same in both dtypes: two bytes per weight."""
+    if dtype == "bf16" and getattr(config, "acc", None) == "fp16":
+        return dataclasses.replace(config, acc="fp32")
+    return config
 
 
 def config_to_dict(config: Any) -> dict[str, Any]:
