@@ -69,6 +69,39 @@ def test_stale_flags_short_budgets_and_predicted_better_configs():
     assert [r["shape"] for r in stale(Table(half), Predicts(better))] == ["14336x4096"]
 
 
+def test_stale_flags_an_entry_the_other_dtype_beat_with_the_same_kernel():
+    """The BF16 search of 4096x4096 n = 8 never measured the FP16 winner's ring config, which runs as fast in BF16
+    (H200 probe of 2026-12-02). An entry is stale when the other dtype's winner is the same kernel in its dtype,
+    was never measured for it, and recorded 2% faster; not when the gap is smaller, when it was measured and lost,
+    or when the other winner accumulates in FP16 (in BF16 a different kernel)."""
+    from gemvtune.kernels.families import config_to_dict
+    from gemvtune.runtime.table import entry_key
+
+    fp_cfg, bf_cfg = GemvConfig(block=64, vec="half8", tpr=32), GemvConfig(block=256, vec="half4", tpr=64)
+    bf = Shape(14336, 4096, 1, "bf16")
+
+    def table(fp_us=10.0, bf_us=10.3, fp=fp_cfg, measured=()):
+        data = _data(budgets={k: 100 for k in KEYS})
+        e = data["entries"]["14336x4096x1"]
+        e["winner"] = {"family": "gemv", "config": config_to_dict(fp), "us": fp_us}
+        b = copy.deepcopy(e)
+        b["dtype"] = "bf16"
+        b["winner"] = {"family": "gemv", "config": config_to_dict(bf_cfg), "us": bf_us}
+        b["candidates"] = [{"family": "gemv", "config": config_to_dict(c), "us": bf_us} for c in (bf_cfg, *measured)]
+        data["entries"][entry_key(bf)] = b
+        return Table(data)
+
+    rows = stale(table())
+    assert [r["shape"] for r in rows] == [str(bf)]
+    assert fp_cfg.label in rows[0]["why"] and "3.0% under" in rows[0]["why"] and "FP16 entry" in rows[0]["why"]
+    assert stale(table(bf_us=10.1)) == []                                     # 1%: lease-to-lease noise
+    assert stale(table(measured=(fp_cfg,))) == []                             # measured for BF16, and lost
+    half = GemvConfig(block=64, vec="half8", tpr=32, acc="fp16")
+    assert stale(table(fp=half)) == []                                        # an FP16 accumulator: another kernel
+    rows = stale(table(fp_us=10.6, bf_us=10.0))                              # the reverse: BF16's winner in FP16
+    assert [r["shape"] for r in rows] == ["14336x4096"] and "BF16 entry" in rows[0]["why"]
+
+
 def test_recheck_flags_drift_and_losses_to_cublas():
     data = _data()
     k = "4096x4096x1"

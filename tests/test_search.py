@@ -245,6 +245,44 @@ def test_a_re_tune_never_replaces_an_entry_by_a_slower_config(tmp_path):
     assert without.entry["winner"]["us"] > res.entry["winner"]["us"]   # what the re-tune alone would have written
 
 
+def test_a_search_in_one_dtype_weighs_what_the_other_dtype_found(tmp_path):
+    """The H200 probe of 2026-12-02 (runs/issue21d/probe): the same config runs at the same speed in FP16 and BF16,
+    yet the BF16 search of 4096x4096 n = 8 missed the FP16 winner's ring config (2.5% faster in BF16 too). The
+    other dtype's entry joins the incumbents: its configs as this dtype runs them (an FP16 accumulator becomes
+    FP32 in BF16; BF16 configs run in FP16 as they are), this dtype's own first; a search in BF16 whose space
+    cannot reach the FP16 winner still re-measures its twin, and it wins."""
+    import json
+
+    from fakes import TPR_BEST, VEC_BEST
+
+    from gemvtune.kernels.families import config_to_dict
+    from gemvtune.kernels.ring import RingConfig
+    from gemvtune.runtime.table import entry_key
+    from gemvtune.tuning.search_run import incumbents
+
+    bf = Shape(SHAPE.M, SHAPE.d, SHAPE.n, "bf16")
+    fp_win = GemvConfig(vec=VEC_BEST, tpr=TPR_BEST, block=256, acc="fp16")
+    twin = GemvConfig(vec=VEC_BEST, tpr=TPR_BEST, block=256, acc="fp32")
+    ring, own = RingConfig(), GemvConfig(vec="half4", tpr=32, block=128)
+    table = tmp_path / "table.json"
+    entries = {entry_key(SHAPE): {"winner": {"family": "gemv", "config": config_to_dict(fp_win), "us": 10.0},
+                                  "ring": {"config": config_to_dict(ring), "us": 11.0, "status": "ok"}}}
+    table.write_text(json.dumps({"entries": entries}))
+    assert incumbents(table, bf) == (twin, ring)
+    assert incumbents(table, SHAPE) == (fp_win, ring)
+    entries[entry_key(bf)] = {"winner": {"family": "gemv", "config": config_to_dict(own), "us": 12.0}}
+    table.write_text(json.dumps({"entries": entries}))
+    assert incumbents(table, bf) == (own, twin, ring)                 # BF16's own entry first
+    assert incumbents(table, SHAPE) == (fp_win, ring, own)            # BF16 configs run in FP16 as they are
+    narrow = {**FLAT, "tpr": [8, 16], "vec": ["half2"]}              # the twin is outside this space
+    opts = SearchOptions(trials=6, seed=0, progress=False, families=("gemv",), domains={"gemv": narrow})
+    runner = FakeRunner()
+    res = run_search(runner, bf, opts, make_storage(f"journal:{tmp_path / 'j.log'}"), "s", echo=lambda s: None,
+                     incumbents=incumbents(table, bf))
+    assert twin in runner.calls and fp_win not in runner.calls        # never an FP16 accumulator in BF16
+    assert res.entry["winner"]["label"] == twin.label
+
+
 def test_one_noisy_round_does_not_make_a_slower_config_a_tie():
     """The 2026-12-02 re-tune of 28672x4096 n = 2: the fastest config had one noisy round (a 9% range over 5
     rounds), so every config within 9% tied and the simplest, 5% slower by median, won. Ties are capped at 1%."""

@@ -1,6 +1,7 @@
 """Keeping a table fresh: ``stale`` lists the entries worth re-tuning without a GPU (a family searched with less
-than the default budget that did not measure its whole space, or a config the cost model predicts 3% faster than
-both the winner's predicted time and its recorded one), and ``recheck`` re-measures every entry's winner and its
+than the default budget that did not measure its whole space, a config the cost model predicts 3% faster than
+both the winner's predicted time and its recorded one, or the other dtype's winner, the same kernel in this dtype,
+recorded 2% faster and never measured for this entry), and ``recheck`` re-measures every entry's winner and its
 cuBLAS baselines on this GPU in one process, interleaved, flagging a winner whose time drifted by more than 3% from
 the table's record or that lost to cuBLAS."""
 
@@ -17,6 +18,48 @@ from ..runtime.table import Table, winner_config
 
 DRIFT = 0.03        # a re-measured winner this far from its record is flagged
 PREDICTED = 0.03    # a predicted best this much faster than the winner (predicted and recorded) marks the entry stale
+DTYPE_GAP = 0.02    # the other dtype's winner, the same kernel here, recorded this much faster marks the entry stale
+
+
+def _measured(entry: dict[str, Any]) -> list[Any]:
+    """The configs an entry's confirmation measured (its winner and candidates; unreadable records skipped)."""
+    from ..kernels.families import DEFAULT_FAMILY, config_from_dict
+
+    out = []
+    for c in [entry.get("winner"), *(entry.get("candidates") or [])]:
+        try:
+            out.append(config_from_dict({"family": c.get("family", DEFAULT_FAMILY), **c["config"]}))
+        except Exception:   # (not a dict, no config, a family or value this version cannot read)
+            continue
+    return out
+
+
+def _dtype_gap(table: Table, shape: Shape, entry: dict[str, Any]) -> str:
+    """Why the other dtype's entry of (M, d, n) suggests a re-tune ("" when it does not): its winner is the same
+    kernel in this dtype (``for_dtype`` leaves it as it is: no FP16 accumulator turned FP32), this entry never
+    measured it, and its recorded time is ``DTYPE_GAP`` under this winner's. The same config runs at the same
+    speed in FP16 and BF16 (H200, 2026-12-02, runs/issue21d/probe); a re-search takes it as an incumbent."""
+    from ..kernels.families import for_dtype
+    from ..kernels.shapes import DTYPES
+
+    rec = (entry.get("winner") or {}).get("us")
+    for dt in DTYPES:
+        if dt == shape.dtype:
+            continue
+        other = table.entry(Shape(shape.M, shape.d, shape.n, dt))
+        if not other:
+            continue
+        try:
+            cfg = winner_config(other)
+        except Exception:   # (an entry this version cannot read gives no hint)
+            continue
+        us = other["winner"].get("us")
+        if (for_dtype(cfg, shape.dtype) != cfg or not cfg.is_valid(shape) or cfg in _measured(entry)
+                or not isinstance(us, (int, float)) or not isinstance(rec, (int, float)) or rec <= us * (1 + DTYPE_GAP)):
+            continue
+        return (f"the {dt.upper()} entry's winner {cfg.label} (the same kernel in {shape.dtype.upper()}, never measured "
+                f"for this entry) recorded {us:.2f} µs, {100 * (rec / us - 1):.1f}% under this winner's {rec:.2f} µs")
+    return ""
 
 
 def _short_families(search: dict[str, Any], budget: int) -> str:
@@ -48,6 +91,9 @@ def stale(table: Table, model: Any = None, default_trials: int | None = None) ->
         short = _short_families(search, budget)
         if short:
             why.append(f"{short} (< the default budget {budget})")
+        gap = _dtype_gap(table, shape, e)
+        if gap:
+            why.append(gap)
         cfg = winner_config(e)
         if model is not None and not FAMILIES[cfg.family].library:
             from ..model.zerotrial import candidates

@@ -165,32 +165,40 @@ def write_failure(e: BaseException) -> GemvtuneError | None:
 
 
 def incumbents(table: Path, shape: Shape) -> tuple[Any, ...]:
-    """What the table holds for ``shape``: its winner and the best config of each family (valid for it). They
-    are re-measured in the confirmation, so the entry's winner is chosen against them in the same process: a
-    search of some families is weighed against the others, and a search again of the same families (a
-    re-tune) never replaces an entry by a config slower than the one it holds. Nothing when the table or
-    entry is missing or unreadable (a fresh table)."""
-    from ..kernels.families import FAMILIES, config_from_dict
+    """What the table holds for ``shape``: its winner and the best config of each family (valid for it), then
+    the same of the entry of (M, d, n) in the other dtype, each as this dtype runs it (``for_dtype``: BF16 takes
+    an FP16 accumulator's config with FP32 accumulation). They are re-measured in the confirmation, so the entry's
+    winner is chosen against them in the same process: a search of some families is weighed against the others,
+    a search again of the same families (a re-tune) never replaces an entry by a config slower than the one it
+    holds, and a search in one dtype never misses what the other dtype's search found (the same config runs
+    at the same speed in both, measured on the H200 on 2026-12-02: runs/issue21d/probe). Nothing from a missing or
+    unreadable table or entry (a fresh table)."""
+    from ..kernels.families import FAMILIES, config_from_dict, for_dtype
+    from ..kernels.shapes import DTYPES
     from ..runtime.table import entry_key
 
     try:
-        entry = json.loads(Path(table).read_text())["entries"][entry_key(shape)]
+        entries = json.loads(Path(table).read_text())["entries"]
     except (OSError, ValueError, KeyError, TypeError):
         return ()
-    if not isinstance(entry, dict):
+    if not isinstance(entries, dict):
         return ()
     out: list[Any] = []
-    win = entry.get("winner")
-    held = [(win.get("family") if isinstance(win, dict) else None, win)] + [(f, entry.get(f)) for f in FAMILIES]
-    for fam, rec in held:
-        if fam not in FAMILIES or not isinstance(rec, dict) or rec.get("status", "ok") != "ok":
+    for dt in [shape.dtype] + [d for d in DTYPES if d != shape.dtype]:
+        entry = entries.get(entry_key(Shape(shape.M, shape.d, shape.n, dt)))
+        if not isinstance(entry, dict):
             continue
-        try:
-            cfg = config_from_dict({"family": fam, **rec["config"]})
-        except Exception:   # a record this version cannot read is not an incumbent
-            continue
-        if cfg.is_valid(shape) and cfg not in out:
-            out.append(cfg)
+        win = entry.get("winner")
+        held = [(win.get("family") if isinstance(win, dict) else None, win)] + [(f, entry.get(f)) for f in FAMILIES]
+        for fam, rec in held:
+            if fam not in FAMILIES or not isinstance(rec, dict) or rec.get("status", "ok") != "ok":
+                continue
+            try:
+                cfg = for_dtype(config_from_dict({"family": fam, **rec["config"]}), shape.dtype)
+            except Exception:   # a record this version cannot read is not an incumbent
+                continue
+            if cfg.is_valid(shape) and cfg not in out:
+                out.append(cfg)
     return tuple(out)
 
 
