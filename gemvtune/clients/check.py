@@ -23,12 +23,12 @@ DTYPE_GAP = 0.02    # the other dtype's winner, the same kernel here, recorded t
 
 def _measured(entry: dict[str, Any]) -> list[Any]:
     """The configs an entry's confirmation measured (its winner and candidates; unreadable records skipped)."""
-    from ..kernels.families import DEFAULT_FAMILY, config_from_dict
+    from ..kernels.families import record_config
 
     out = []
     for c in [entry.get("winner"), *(entry.get("candidates") or [])]:
         try:
-            out.append(config_from_dict({"family": c.get("family", DEFAULT_FAMILY), **c["config"]}))
+            out.append(record_config(c))
         except Exception:   # (not a dict, no config, a family or value this version cannot read)
             continue
     return out

@@ -166,6 +166,12 @@ def config_from_dict(data: Any) -> Any:
     return get_family(fam).config_cls.from_dict(data)
 
 
+def record_config(rec: Any) -> Any:
+    """The config of a table record (a winner, candidate or family best: ``{"family": …, "config": {…}, …}``; no
+    family: the default one, as in tables before split-K). Raises on a record that holds no readable config."""
+    return config_from_dict({"family": rec.get("family", DEFAULT_FAMILY), **rec["config"]})
+
+
 def for_dtype(config: Any, dtype: str) -> Any:
     """The config a ``dtype`` shape runs in place of ``config`` (one tuned for the other dtype): itself, or for
     BF16 with an FP32 accumulator where it accumulates in FP16 (BF16 accumulates in FP32 only). Loads, tiles and

@@ -8,7 +8,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from ..kernels.families import DEFAULT_FAMILY, FAMILIES, config_from_dict
+from ..kernels.families import DEFAULT_FAMILY, FAMILIES, record_config
 from ..kernels.shapes import Shape
 
 MARGIN = 0.10   # a prediction must beat predicted cuBLAS by this much (model error: median 2%, worst 9%, LOSO)
@@ -22,7 +22,7 @@ def candidates(table: Any, shape: Shape) -> list[Any]:
         for rec in [e.get("winner")] + [e.get(f) for f in FAMILIES]:
             if isinstance(rec, dict) and isinstance(rec.get("config"), dict):
                 try:
-                    out[config_from_dict({"family": rec.get("family", DEFAULT_FAMILY), **rec["config"]})] = None
+                    out[record_config(rec)] = None
                 except Exception:   # a record the schema let through that is not a config: not a candidate
                     continue
     for fam in FAMILIES.values():

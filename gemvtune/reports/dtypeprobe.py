@@ -13,7 +13,7 @@ import math
 import statistics
 from typing import Any
 
-from ..kernels.families import DEFAULT_FAMILY, config_from_dict, for_dtype
+from ..kernels.families import for_dtype, record_config
 from ..kernels.shapes import Shape
 
 
@@ -28,7 +28,7 @@ def probe_configs(entries: list[dict[str, Any] | None], shape: Shape, k: int = 3
             continue
         picks = [e["winner"]] + sorted(e.get("candidates", []), key=lambda c: c.get("us") or math.inf)[:k]
         for p in picks:
-            c = config_from_dict({"family": p.get("family", DEFAULT_FAMILY), **p["config"]})
+            c = record_config(p)
             pair = (c, for_dtype(c, "bf16"))
             if pair not in pairs and c.is_valid(fp) and pair[1].is_valid(bf):
                 pairs.append(pair)

@@ -53,7 +53,7 @@ def _candidates(entry: dict[str, Any], shape: Any, out: str) -> list[tuple[float
     family's best that can (an FP16 output cannot come from an atomic split-K combine). A library's
     algorithm (cuBLASLt) counts only for the entry's own shape: it is not carried to another n."""
     from ..kernels.epilogue import Epilogue
-    from ..kernels.families import DEFAULT_FAMILY, FAMILIES, FAMILY_NAMES, config_from_dict
+    from ..kernels.families import FAMILIES, FAMILY_NAMES, record_config
 
     epi = Epilogue(out)
     own = (int(entry.get("M", 0)), int(entry.get("d", 0)), int(entry.get("n", 1)), entry.get("dtype") or "fp16") == \
@@ -64,7 +64,7 @@ def _candidates(entry: dict[str, Any], shape: Any, out: str) -> list[tuple[float
         if us is None or not isinstance(rec, dict) or not isinstance(rec.get("config"), dict):
             continue
         try:
-            cfg = config_from_dict({"family": rec.get("family", DEFAULT_FAMILY), **rec["config"]})
+            cfg = record_config(rec)
         except Exception:
             continue
         if cfg.is_valid(shape) and not epi.invalid_reasons(cfg) and (own or not FAMILIES[cfg.family].library):

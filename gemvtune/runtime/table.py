@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
-from ..kernels.families import DEFAULT_FAMILY, FAMILIES, FAMILY_NAMES, config_from_dict
+from ..kernels.families import FAMILIES, FAMILY_NAMES, record_config
 from ..kernels.shapes import Shape
 from .keys import entry_key, entry_shape
 
@@ -65,8 +65,7 @@ def _read(path: Path) -> dict[str, Any]:
 
 def winner_config(entry: dict[str, Any]) -> Any:
     """The winning config of a table entry, of whichever family won (tables before split-K: the default family)."""
-    w = entry["winner"]
-    return config_from_dict({"family": w.get("family", DEFAULT_FAMILY), **w["config"]})
+    return record_config(entry["winner"])
 
 
 def _atomic_write_json(path: Path, data: dict[str, Any]) -> None:
