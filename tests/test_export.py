@@ -22,6 +22,7 @@ from gemvtune.runtime.export import build_header, namespace_of
 from gemvtune.runtime.table import entry_key, load_table
 
 TABLE = ROOT / "results" / "nvidia-h200" / "table.json"
+BF16 = any(s.dtype == "bf16" for s in load_table(TABLE).shapes)   # the header then has gemvtune_gemv_bf16
 
 WRAPPER = r"""
 #include "%s"
@@ -31,6 +32,15 @@ extern "C" int gt_gemv(int M, int d, int n, const void* W, const void* X, float*
 extern "C" unsigned long long gt_ws_%s(int M, int d, int n) { return gemvtune_workspace_bytes(M, d, n); }
 extern "C" int gt_tuned_%s(int M, int d, int n) { return gemvtune_is_tuned(M, d, n); }
 extern "C" const char* gt_label(int M, int d, int n) { return gemvtune_kernel_label(M, d, n); }
+"""
+WRAPPER_BF16 = r"""
+extern "C" int gt_gemv_bf16(int M, int d, int n, const void* W, const void* X, float* Y, void* ws, void* stream) {
+    return (int)gemvtune_gemv_bf16(M, d, n, (const __nv_bfloat16*)W, (const __nv_bfloat16*)X, Y, ws,
+                                   (cudaStream_t)stream);
+}
+extern "C" unsigned long long gt_ws_w_bf16(int M, int d, int n) { return gemvtune_workspace_bytes_bf16(M, d, n); }
+extern "C" int gt_tuned_w_bf16(int M, int d, int n) { return gemvtune_is_tuned_bf16(M, d, n); }
+extern "C" const char* gt_label_bf16(int M, int d, int n) { return gemvtune_kernel_label_bf16(M, d, n); }
 """
 
 
@@ -200,59 +210,63 @@ def lib(tmp_path_factory):
     header = d / "g.cuh"
     r = run_cli("export", "--table", str(TABLE), "--out", str(header))
     assert r.returncode == 0, r.stderr
-    (d / "w.cu").write_text(_wrapper(header, "w"))
+    (d / "w.cu").write_text(_wrapper(header, "w") + (WRAPPER_BF16 if BF16 else ""))
     _compile(nvcc, f"sm_{cp.cuda.Device().compute_capability}", d, [d / "w.cu"], d / "libg.so", strict=False)
     so = ctypes.CDLL(str(d / "libg.so"))
-    so.gt_gemv.restype = ctypes.c_int
-    so.gt_gemv.argtypes = [ctypes.c_int] * 3 + [ctypes.c_void_p] * 5
-    so.gt_ws_w.restype = ctypes.c_ulonglong
-    so.gt_tuned_w.restype = ctypes.c_int
-    so.gt_label.restype = ctypes.c_char_p
+    for sfx in ("", "_bf16") if BF16 else ("",):
+        getattr(so, f"gt_gemv{sfx}").restype = ctypes.c_int
+        getattr(so, f"gt_gemv{sfx}").argtypes = [ctypes.c_int] * 3 + [ctypes.c_void_p] * 5
+        getattr(so, f"gt_ws_w{sfx}").restype = ctypes.c_ulonglong
+        getattr(so, f"gt_tuned_w{sfx}").restype = ctypes.c_int
+        getattr(so, f"gt_label{sfx}").restype = ctypes.c_char_p
     return so
 
 
-def _pick(table, pred) -> Shape | None:
-    return next((s for s in table.shapes if pred(table.lookup(s)[0])), None)
+def _pick(table, pred, dtype: str = "fp16") -> Shape | None:
+    return next((s for s in table.shapes if s.dtype == dtype and pred(table.lookup(s)[0])), None)
 
 
-def _gpu_shapes() -> list:
+def _gpu_shapes(dtype: str = "fp16") -> list:
     table = load_table(TABLE)
-    picks = [("tuned-n1", Shape(4096, 4096, 1) if Shape(4096, 4096, 1) in table.shapes
-              else _pick(table, lambda c: True)),
+    n1 = Shape(4096, 4096, 1, dtype)
+    picks = [("tuned-n1", n1 if n1 in table.shapes else _pick(table, lambda c: not is_library(c), dtype)),
              ("splitk-atomic", _pick(table, lambda c: c.family == "splitk" and c.split > 1
-                                     and c.combine == "atomic")),
+                                     and c.combine == "atomic", dtype)),
              ("splitk-pass2-workspace", _pick(table, lambda c: c.family == "splitk" and c.split > 1
-                                              and c.combine == "pass2")),
-             ("gemv-splitk-counters", _pick(table, lambda c: c.family == "gemv" and c.split_k > 1))]
+                                              and c.combine == "pass2", dtype)),
+             ("gemv-splitk-counters", _pick(table, lambda c: c.family == "gemv" and c.split_k > 1, dtype)),
+             ("ring", _pick(table, lambda c: c.family == "ring", dtype) if dtype != "fp16" else None)]
     return [pytest.param(s, id=f"{what}-{s.M}x{s.d}x{s.n}") for what, s in picks if s is not None]
 
 
 def _run_and_check(lib, shape: Shape, acc: str, offset: int = 0, calls: int = 2) -> None:
-    """Run through gemvtune_gemv ``calls`` times on fresh X (counters must be re-armed in between) and
-    check each against the float64 reference like the runner's verification."""
+    """Run through gemvtune_gemv (gemvtune_gemv_bf16 for a BF16 shape) ``calls`` times on fresh X (counters must
+    be re-armed in between) and check each against the float64 reference like the runner's verification."""
     import cupy as cp
 
     from gemvtune.runners.cuda.verify import Verifier
+    from gemvtune.runners.elems import from_float32, to_float64
     from gemvtune.runners.timing import error_bound
 
+    sfx = "_bf16" if shape.dtype == "bf16" else ""
     rng = cp.random.default_rng(7)
-    Wbuf = (rng.random(shape.M * shape.d + offset, dtype=cp.float32) * 2 - 1).astype(cp.float16)
+    Wbuf = from_float32(rng.random(shape.M * shape.d + offset, dtype=cp.float32) * 2 - 1, shape.dtype)
     W = Wbuf[offset:].reshape(shape.M, shape.d)          # offset 1: only 2-byte aligned
-    W64 = W.astype(cp.float64)
-    nbytes = lib.gt_ws_w(shape.M, shape.d, shape.n)
+    W64 = to_float64(W, shape.dtype)
+    nbytes = getattr(lib, f"gt_ws_w{sfx}")(shape.M, shape.d, shape.n)
     ws = cp.zeros(max(int(nbytes), 1), dtype=cp.uint8)
     stream = cp.cuda.Stream(non_blocking=True)
     for _ in range(calls):
-        X = (rng.random((shape.n, shape.d), dtype=cp.float32) * 2 - 1).astype(cp.float16)
+        X = from_float32(rng.random((shape.n, shape.d), dtype=cp.float32) * 2 - 1, shape.dtype)
         Y = cp.full((shape.n, shape.M), cp.nan, dtype=cp.float32)
         cp.cuda.Device().synchronize()
-        rc = lib.gt_gemv(shape.M, shape.d, shape.n, W.data.ptr, X.data.ptr, Y.data.ptr,
-                         ws.data.ptr if nbytes else None, stream.ptr)
+        rc = getattr(lib, f"gt_gemv{sfx}")(shape.M, shape.d, shape.n, W.data.ptr, X.data.ptr, Y.data.ptr,
+                                           ws.data.ptr if nbytes else None, stream.ptr)
         stream.synchronize()
-        assert rc == 0, f"gemvtune_gemv returned cudaError {rc}"
-        x64 = X.astype(cp.float64)
+        assert rc == 0, f"gemvtune_gemv{sfx} returned cudaError {rc}"
+        x64 = to_float64(X, shape.dtype)
         ref, scale = x64 @ W64.T, cp.sqrt((x64 * x64) @ (W64 * W64).T)
-        ok, relerr, rowerr, reason = Verifier.check(Y, ref, scale, error_bound(acc, shape.d))
+        ok, relerr, rowerr, reason = Verifier.check(Y, ref, scale, error_bound(acc, shape.d, shape.dtype))
         assert ok, f"{shape}: {reason} (relerr {relerr:.3g}, rowerr {rowerr:.3g})"
 
 
@@ -279,3 +293,27 @@ def test_export_gpu_fallback(lib, shape):
 def test_export_gpu_misaligned_tuned_shape_falls_back(lib):
     """A tuned shape whose W is only 2-byte aligned (an offset view) runs the fallback, correctly."""
     _run_and_check(lib, Shape(4096, 4096, 1), "fp32", offset=1, calls=1)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not BF16, reason="the committed table has no BF16 entries")
+@pytest.mark.parametrize("shape", _gpu_shapes("bf16"))
+def test_export_gpu_tuned_bf16(lib, shape):
+    """gemvtune_gemv_bf16 runs the table's BF16 entries (GEMV at n = 1, the ring kernel, split-K with its
+    workspace) on BF16 W and X, checked against float64 with the BF16 bound; the FP16 queries do not know them."""
+    cfg, _ = load_table(TABLE).lookup(shape)
+    assert lib.gt_tuned_w_bf16(shape.M, shape.d, shape.n) == 1
+    assert lib.gt_label_bf16(shape.M, shape.d, shape.n).decode() == f"{cfg.family}:{cfg.label}"
+    if Shape(shape.M, shape.d, shape.n) not in load_table(TABLE).shapes:
+        assert lib.gt_tuned_w(shape.M, shape.d, shape.n) == 0
+    _run_and_check(lib, shape, getattr(cfg, "acc", "fp32"))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not BF16, reason="the committed table has no BF16 entries")
+@pytest.mark.parametrize("shape", [Shape(7, 4101, 3, "bf16"), Shape(513, 4096, 16, "bf16")], ids=str)
+def test_export_gpu_fallback_bf16(lib, shape):
+    """Untuned BF16 shapes, and a tuned one whose W is only 2-byte aligned, run the BF16 fallback, correctly."""
+    assert lib.gt_tuned_w_bf16(shape.M, shape.d, shape.n) == 0 and lib.gt_label_bf16(shape.M, shape.d, shape.n) == b"fallback"
+    _run_and_check(lib, shape, "fp32", calls=1)
+    _run_and_check(lib, Shape(4096, 4096, 1, "bf16"), "fp32", offset=1, calls=1)

@@ -321,3 +321,30 @@ def test_one_noisy_round_does_not_make_a_slower_config_a_tie():
 
     res = confirm(Close(), SHAPE, {"ring": study}, opts, echo=lambda s: None, incumbents=(simple,))
     assert res.tie and res.entry["winner"]["label"] == simple.label
+
+
+def test_a_scattered_runner_up_does_not_widen_the_tie():
+    """The 2026-12-02 BF16 search of 4096x4096 n = 1: b128 (round range 0.2%) was fastest, b1024 0.7% slower with
+    a 1.2% range; the tie band took the larger range, b1024 tied as the simpler config and won, then ran 7% over
+    its search time in the bench. The band is the fastest config's own range."""
+    from gemvtune.tuning.confirm import confirm
+
+    fast = GemvConfig(vec="half8", acc="fp32", tpr=16, block=128, unroll=8, hint="nc")
+    simple = GemvConfig(vec="half8", acc="fp32", tpr=32, block=1024, unroll=4, hint="nc")
+    assert complexity(simple) < complexity(fast)
+    times = {fast: iter([9.59, 9.60, 9.58, 9.59, 9.60]), simple: iter([9.60, 9.66, 9.72, 9.65, 9.66])}
+
+    class Scatter(FakeRunner):
+        def measure(self, config, shape, kind="variant", verify=True, timed=True, **kw):
+            m = super().measure(config, shape, kind, verify, timed, **kw)
+            if config in times:
+                m.us_median = next(times[config])
+            return m
+
+    study = optuna.create_study()
+    study.add_trial(optuna.trial.create_trial(
+        params=fast.to_dict(), value=9.59, user_attrs={"measured": True},
+        distributions={k: optuna.distributions.CategoricalDistribution([v]) for k, v in fast.to_dict().items()}))
+    opts = SearchOptions(progress=False, families=("gemv",), top_k=1, rounds=5)
+    res = confirm(Scatter(), SHAPE, {"gemv": study}, opts, echo=lambda s: None, incumbents=(simple,))
+    assert res.entry["winner"]["label"] == fast.label and not res.tie
