@@ -14,6 +14,7 @@
 # PART=retune8: the BF16 n = 8 entries at the default budget (ring; split-K on 1024x16384).
 # PART=dtypegap: 4096x4096 n = 1 (its tie, 2026-12-02: the tie band is now the fastest config's range) and the BF16 entries that `check --stale-only` lists for the FP16 winner (the same kernel) recorded 2%
 #   faster and never measured for them, searched again (the other dtype's winners are incumbents since 2026-12-02).
+# PART=benchorder: 4096x4096 benched after another shape, in both dtypes, and alone for 6 rounds (bench/order/).
 # PART=percall: gemvtune percall --dtype fp16 and bf16 at n = 1 and 4.
 # PART=probe: scripts/dtype_probe.py: the same configs in FP16 and BF16 and cuBLAS in each, interleaved in one process
 #   (4096x4096 at n = 1 and 8, 4096x14336 and 14336x4096 at n = 8: where the first one-process bench missed).
@@ -109,6 +110,20 @@ if [ "$PART" = bench ]; then
   BF=$(ls -t $R/bench/bench-tuned-bf16-*-summary.csv | head -1); FP=$(ls -t $R/bench/bench-tuned-2*-summary.csv | head -1)
   python3 scripts/dtype_compare.py "$BF" "$FP" --out $R/bench/bf16-vs-fp16-$(date -u +%Y%m%d-%H%M%S).md > $L/compare.log 2>&1
   tail -18 $L/compare.log | cut -c1-200
+fi
+if [ "$PART" = benchorder ]; then
+  # 2026-12-02: the bench's first shape (4096x4096) ran 5-9% over its table time in BF16 and other shapes did not;
+  # the same shape measured second (after 6144x4096), in both dtypes, and alone for 6 rounds
+  for dt in bf16 fp16; do
+    echo "command: gemvtune bench --shape 6144x4096 --shape 4096x4096 --dtype $dt --batch 1,8 --rounds 3 --no-inductor --out $R/bench/order" > $L/order-$dt.log
+    timeout 60 python3 -m gemvtune bench --shape 6144x4096 --shape 4096x4096 --dtype $dt --batch 1,8 --rounds 3 --no-inductor \
+      --out $R/bench/order >> $L/order-$dt.log 2>&1; echo "bench rc=$?" >> $L/order-$dt.log
+    grep -E "^ *[0-9x@n.bf16]+ +[0-9.]+ µs|rc=" $L/order-$dt.log | cut -c1-150
+  done
+  echo "command: gemvtune bench --shape 4096x4096 --dtype bf16 --batch 1,8 --rounds 6 --no-inductor --out $R/bench/order" > $L/alone-bf16.log
+  timeout 60 python3 -m gemvtune bench --shape 4096x4096 --dtype bf16 --batch 1,8 --rounds 6 --no-inductor \
+    --out $R/bench/order >> $L/alone-bf16.log 2>&1; echo "bench rc=$?" >> $L/alone-bf16.log
+  grep -E "^ *[0-9x@n.bf16]+ +[0-9.]+ µs|rc=" $L/alone-bf16.log | cut -c1-150
 fi
 if [ "$PART" = probe ]; then
   # the same configs in FP16 and BF16 (each entry's winner and fastest candidates, FP16 accumulators as their FP32
