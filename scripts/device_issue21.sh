@@ -15,6 +15,7 @@
 # PART=dtypegap: 4096x4096 n = 1 (its tie, 2026-12-02: the tie band is now the fastest config's range) and the BF16 entries that `check --stale-only` lists for the FP16 winner (the same kernel) recorded 2%
 #   faster and never measured for them, searched again (the other dtype's winners are incumbents since 2026-12-02).
 # PART=benchorder: 4096x4096 benched after another shape, in both dtypes, and alone for 6 rounds (bench/order/).
+# PART=clocks: the bench and the probe on 4096x4096 back to back with the GPU's clocks sampled (bench/clocks/).
 # PART=percall: gemvtune percall --dtype fp16 and bf16 at n = 1 and 4.
 # PART=probe: scripts/dtype_probe.py: the same configs in FP16 and BF16 and cuBLAS in each, interleaved in one process
 #   (4096x4096 at n = 1 and 8, 4096x14336 and 14336x4096 at n = 8: where the first one-process bench missed).
@@ -124,6 +125,25 @@ if [ "$PART" = benchorder ]; then
   timeout 60 python3 -m gemvtune bench --shape 4096x4096 --dtype bf16 --batch 1,8 --rounds 6 --no-inductor \
     --out $R/bench/order >> $L/alone-bf16.log 2>&1; echo "bench rc=$?" >> $L/alone-bf16.log
   grep -E "^ *[0-9x@n.bf16]+ +[0-9.]+ µs|rc=" $L/alone-bf16.log | cut -c1-150
+fi
+if [ "$PART" = clocks ]; then
+  # the bench (BF16, FP16) and the probe (both dtypes interleaved) on 4096x4096 back to back, the GPU's clocks, power
+  # and throttle reasons sampled every 250 ms beside them (clocks.csv; marks.txt: when each started)
+  nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active \
+    --format=csv -lms 250 > $L/clocks.csv 2>&1 & SMI=$!
+  for dt in bf16 fp16; do
+    echo "bench-$dt $(date -u +%T.%N)" >> $L/marks.txt
+    echo "command: gemvtune bench --shape 4096x4096 --dtype $dt --batch 1,8 --rounds 3 --no-inductor --out $R/bench/clocks" > $L/bench-$dt.log
+    timeout 60 python3 -m gemvtune bench --shape 4096x4096 --dtype $dt --batch 1,8 --rounds 3 --no-inductor \
+      --out $R/bench/clocks >> $L/bench-$dt.log 2>&1; echo "bench rc=$?" >> $L/bench-$dt.log
+    grep -E "^ *[0-9x@n.bf16]+ +[0-9.]+ µs|rc=" $L/bench-$dt.log | cut -c1-150
+  done
+  echo "probe $(date -u +%T.%N)" >> $L/marks.txt
+  echo "command: python3 scripts/dtype_probe.py --table $R/table.json --shape 4096x4096 --batch 1,8 --rounds 3 --k 2 --out $R/bench/clocks/probe" > $L/probe.log
+  timeout 90 python3 scripts/dtype_probe.py --table $R/table.json --shape 4096x4096 --batch 1,8 --rounds 3 --k 2 \
+    --out $R/bench/clocks/probe >> $L/probe.log 2>&1; echo "probe rc=$?" >> $L/probe.log
+  echo "end $(date -u +%T.%N)" >> $L/marks.txt
+  kill $SMI; grep -E "^\| |rc=" $L/probe.log | cut -c1-150
 fi
 if [ "$PART" = probe ]; then
   # the same configs in FP16 and BF16 (each entry's winner and fastest candidates, FP16 accumulators as their FP32
