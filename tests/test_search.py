@@ -283,6 +283,15 @@ def test_a_search_in_one_dtype_weighs_what_the_other_dtype_found(tmp_path):
     assert res.entry["winner"]["label"] == twin.label
 
 
+def _study_of(config, us: float) -> optuna.Study:
+    """A study holding one measured trial of ``config`` at ``us`` (what confirm reads its top-k from)."""
+    study = optuna.create_study()
+    study.add_trial(optuna.trial.create_trial(
+        params=config.to_dict(), value=us, user_attrs={"measured": True},
+        distributions={k: optuna.distributions.CategoricalDistribution([v]) for k, v in config.to_dict().items()}))
+    return study
+
+
 def test_one_noisy_round_does_not_make_a_slower_config_a_tie():
     """The 2026-12-02 re-tune of 28672x4096 n = 2: the fastest config had one noisy round (a 9% range over 5
     rounds), so every config within 9% tied and the simplest, 5% slower by median, won. Ties are capped at 1%."""
@@ -303,10 +312,7 @@ def test_one_noisy_round_does_not_make_a_slower_config_a_tie():
                 m.us_median = 10.5                                      # 5% slower, steady
             return m
 
-    study = optuna.create_study()
-    study.add_trial(optuna.trial.create_trial(
-        params=fast.to_dict(), value=10.0, user_attrs={"measured": True},
-        distributions={k: optuna.distributions.CategoricalDistribution([v]) for k, v in fast.to_dict().items()}))
+    study = _study_of(fast, 10.0)
     opts = SearchOptions(progress=False, families=("ring",), top_k=1, rounds=5)
     res = confirm(Noisy(), SHAPE, {"ring": study}, opts, echo=lambda s: None, incumbents=(simple,))
     assert res.entry["winner"]["label"] == fast.label and not res.tie
@@ -341,10 +347,7 @@ def test_a_scattered_runner_up_does_not_widen_the_tie():
                 m.us_median = next(times[config])
             return m
 
-    study = optuna.create_study()
-    study.add_trial(optuna.trial.create_trial(
-        params=fast.to_dict(), value=9.59, user_attrs={"measured": True},
-        distributions={k: optuna.distributions.CategoricalDistribution([v]) for k, v in fast.to_dict().items()}))
+    study = _study_of(fast, 9.59)
     opts = SearchOptions(progress=False, families=("gemv",), top_k=1, rounds=5)
     res = confirm(Scatter(), SHAPE, {"gemv": study}, opts, echo=lambda s: None, incumbents=(simple,))
     assert res.entry["winner"]["label"] == fast.label and not res.tie
