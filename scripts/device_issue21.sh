@@ -16,6 +16,7 @@
 #   faster and never measured for them, searched again (the other dtype's winners are incumbents since 2026-12-02).
 # PART=benchorder: 4096x4096 benched after another shape, in both dtypes, and alone for 6 rounds (bench/order/).
 # PART=clocks: the bench and the probe on 4096x4096 back to back with the GPU's clocks sampled (bench/clocks/).
+# PART=hfpercall: gemvtune percall --hf-config (Llama-3-8B): ms per eager forward, stock against gemvtune, interleaved.
 # PART=percall: gemvtune percall --dtype fp16 and bf16 at n = 1 and 4.
 # PART=probe: scripts/dtype_probe.py: the same configs in FP16 and BF16 and cuBLAS in each, interleaved in one process
 #   (4096x4096 at n = 1 and 8, 4096x14336 and 14336x4096 at n = 8: where the first one-process bench missed).
@@ -150,6 +151,16 @@ if [ "$PART" = clocks ]; then
     --out $R/bench/clocks/probe-3584 >> $L/probe.log 2>&1; echo "probe rc=$?" >> $L/probe.log
   echo "end $(date -u +%T.%N)" >> $L/marks.txt
   kill $SMI; grep -E "^\| |rc=" $L/probe.log | cut -c1-150
+fi
+if [ "$PART" = hfpercall ]; then
+  # the host cost of one eager forward of Llama-3-8B, stock against swap_linears, in short interleaved blocks
+  # (whole generates swing by +-30% on this host); HF_DTYPES as for hf
+  for dt in ${HF_DTYPES:-bf16 fp16}; do
+    echo "command: gemvtune percall --hf-config gemvtune/kernels/hf_configs/llama-3-8b.json --dtype $dt --repeats ${PC_REPEATS:-30} --out $R/bench" > $L/percall-hf-$dt.log
+    timeout ${T_PCHF:-200} python3 -m gemvtune percall --hf-config gemvtune/kernels/hf_configs/llama-3-8b.json --dtype $dt \
+      --repeats ${PC_REPEATS:-30} --out $R/bench >> $L/percall-hf-$dt.log 2>&1; echo "percall rc=$?" >> $L/percall-hf-$dt.log
+    grep -E "^\| |stock / gemvtune|rc=" $L/percall-hf-$dt.log | cut -c1-200
+  done
 fi
 if [ "$PART" = probe ]; then
   # the same configs in FP16 and BF16 (each entry's winner and fastest candidates, FP16 accumulators as their FP32

@@ -20,14 +20,27 @@ from .options import writable_dir as _writable_dir
 @click.option("--shape", "shape_texts", multiple=True, help="M x d (repeatable; default 1024x4096 and 4096x4096)")
 @click.option("--batch", "n", default=1, show_default=True, type=click.IntRange(1, 16))
 @click.option("--table", "table_path", default=None, help="table (default results/<gpu>/table.json)")
-@click.option("--calls", default=300, show_default=True, type=click.IntRange(10, 100000))
-@click.option("--repeats", default=7, show_default=True, type=click.IntRange(1, 100))
+@click.option("--calls", default=None, type=click.IntRange(1, 100000),
+              help="calls per timed loop (default 300; with --hf-config, forwards per block: 10)")
+@click.option("--repeats", default=None, type=click.IntRange(1, 1000),
+              help="interleaved repeats (default 7; with --hf-config 20)")
 @click.option("--out", "out_dir", default=None, help="output folder (default results/<gpu>/bench/)")
+@click.option("--hf-config", default=None, help="a Hugging Face config.json (or its folder): time one-token forwards "
+              "of that model in eager PyTorch, stock against swap_linears, instead of single layers (needs gemvtune[hf])")
+@click.option("--layers", "layers_text", default=None, help="with --hf-config: build the model with N layers "
+              "(default: the config's)")
 @DTYPE
-def percall(shape_texts: tuple[str, ...], n: int, table_path: str | None, calls: int, repeats: int,
-            out_dir: str | None, dtype: str) -> None:
+def percall(shape_texts: tuple[str, ...], n: int, table_path: str | None, calls: int | None, repeats: int | None,
+            out_dir: str | None, dtype: str, hf_config: str | None, layers_text: str | None) -> None:
     """GPU: µs per call of F.linear, nn.Linear, GemvLinear, the custom op, table.gemv (torch and CuPy)
-    and a bare launch, side by side in one process; CSV and markdown."""
+    and a bare launch, side by side in one process; or, with --hf-config, ms per eager forward of a
+    Hugging Face model stock against gemvtune. CSV and markdown."""
+    if hf_config is None and layers_text is not None:
+        raise UsageError("--layers needs --hf-config")
+    if hf_config is not None:
+        _percall_hf(hf_config, layers_text, shape_texts, n, table_path, calls or 10, repeats or 20, out_dir, dtype)
+        return
+    calls, repeats = calls or 300, repeats or 7
     shapes = [parse_shape(t, n, dtype) for t in (shape_texts or ("1024x4096", "4096x4096"))]
     try:
         import torch
@@ -56,6 +69,50 @@ def percall(shape_texts: tuple[str, ...], n: int, table_path: str | None, calls:
                                                 "table": str(table.path), "calls": calls, "repeats": repeats},
                                                indent=1, default=str))
     md = percall_markdown(rows, dev, command)
+    Path(f"{base}.md").write_text(md)
+    click.echo(md)
+    click.echo(f"wrote {base}.csv, .json, .md")
+
+
+def _percall_hf(hf_config: str, layers_text: str | None, shape_texts: tuple[str, ...], n: int, table_path: str | None,
+                calls: int, repeats: int, out_dir: str | None, dtype: str) -> None:
+    """percall --hf-config: the checks that need no GPU first (options, the config, transformers, the table),
+    then the GPU check, then gemvtune.clients.hfpercall; CSV, JSON and markdown under --out."""
+    from ..clients.hfbench import positive_int
+    from ..clients.hfmodel import build_config, check_transformers, file_name, read_config
+    from ..runtime.table import load_table
+
+    clash = [opt for opt, given in (("--shape", shape_texts), ("--batch", n != 1)) if given]
+    if clash:
+        raise UsageError(f"--hf-config times one-token forwards of the model (batch 1): drop {', '.join(clash)}")
+    layers = positive_int(layers_text, "--layers") if layers_text is not None else None
+    fields, name, cfg_file = read_config(hf_config)      # a bad config.json: one line
+    check_transformers()
+    build_config(fields, layers, where=f"config {cfg_file}")
+    if table_path is not None:
+        load_table(table_path)                           # a missing or corrupt table fails before any GPU work
+    _gpu_check()
+    import pandas as pd
+    import torch
+
+    from ..clients.hfpercall import forward_markdown, measure_hf_forward
+    from ..reports.report import gpu_slug
+
+    gpu = torch.cuda.get_device_name()
+    table = load_table(table_path or Path("results") / gpu_slug(gpu) / "table.json")
+    table._check_gpu(gpu)
+    out = _writable_dir(out_dir or str(Path("results") / gpu_slug(gpu) / "bench"))
+    row = measure_hf_forward(hf_config, table, layers, {"fp16": "float16", "bf16": "bfloat16"}[dtype], calls, repeats)
+    from ..runners.cuda import CudaRunner
+
+    dev = {**CudaRunner().device_info(), "torch": torch.__version__}
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
+    command = "gemvtune " + " ".join(sys.argv[1:])
+    base = out / f"percall-hf-{file_name(name)}-L{row['layers']}-{row['dtype']}-{stamp}"
+    pd.DataFrame([row]).to_csv(f"{base}.csv", index=False, float_format="%.5g")
+    Path(f"{base}.json").write_text(json.dumps({"device": dev, "command": command, "date": stamp,
+                                                "table": str(table.path), "row": row}, indent=1, default=str))
+    md = forward_markdown(row, dev, command)
     Path(f"{base}.md").write_text(md)
     click.echo(md)
     click.echo(f"wrote {base}.csv, .json, .md")
