@@ -101,3 +101,15 @@ def test_percall_hf_on_gpu(tmp_path):
     csvs = list((tmp_path / "out").glob("percall-hf-tiny-llama-L2-bfloat16-*.csv"))
     assert len(csvs) == 1 and csvs[0].with_suffix(".md").exists() and csvs[0].with_suffix(".json").exists()
     assert "stock / gemvtune" in r.stdout and "15 linear layers swapped" in r.stdout
+
+
+@pytest.mark.gpu
+def test_percall_shapes_on_gpu(tmp_path):
+    """The command's other mode (single layers), which shares the table lookup and the file writing: the files
+    and the ratio rows."""
+    r = run_cli("percall", "--shape", "1024x4096", "--calls", "10", "--repeats", "2", "--table", str(TABLE),
+                "--out", str(tmp_path / "out"))
+    assert r.returncode == 0, r.stderr
+    csvs = list((tmp_path / "out").glob("percall-2*.csv"))
+    assert len(csvs) == 1 and csvs[0].with_suffix(".md").exists() and csvs[0].with_suffix(".json").exists()
+    assert "GemvLinear / F.linear" in r.stdout and json.loads(csvs[0].with_suffix(".json").read_text())["calls"] == 10

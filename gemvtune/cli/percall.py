@@ -5,7 +5,9 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -43,32 +45,49 @@ def percall(shape_texts: tuple[str, ...], n: int, table_path: str | None, calls:
     calls, repeats = calls or 300, repeats or 7
     shapes = [parse_shape(t, n, dtype) for t in (shape_texts or ("1024x4096", "4096x4096"))]
     try:
-        import torch
+        import torch  # noqa: F401  (the check only: the measurement imports it where it needs it)
     except ImportError:
         raise UsageError("percall measures PyTorch paths and needs torch: pip install 'gemvtune[torch]'") from None
     _gpu_check()
     import pandas as pd
 
     from ..clients.percall import measure_percall, percall_markdown
+
+    table, out = _table_and_out(table_path, out_dir)
+    rows = [measure_percall(table, s, calls, repeats) for s in shapes]
+    _write(out, "percall", pd.DataFrame(rows), {"table": str(table.path), "calls": calls, "repeats": repeats},
+           lambda dev, command: percall_markdown(rows, dev, command), "%.4g")
+
+
+def _table_and_out(table_path: str | None, out_dir: str | None) -> tuple[Any, Path]:
+    """The table (default results/<gpu>/table.json, checked against the GPU torch sees) and the output folder."""
+    import torch
+
     from ..reports.report import gpu_slug
     from ..runtime.table import load_table
 
     name = torch.cuda.get_device_name()
     table = load_table(table_path or Path("results") / gpu_slug(name) / "table.json")
     table._check_gpu(name)
-    out = _writable_dir(out_dir or str(Path("results") / gpu_slug(name) / "bench"))
-    rows = [measure_percall(table, s, calls, repeats) for s in shapes]
+    return table, _writable_dir(out_dir or str(Path("results") / gpu_slug(name) / "bench"))
+
+
+def _write(out: Path, prefix: str, df: Any, meta: dict[str, Any], markdown: Callable[[dict, str], str],
+           fmt: str) -> None:
+    """<prefix>-<date>.csv, .json (device, command, date, ``meta``) and .md (``markdown(device, command)``),
+    the markdown echoed."""
+    import torch
+
     from ..runners.cuda import CudaRunner
 
     dev = {**CudaRunner().device_info(), "torch": torch.__version__}
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
     command = "gemvtune " + " ".join(sys.argv[1:])
-    base = out / f"percall-{stamp}"
-    pd.DataFrame(rows).to_csv(f"{base}.csv", index=False, float_format="%.4g")
-    Path(f"{base}.json").write_text(json.dumps({"device": dev, "command": command, "date": stamp,
-                                                "table": str(table.path), "calls": calls, "repeats": repeats},
+    base = out / f"{prefix}-{stamp}"
+    df.to_csv(f"{base}.csv", index=False, float_format=fmt)
+    Path(f"{base}.json").write_text(json.dumps({"device": dev, "command": command, "date": stamp, **meta},
                                                indent=1, default=str))
-    md = percall_markdown(rows, dev, command)
+    md = markdown(dev, command)
     Path(f"{base}.md").write_text(md)
     click.echo(md)
     click.echo(f"wrote {base}.csv, .json, .md")
@@ -93,26 +112,10 @@ def _percall_hf(hf_config: str, layers_text: str | None, shape_texts: tuple[str,
         load_table(table_path)                           # a missing or corrupt table fails before any GPU work
     _gpu_check()
     import pandas as pd
-    import torch
 
     from ..clients.hfpercall import forward_markdown, measure_hf_forward
-    from ..reports.report import gpu_slug
 
-    gpu = torch.cuda.get_device_name()
-    table = load_table(table_path or Path("results") / gpu_slug(gpu) / "table.json")
-    table._check_gpu(gpu)
-    out = _writable_dir(out_dir or str(Path("results") / gpu_slug(gpu) / "bench"))
+    table, out = _table_and_out(table_path, out_dir)
     row = measure_hf_forward(hf_config, table, layers, {"fp16": "float16", "bf16": "bfloat16"}[dtype], calls, repeats)
-    from ..runners.cuda import CudaRunner
-
-    dev = {**CudaRunner().device_info(), "torch": torch.__version__}
-    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
-    command = "gemvtune " + " ".join(sys.argv[1:])
-    base = out / f"percall-hf-{file_name(name)}-L{row['layers']}-{row['dtype']}-{stamp}"
-    pd.DataFrame([row]).to_csv(f"{base}.csv", index=False, float_format="%.5g")
-    Path(f"{base}.json").write_text(json.dumps({"device": dev, "command": command, "date": stamp,
-                                                "table": str(table.path), "row": row}, indent=1, default=str))
-    md = forward_markdown(row, dev, command)
-    Path(f"{base}.md").write_text(md)
-    click.echo(md)
-    click.echo(f"wrote {base}.csv, .json, .md")
+    _write(out, f"percall-hf-{file_name(name)}-L{row['layers']}-{row['dtype']}", pd.DataFrame([row]),
+           {"table": str(table.path), "row": row}, lambda dev, command: forward_markdown(row, dev, command), "%.5g")
