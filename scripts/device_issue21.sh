@@ -17,6 +17,8 @@
 # PART=benchorder: 4096x4096 benched after another shape, in both dtypes, and alone for 6 rounds (bench/order/).
 # PART=clocks: the bench and the probe on 4096x4096 back to back with the GPU's clocks sampled (bench/clocks/).
 # PART=hfpercall: gemvtune percall --hf-config (Llama-3-8B): ms per eager forward, stock against gemvtune, interleaved.
+# PART=bf16gemv: every BF16 GEMV entry searched again (HALF=1|2: the 23 shapes over two calls).
+# PART=bisect: the bench's 4096x4096 BF16 gap: the same kernel through bench --configs in both dtypes, then the tuned bench.
 # PART=percall: gemvtune percall --dtype fp16 and bf16 at n = 1 and 4.
 # PART=probe: scripts/dtype_probe.py: the same configs in FP16 and BF16 and cuBLAS in each, interleaved in one process
 #   (4096x4096 at n = 1 and 8, 4096x14336 and 14336x4096 at n = 8: where the first one-process bench missed).
@@ -161,6 +163,33 @@ if [ "$PART" = hfpercall ]; then
       --repeats ${PC_REPEATS:-30} --out $R/bench >> $L/percall-hf-$dt.log 2>&1; echo "percall rc=$?" >> $L/percall-hf-$dt.log
     grep -E "^\| |stock / gemvtune|rc=" $L/percall-hf-$dt.log | cut -c1-200
   done
+fi
+if [ "$PART" = bf16gemv ]; then
+  # every BF16 GEMV entry of the table searched again (GEMV, 100 trials, n = 1), e.g. after a change of the BF16
+  # kernels' code (branch bf16-cvt-bits); HALF=1|2 splits the 23 shapes over two calls (about 30 s a shape)
+  A="10240x8192 1024x16384 1024x4096 128256x4096 131072x5120 14336x4096 152064x3584 18944x3584 28672x4096 28672x5120 3584x18944 3584x3584"
+  B="37888x3584 4096x14336 4096x4096 4608x3584 5120x14336 5120x4096 512x3584 6144x4096 6144x5120 8192x28672 8192x8192"
+  SH=""; for x in $( [ "${HALF:-1}" = 2 ] && echo $B || echo $A ); do SH="$SH --shape $x"; done
+  echo "command: gemvtune search$SH --dtype bf16 --batch 1 --family gemv --trials 100 --results $R" > $L/search-${HALF:-1}.log
+  timeout ${T_SEARCH:-480} python3 -m gemvtune search $SH --dtype bf16 --batch 1 --family gemv --trials 100 \
+    --results $R >> $L/search-${HALF:-1}.log 2>&1; echo "search rc=$?" >> $L/search-${HALF:-1}.log
+  python3 -m gemvtune report --table $R/table.json --csv $R/table.csv > $L/report.log 2>&1
+  grep -E "trials|rc=" $L/search-${HALF:-1}.log | cut -c1-200 | tail -14
+fi
+if [ "$PART" = bisect ]; then
+  # the bench's 4096x4096 BF16 gap (2026-12-02): the same kernel through `bench --configs` (one measurement per
+  # config, no table) in both dtypes, then the tuned bench, in one call
+  CFG="block=128,vec=half8,acc=fp32,tpr=16,unroll=8,hint=nc"
+  for dt in bf16 fp16; do
+    echo "command: gemvtune bench --shape 4096x4096 --dtype $dt --configs $CFG --no-inductor --no-spin-check --out $R/bench/bisect" > $L/configs-$dt.log
+    timeout 60 python3 -m gemvtune bench --shape 4096x4096 --dtype $dt --configs $CFG --no-inductor --no-spin-check \
+      --out $R/bench/bisect >> $L/configs-$dt.log 2>&1; echo "bench rc=$?" >> $L/configs-$dt.log
+    grep -E "b128|cublas|llama|rc=" $L/configs-$dt.log | cut -c1-150 | head -8
+  done
+  echo "command: gemvtune bench --shape 4096x4096 --dtype bf16 --batch 1 --rounds 3 --no-inductor --out $R/bench/bisect" > $L/tuned-bf16.log
+  timeout 60 python3 -m gemvtune bench --shape 4096x4096 --dtype bf16 --batch 1 --rounds 3 --no-inductor \
+    --out $R/bench/bisect >> $L/tuned-bf16.log 2>&1; echo "bench rc=$?" >> $L/tuned-bf16.log
+  grep -E "^ *[0-9x@n.bf16]+ +[0-9.]+ µs|rc=" $L/tuned-bf16.log | cut -c1-150
 fi
 if [ "$PART" = probe ]; then
   # the same configs in FP16 and BF16 (each entry's winner and fastest candidates, FP16 accumulators as their FP32
