@@ -301,10 +301,11 @@ def test_export_gpu_misaligned_tuned_shape_falls_back(lib):
 def test_export_gpu_tuned_bf16(lib, shape):
     """gemvtune_gemv_bf16 runs the table's BF16 entries (GEMV at n = 1, the ring kernel, split-K with its
     workspace) on BF16 W and X, checked against float64 with the BF16 bound; the FP16 queries do not know them."""
-    cfg, _ = load_table(TABLE).lookup(shape)
+    table = load_table(TABLE)
+    cfg, _ = table.lookup(shape)
     assert lib.gt_tuned_w_bf16(shape.M, shape.d, shape.n) == 1
     assert lib.gt_label_bf16(shape.M, shape.d, shape.n).decode() == f"{cfg.family}:{cfg.label}"
-    if Shape(shape.M, shape.d, shape.n) not in load_table(TABLE).shapes:
+    if Shape(shape.M, shape.d, shape.n) not in table.shapes:
         assert lib.gt_tuned_w(shape.M, shape.d, shape.n) == 0
     _run_and_check(lib, shape, getattr(cfg, "acc", "fp32"))
 
