@@ -17,7 +17,8 @@
 # PART=benchorder: 4096x4096 benched after another shape, in both dtypes, and alone for 6 rounds (bench/order/).
 # PART=clocks: the bench and the probe on 4096x4096 back to back with the GPU's clocks sampled (bench/clocks/).
 # PART=hfpercall: gemvtune percall --hf-config (Llama-3-8B): ms per eager forward, stock against gemvtune, interleaved.
-# PART=bf16gemv: every BF16 GEMV entry searched again (HALF=1|2: the 23 shapes over two calls).
+# PART=bf16gemv: every BF16 GEMV entry searched again (HALF=1|2: the 23 shapes over two calls, HALF=all in one; TRIALS).
+# PART=probe3584: scripts/dtype_probe.py on 3584x3584 and 4608x3584 (n = 1), where the FP16 winners are unroll-1 configs.
 # PART=bisect: the bench's 4096x4096 BF16 gap: the same kernel through bench --configs in both dtypes, then the tuned bench.
 # PART=percall: gemvtune percall --dtype fp16 and bf16 at n = 1 and 4.
 # PART=probe: scripts/dtype_probe.py: the same configs in FP16 and BF16 and cuBLAS in each, interleaved in one process
@@ -154,6 +155,14 @@ if [ "$PART" = clocks ]; then
   echo "end $(date -u +%T.%N)" >> $L/marks.txt
   kill $SMI; grep -E "^\| |rc=" $L/probe.log | cut -c1-150
 fi
+if [ "$PART" = probe3584 ]; then
+  # 2026-12-02: the unroll-1 FP16 winners ran 1.28x slower in BF16 (cuda_bf16.h's inline-PTX conversions kept ptxas
+  # from unrolling); with the conversions by bits the same configs should run within 1% of FP16
+  echo "command: python3 scripts/dtype_probe.py --table $R/table.json --shape 3584x3584 --shape 4608x3584 --batch 1 --rounds 3 --k 2 --out $R/bench/probe-3584" > $L/probe.log
+  timeout 100 python3 scripts/dtype_probe.py --table $R/table.json --shape 3584x3584 --shape 4608x3584 --batch 1 --rounds 3 --k 2 \
+    --out $R/bench/probe-3584 >> $L/probe.log 2>&1; echo "probe rc=$?" >> $L/probe.log
+  grep -E "^\| |rc=" $L/probe.log | cut -c1-150
+fi
 if [ "$PART" = hfpercall ]; then
   # the host cost of one eager forward of Llama-3-8B, stock against swap_linears, in short interleaved blocks
   # (whole generates swing by +-30% on this host); HF_DTYPES as for hf
@@ -169,9 +178,9 @@ if [ "$PART" = bf16gemv ]; then
   # kernels' code (branch bf16-cvt-bits); HALF=1|2 splits the 23 shapes over two calls (about 30 s a shape)
   A="10240x8192 1024x16384 1024x4096 128256x4096 131072x5120 14336x4096 152064x3584 18944x3584 28672x4096 28672x5120 3584x18944 3584x3584"
   B="37888x3584 4096x14336 4096x4096 4608x3584 5120x14336 5120x4096 512x3584 6144x4096 6144x5120 8192x28672 8192x8192"
-  SH=""; for x in $( [ "${HALF:-1}" = 2 ] && echo $B || echo $A ); do SH="$SH --shape $x"; done
-  echo "command: gemvtune search$SH --dtype bf16 --batch 1 --family gemv --trials 100 --results $R" > $L/search-${HALF:-1}.log
-  timeout ${T_SEARCH:-480} python3 -m gemvtune search $SH --dtype bf16 --batch 1 --family gemv --trials 100 \
+  SH=""; for x in $(case "${HALF:-1}" in 2) echo $B;; all) echo $A $B;; *) echo $A;; esac); do SH="$SH --shape $x"; done
+  echo "command: gemvtune search$SH --dtype bf16 --batch 1 --family gemv --trials ${TRIALS:-100} --results $R" > $L/search-${HALF:-1}.log
+  timeout ${T_SEARCH:-480} python3 -m gemvtune search $SH --dtype bf16 --batch 1 --family gemv --trials ${TRIALS:-100} \
     --results $R >> $L/search-${HALF:-1}.log 2>&1; echo "search rc=$?" >> $L/search-${HALF:-1}.log
   python3 -m gemvtune report --table $R/table.json --csv $R/table.csv > $L/report.log 2>&1
   grep -E "trials|rc=" $L/search-${HALF:-1}.log | cut -c1-200 | tail -14
