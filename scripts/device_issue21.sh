@@ -188,7 +188,7 @@ fi
 if [ "$PART" = bisect ]; then
   # the bench's 4096x4096 BF16 gap (2026-12-02): the same kernel through `bench --configs` (one measurement per
   # config, no table) in both dtypes, then the tuned bench, in one call
-  CFG="block=128,vec=half8,acc=fp32,tpr=16,unroll=8,hint=nc"
+  CFG=${CFG:-"block=128,vec=half8,acc=fp32,tpr=16,unroll=8,hint=nc"}
   for dt in bf16 fp16; do
     echo "command: gemvtune bench --shape 4096x4096 --dtype $dt --configs $CFG --no-inductor --no-spin-check --out $R/bench/bisect" > $L/configs-$dt.log
     timeout 60 python3 -m gemvtune bench --shape 4096x4096 --dtype $dt --configs $CFG --no-inductor --no-spin-check \
