@@ -36,7 +36,10 @@ def small(tmp_path_factory):
     for name in ("sweep-4096x4096x1", "sweep-14336x4096x1"):
         for ext in (".csv.gz", ".json"):
             shutil.copy(RESULTS / "sweeps" / (name + ext), root / "sweeps")
-    for p in sorted((RESULTS / "searches").glob("search-4096x4096x*-2026120*.csv"))[:4]:
+    # named, not globbed: a later search of the same shape must not change what this fixture reads
+    for name in ("search-4096x4096x1-bf16-20261202-065958", "search-4096x4096x1-bf16-20261202-105934",
+                 "search-4096x4096x16-20261201-222726", "search-4096x4096x16-20261202-004919"):
+        p = RESULTS / "searches" / (name + ".csv")
         shutil.copy(p, root / "searches")
         shutil.copy(p.with_suffix(".json"), root / "searches")
     ds = dataset.load(root)
