@@ -35,10 +35,10 @@ DTYPE_VALUES: dict[str, dict[str, str]] = {
         "elem2": "__nv_bfloat162",
         "in_name": "BF16",
         "dtype_header": "cuda_bf16.h",
-        "to_float": "bf16_to_float",           # by bits, defined in the templates (see _common.cuh.j2)
-        "to_float2": "bf16x2_to_float2",
+        "to_float": "bf16_to_float",           # by bits, defined in _epilogue.cuh.j2 (no inline PTX)
+        "to_float2": "bf16x2_to_float2",       # by bits, defined in _common.cuh.j2
         "from_bits": "__ushort_as_bfloat16",
-        "pair2": "__halves2bfloat162",
+        "pair2": "__halves2bfloat162",         # (unused: BF16 pairs are never built from halves)
         "as2": "bf16x2_word",                  # BF16 pairs stay 32-bit words
         "mma_ab": "bf16",
     },
