@@ -63,8 +63,11 @@ def locked(path: Path) -> Iterator[None]:
     killed writers are removed under it."""
     from filelock import FileLock, lock_descriptor, unlock_descriptor
 
+    from .userfile import check_lock
+
     path.parent.mkdir(parents=True, exist_ok=True)
     lock = path.with_name(path.name + ".lock")
+    check_lock(lock, f"the lock of {path.name}")   # a FIFO or device there would hang or be truncated
     with contextlib.ExitStack() as held:
         try:
             held.enter_context(FileLock(str(lock)))
@@ -76,11 +79,35 @@ def locked(path: Path) -> Iterator[None]:
         yield
 
 
-def atomic_write(path: Path, write: Callable[[Any], None], *, binary: bool = False, mode: int | None = None) -> None:
+def output_target(path: str | Path, what: str = "output") -> Path:
+    """Where a write of an output to ``path`` goes: through a symbolic link to its target (the link stays a
+    link), and only onto a regular file or a new name. One UsageError for an empty path, a folder, a device
+    (``/dev/null`` is never replaced), a FIFO, a socket or a looping link."""
+    from .userfile import kind, os_reason
+
+    if not str(path):
+        raise UsageError(f"{what}: the path is empty")
+    p = target(path)
+    try:
+        st = os.stat(p)
+    except FileNotFoundError:
+        return p
+    except OSError as e:
+        raise UsageError(f"cannot write {what} {path}: {os_reason(e)}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise UsageError(f"cannot write {what} {path}: it is {kind(st.st_mode)}; gemvtune writes only regular files")
+    return p
+
+
+def atomic_write(path: Path, write: Callable[[Any], None], *, binary: bool = False, mode: int | None = None,
+                 what: str = "output") -> None:
     """Write ``path`` through ``write(file)`` (a text file in UTF-8, or a binary one with ``binary``) into a
     temporary file beside it, fsynced and renamed over it: readers see the old file or the new one, never
-    part of one. The file keeps its mode (and its group, where this process may set it); a new file gets
+    part of one; a failed write (a full disk, text that cannot be encoded) leaves the old file byte-identical.
+    A symbolic link is followed (the link stays a link) and a target that is not a regular file is refused
+    (output_target). The file keeps its mode (and its group, where this process may set it); a new file gets
     0666 less the umask. With ``mode``, the file gets exactly that mode (and this process's group), new or not."""
+    path = output_target(path, what)
     if mode is None:
         try:
             st = os.stat(path)
@@ -112,10 +139,41 @@ def target(path: str | Path) -> Path:
     path = Path(path)
     if not path.is_symlink():
         return path
-    real = Path(os.path.realpath(path))
+    try:
+        real = Path(os.path.realpath(path, strict=True))
+    except FileNotFoundError:   # a dangling link: the write creates its target
+        real = Path(os.path.realpath(path))
+    except OSError:
+        raise UsageError(f"{path} is a symbolic link that leads nowhere (a loop)") from None
     if os.path.lexists(real) and not os.path.exists(real):
         raise UsageError(f"{path} is a symbolic link that leads nowhere (a loop)")
     return real
+
+
+def write_text(path: str | Path, text: str, what: str = "output") -> None:
+    """An output text file written whole or not at all (atomic_write); an OSError is one UsageError naming it."""
+    from .userfile import os_reason
+
+    try:
+        atomic_write(Path(path), lambda f: f.write(text), what=what)
+    except (OSError, UnicodeEncodeError) as e:
+        why = os_reason(e) if isinstance(e, OSError) else "text that cannot be written as UTF-8"
+        raise UsageError(f"cannot write {what} {path}: {why}; the previous file, if any, is unchanged") from None
+
+
+def write_bytes_with(path: str | Path, write: Callable[[Any], None], what: str = "output") -> None:
+    """A binary output (a PNG: ``write`` gets the open file) written whole or not at all."""
+    from .userfile import os_reason
+
+    try:
+        atomic_write(Path(path), write, binary=True, what=what)
+    except OSError as e:
+        raise UsageError(f"cannot write {what} {path}: {os_reason(e)}; the previous file, if any, is unchanged") from None
+
+
+def savefig(fig: Any, path: str | Path, dpi: int = 110, what: str = "plot") -> None:
+    """A matplotlib figure saved as PNG whole or not at all."""
+    write_bytes_with(path, lambda f: fig.savefig(f, format="png", dpi=dpi), what=what)
 
 
 def probe_folder(folder: Path, what: str) -> None:

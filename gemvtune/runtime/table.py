@@ -39,18 +39,12 @@ def _locked(path: Path) -> Iterator[None]:
 
 
 def _read(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UsageError(f"table {path} does not exist") from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as e:
-        raise UsageError(f"table {path} cannot be read: {e}") from None
+    from ..userfile import TABLE_BYTES, decode_json, read_text
+
+    text = read_text(path, "table", TABLE_BYTES)   # a regular file, capped: one line for anything else
     if not text.strip():
         raise UsageError(f"table {path} is empty")
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise UsageError(f"table {path} is not valid JSON (truncated?): {e.msg} at line {e.lineno}") from None
+    data = decode_json(text, f"table {path}")
     if not isinstance(data, dict) or "schema" not in data or not isinstance(data.get("entries"), dict):
         raise UsageError(f"table {path} is not a gemvtune table (no schema/entries)")
     if data["schema"] != SCHEMA_VERSION:
@@ -98,6 +92,9 @@ def check_updatable(path: str | Path, device: dict[str, Any] | None = None) -> P
         _check_same_gpu(path, _read(path), device)
     probe_folder(path.parent, "table folder")
     lock = path.with_name(path.name + ".lock")
+    from ..userfile import check_lock
+
+    check_lock(lock, "the table's lock")
     try:
         if os.path.lexists(lock):   # (a missing one is made at the first write: the folder is writable)
             with open(lock):

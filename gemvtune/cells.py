@@ -1,0 +1,70 @@
+"""Neutral cells: every CSV and markdown file gemvtune writes goes through here, so that a string that came from
+a file (a table, a sweep, an error text) is shown as text and never becomes a spreadsheet formula, an HTML tag or
+an extra markdown column.
+
+- CSV: a string cell that begins with ``= + - @``, a tab or a carriage return gets a leading ``'`` (what
+  spreadsheets read as "this is text"); a cell that is a plain number (``-1.5``, ``+3``) is left as it is.
+- Markdown: ``|`` is escaped, backticks and ``<`` are written as HTML entities, and line breaks become spaces, so
+  a cell stays one cell of one row.
+- ``write_csv`` writes a frame atomically (gemvtune.safefile) with its string cells neutralized."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+_NUMBER = re.compile(r"^[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?$|^[+-]?(?:inf|nan)$", re.IGNORECASE)
+
+
+def csv_cell(value: Any) -> Any:
+    """``value`` as a CSV cell that a spreadsheet shows as written (strings only; other values as they are)."""
+    if not isinstance(value, str) or not value.startswith(_FORMULA_START) or _NUMBER.match(value):
+        return value
+    return "'" + value
+
+
+def md_cell(value: Any) -> str:
+    """``value`` as the text of one markdown table cell: no ``|`` column breaks, no code spans, no HTML."""
+    text = str(value)
+    text = text.replace("\\", "\\\\").replace("|", "\\|").replace("`", "&#96;").replace("<", "&lt;")
+    return " ".join(text.split())
+
+
+def md_row(values: list[Any]) -> str:
+    """One markdown table row of neutral cells."""
+    return "| " + " | ".join(md_cell(v) for v in values) + " |"
+
+
+def neutral_frame(df: Any) -> Any:
+    """A copy of the pandas frame ``df`` whose string cells (and column names) are neutral CSV cells."""
+    out = df.copy()
+    for col in out.columns:
+        if out[col].dtype == object or str(out[col].dtype).startswith("string"):
+            out[col] = out[col].map(csv_cell)
+    out.columns = [csv_cell(c) for c in out.columns]
+    return out
+
+
+def write_csv(df: Any, path: str | Path, what: str = "CSV file", **kw: Any) -> None:
+    """Write ``df`` as CSV to ``path`` whole or not at all, string cells neutralized; pandas' own options in
+    ``kw`` (``float_format``, ``compression`` for a ``.gz`` file). One UsageError if it cannot be written."""
+    from .safefile import atomic_write
+    from .userfile import os_reason
+    from .errors import UsageError
+
+    kw.setdefault("index", False)
+    safe = neutral_frame(df)
+    compression = kw.pop("compression", None)
+    try:
+        if compression == "gzip":
+            import gzip
+
+            data = gzip.compress(safe.to_csv(**kw).encode("utf-8"), mtime=0)
+            atomic_write(Path(path), lambda f: f.write(data), binary=True, what=what)
+        else:
+            atomic_write(Path(path), lambda f: safe.to_csv(f, **kw), what=what)
+    except (OSError, UnicodeEncodeError) as e:
+        why = os_reason(e) if isinstance(e, OSError) else "text that cannot be written as UTF-8"
+        raise UsageError(f"cannot write {what} {path}: {why}; the previous file, if any, is unchanged") from None
