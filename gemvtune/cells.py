@@ -50,9 +50,9 @@ def neutral_frame(df: Any) -> Any:
 def write_csv(df: Any, path: str | Path, what: str = "CSV file", **kw: Any) -> None:
     """Write ``df`` as CSV to ``path`` whole or not at all, string cells neutralized; pandas' own options in
     ``kw`` (``float_format``, ``compression`` for a ``.gz`` file). One UsageError if it cannot be written."""
+    from .errors import UsageError
     from .safefile import atomic_write
     from .userfile import os_reason
-    from .errors import UsageError
 
     kw.setdefault("index", False)
     safe = neutral_frame(df)

@@ -150,15 +150,20 @@ def target(path: str | Path) -> Path:
     return real
 
 
-def write_text(path: str | Path, text: str, what: str = "output") -> None:
-    """An output text file written whole or not at all (atomic_write); an OSError is one UsageError naming it."""
+def write_with(path: str | Path, write: Callable[[Any], None], what: str = "output") -> None:
+    """A text output written by ``write(file)`` (a csv.writer, say) whole or not at all; one UsageError if not."""
     from .userfile import os_reason
 
     try:
-        atomic_write(Path(path), lambda f: f.write(text), what=what)
+        atomic_write(Path(path), write, what=what)
     except (OSError, UnicodeEncodeError) as e:
         why = os_reason(e) if isinstance(e, OSError) else "text that cannot be written as UTF-8"
         raise UsageError(f"cannot write {what} {path}: {why}; the previous file, if any, is unchanged") from None
+
+
+def write_text(path: str | Path, text: str, what: str = "output") -> None:
+    """An output text file written whole or not at all (atomic_write); an OSError is one UsageError naming it."""
+    write_with(path, lambda f: f.write(text), what)
 
 
 def write_bytes_with(path: str | Path, write: Callable[[Any], None], what: str = "output") -> None:

@@ -10,8 +10,10 @@ from pathlib import Path
 
 import click
 
+from ..cells import write_csv
 from ..errors import GemvtuneError, UsageError
 from ..kernels.shapes import parse_shape
+from ..safefile import write_text
 from .options import DTYPE
 from .options import gpu_check as _gpu_check
 from .options import writable_dir as _writable_dir
@@ -23,8 +25,8 @@ def _write(rows: list[dict], out: Path, tag: str, meta: dict) -> Path:
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
     path = out / f"{tag}-{stamp}.csv"
     try:
-        pd.DataFrame(rows).to_csv(path, index=False, float_format="%.6g")
-        path.with_suffix(".json").write_text(json.dumps(meta, indent=1, sort_keys=True, default=str) + "\n")
+        write_csv(pd.DataFrame(rows), path, float_format="%.6g")
+        write_text(path.with_suffix(".json"), json.dumps(meta, indent=1, sort_keys=True, default=str) + "\n")
     except OSError as e:
         raise UsageError(f"cannot write {path}: {e.strerror or e}") from None
     return path

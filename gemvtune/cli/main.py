@@ -9,10 +9,12 @@ from pathlib import Path
 
 import click
 
+from ..cells import write_csv
 from ..errors import GemvtuneError, UsageError
 from ..kernels import gemv as sp
 from ..kernels.families import load_configs
 from ..kernels.shapes import Shape, parse_batches, parse_shape
+from ..safefile import write_text
 from ..tuning.search_options import SEED, ModelPreset
 from . import options as _options
 from .options import gpu_check as _gpu_check
@@ -296,7 +298,7 @@ def summarize(csv_path: str, md_path: str | None) -> None:
     click.echo(text, nl=False)
     if md_path:
         try:
-            Path(md_path).write_text(text)
+            write_text(Path(md_path), text)
         except OSError as e:
             raise UsageError(f"cannot write --md file {md_path}: {e.strerror or e}") from None
 
@@ -321,7 +323,7 @@ def report(table_path: str, csv_path: str | None, cross_dir: str | None) -> None
         if len(df):
             df = df.sort_values(["M", "d", "n"], kind="stable")
         try:
-            df.to_csv(csv_path, index=False, float_format="%.6g")
+            write_csv(df, csv_path, float_format="%.6g")
         except OSError as e:
             raise UsageError(f"cannot write --csv file {csv_path}: {e.strerror or e}") from None
         click.echo(f"wrote {csv_path}")
@@ -329,8 +331,8 @@ def report(table_path: str, csv_path: str | None, cross_dir: str | None) -> None
         from ..reports.crossover import crossover_frame, crossover_markdown, crossovers, plot_crossover
 
         df = crossover_frame(t)
-        df.to_csv(out / "crossover.csv", index=False, float_format="%.6g")
-        (out / "crossover.md").write_text(crossover_markdown(df))
+        write_csv(df, out / "crossover.csv", float_format="%.6g")
+        write_text(out / "crossover.md", crossover_markdown(df))
         paths = plot_crossover(df, out, t.gpu.get("name", ""))
         for (M, d), n in crossovers(df).items():
             click.echo(f"  {M}x{d}: " + (f"split-K GEMM wins from n={n}" if n else "the GEMV wins at every tuned n"))

@@ -11,8 +11,10 @@ from typing import Any
 
 import click
 
+from ..cells import write_csv
 from ..errors import UsageError
 from ..kernels.shapes import parse_shape
+from ..safefile import write_text
 from .options import DTYPE
 from .options import gpu_check as _gpu_check
 from .options import writable_dir as _writable_dir
@@ -84,11 +86,11 @@ def _write(out: Path, prefix: str, df: Any, meta: dict[str, Any], markdown: Call
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
     command = "gemvtune " + " ".join(sys.argv[1:])
     base = out / f"{prefix}-{stamp}"
-    df.to_csv(f"{base}.csv", index=False, float_format=fmt)
-    Path(f"{base}.json").write_text(json.dumps({"device": dev, "command": command, "date": stamp, **meta},
-                                               indent=1, default=str))
+    write_csv(df, f"{base}.csv", float_format=fmt)
+    write_text(Path(f"{base}.json"), json.dumps({"device": dev, "command": command, "date": stamp, **meta},
+                                                indent=1, default=str))
     md = markdown(dev, command)
-    Path(f"{base}.md").write_text(md)
+    write_text(Path(f"{base}.md"), md)
     click.echo(md)
     click.echo(f"wrote {base}.csv, .json, .md")
 

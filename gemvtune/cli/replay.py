@@ -8,9 +8,11 @@ from typing import Any
 
 import click
 
+from ..cells import write_csv
 from ..errors import UsageError
 from ..kernels.families import DEFAULT_FAMILY, FAMILIES
 from ..kernels.shapes import Shape, parse_shape
+from ..safefile import write_text
 from .options import gpu_check as _gpu_check
 from .options import writable_dir as _writable_dir
 
@@ -135,7 +137,7 @@ def study(sweeps_path, samplers, seeds, budget, gp_budget, jobs, out_dir, costmo
                 raise UsageError(f"--costmodel {costmodel_results} records no sweep of {f.name}'s shape")
             held.append(by_shape[key])
         table, top = loso.evaluate(ds, k=warm_k, rounds=model_rounds, shapes=held, echo=click.echo)
-        table.to_csv(out / "costmodel-loso.csv", index=False, float_format="%.6g")
+        write_csv(table, out / "costmodel-loso.csv", float_format="%.6g")
         click.echo(f"zero-trial pick, leave-one-shape-out: median {table.pick_gap_pct.median():.2f}%, worst "
                    f"{table.pick_gap_pct.max():.2f}% from the sweep optimum (costmodel-loso.csv)")
         warm = {f.name: top[str(s)] for f, s in zip(files, held)}
@@ -148,16 +150,16 @@ def study(sweeps_path, samplers, seeds, budget, gp_budget, jobs, out_dir, costmo
     log.info("study: summarizing %d searches; writing the CSVs, the plot and summary.md to %s", len(runs), out)
     summary = summarize_runs(runs)
     llama = llama_position(files)
-    runs.to_csv(out / "study-runs.csv", index=False, float_format="%.6g")
-    summary.to_csv(out / "study-summary.csv", index=False, float_format="%.6g")
-    curves.to_csv(out / "study-curves.csv.gz", index=False, float_format="%.6g", compression="gzip")
-    llama.to_csv(out / "llama-vs-optimum.csv", index=False, float_format="%.6g")
+    write_csv(runs, out / "study-runs.csv", float_format="%.6g")
+    write_csv(summary, out / "study-summary.csv", float_format="%.6g")
+    write_csv(curves, out / "study-curves.csv.gz", float_format="%.6g", compression="gzip")
+    write_csv(llama, out / "llama-vs-optimum.csv", float_format="%.6g")
     plot(curves, out / "convergence.png")
     click.echo(summary[summary["shape"] == "all"].to_string(index=False))
     click.echo(llama.to_string(index=False))
     from ..tuning.study import study_markdown
 
-    (out / "summary.md").write_text(study_markdown(out))
+    write_text(out / "summary.md", study_markdown(out))
     click.echo(f"wrote {out}/study-*.csv, llama-vs-optimum.csv, convergence.png, summary.md")
 
 
@@ -168,7 +170,7 @@ def study_report(out_dir: str) -> None:
     from ..tuning.study import study_markdown
 
     text = study_markdown(Path(out_dir))
-    (Path(out_dir) / "summary.md").write_text(text)
+    write_text(Path(out_dir) / "summary.md", text)
     click.echo(text, nl=False)
 
 
@@ -197,8 +199,8 @@ def plot_study(storage: str, names: tuple[str, ...], out_dir: str) -> None:
         studies = {fam: optuna.load_study(study_name=f.study_name(name), storage=st)
                    for fam, f in FAMILIES.items() if f.study_name(name) in have}
         curves = {fam: convergence_rows(s) for fam, s in studies.items()}
-        pd.DataFrame([{"family": f, **r} for f, rows in curves.items() for r in rows]).to_csv(
-            out / f"{name}-convergence.csv", index=False, float_format="%.6g")
+        write_csv(pd.DataFrame([{"family": f, **r} for f, rows in curves.items() for r in rows]),
+                  out / f"{name}-convergence.csv", float_format="%.6g")
         plot_convergence(curves, out / f"{name}-convergence.png", f"{name}: measured trials and best so far")
         imp, how = {}, {}
         for fam, s in studies.items():
@@ -207,9 +209,9 @@ def plot_study(storage: str, names: tuple[str, ...], out_dir: str) -> None:
             except ValueError as e:
                 click.echo(f"{name} {fam}: {e}")
         if imp:
-            pd.DataFrame([{"family": f, "evaluator": how[f], "param": k, "importance": v}
-                          for f, vals in imp.items() for k, v in vals.items()]).to_csv(
-                out / f"{name}-importance.csv", index=False, float_format="%.4g")
+            write_csv(pd.DataFrame([{"family": f, "evaluator": how[f], "param": k, "importance": v}
+                                    for f, vals in imp.items() for k, v in vals.items()]),
+                      out / f"{name}-importance.csv", float_format="%.4g")
             plot_importance({f"{f} ({how[f]})": v for f, v in imp.items()}, out / f"{name}-importance.png",
                             f"{name}: parameter importance over correct measured trials")
         click.echo(f"{name}: {', '.join(f'{f} {len(c)} measured' for f, c in curves.items())} -> {out}/{name}-*.png")

@@ -9,12 +9,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..cells import write_csv as write_frame
 from ..kernels.compile import compile_variants
 from ..kernels.gemv import LLAMA_CPP, GemvConfig
 from ..kernels.shapes import Shape
 from ..reports.benchreport import LLAMA_NAME
 from ..reports.report import gpu_slug, provenance, shape_table, write_csv
 from ..runners.base import Measurement
+from ..safefile import write_text
 
 
 def _start(echo: Callable[[str], None]) -> tuple:
@@ -141,9 +143,9 @@ def run_tuned_bench(shapes: list[Shape], table_path: str, out_dir: str | None, e
     path = write_csv(rows, out / f"{tag}-{stamp}.csv", provenance(dev, ceiling=ceil, table=str(table_path),
                                                                shapes=[str(s) for s in shapes], rounds=rounds,
                                                                inductor=inductor))
-    df.to_csv(out / f"{tag}-{stamp}-summary.csv", index=False, float_format="%.6g")
+    write_frame(df, out / f"{tag}-{stamp}-summary.csv", float_format="%.6g")
     md = bench_markdown(df, ceil)
-    (out / f"{tag}-{stamp}-summary.md").write_text(md)
+    write_text(out / f"{tag}-{stamp}-summary.md", md)
     plot_bench(df, out / f"{tag}-{stamp}.png", f"{dev['name']}: tuned vs its baselines ({stamp})")
     echo(md)
     echo(f"wrote {path}, its -summary.csv/-summary.md and {tag}-{stamp}.png")

@@ -15,9 +15,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..cells import write_csv
 from ..errors import UsageError
 from ..kernels.hfconfig import MODELS, model_shapes
 from ..kernels.shapes import Shape
+from ..safefile import savefig, write_text
 
 IMPLS = ("tuned", "llama.cpp", "cublas")
 LABELS = {"tuned": "gemvtune tuned", "llama.cpp": "llama.cpp config", "cublas": "cuBLAS"}
@@ -146,7 +148,7 @@ def plot_decode(df: Any, path: str | Path, title: str, floor_us: float = math.na
     ax.set_title(title, fontsize=9)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    savefig(fig, path, dpi=110)
     plt.close(fig)
     return Path(path)
 
@@ -211,12 +213,12 @@ def write_reports(samples: Any, info: dict[str, Any], meta: dict[str, Any], out:
     meta = {**meta, "ceiling": ceiling, **{k: info[k] for k in ("verified", "not_tuned", "written",
                                                                  "max_rel_diff_vs_cublas") if k in info}}
     path = out / f"{stem}.csv"
-    samples.to_csv(path, index=False, float_format="%.6g")
+    write_csv(samples, path, float_format="%.6g")
     prov = provenance(device, **meta, **{k: v for k, v in info.items() if k not in meta}, ratios=ratios(df), note=NOTE)
-    path.with_suffix(".json").write_text(json.dumps(prov, indent=2, sort_keys=True, default=str) + "\n")
-    df.to_csv(out / f"{stem}-summary.csv", index=False, float_format="%.6g")
+    write_text(path.with_suffix(".json"), json.dumps(prov, indent=2, sort_keys=True, default=str) + "\n")
+    write_csv(df, out / f"{stem}-summary.csv", float_format="%.6g")
     md = decode_markdown(df, meta)
-    (out / f"{stem}-summary.md").write_text(md)
+    write_text(out / f"{stem}-summary.md", md)
     floor = meta["step_bytes"] / (ceiling["read_gbps"] * 1e3) if ceiling.get("read_gbps") else math.nan
     plot_decode(df, out / f"{stem}.png", f"{device.get('name', '')}: {meta['model']} decode step, "
                 f"{meta['layers']} layers + LM head", floor)

@@ -25,6 +25,7 @@ from ..errors import UsageError
 from ..kernels.shapes import MAX_BATCH, Shape
 from ..reports.transition import bytes_moved, flops, ridge_n
 from ..runners.timing import launches_for
+from ..safefile import write_text
 
 MAX_N = 4096                 # the largest batch the command measures
 TUNED_REASON = f"n outside 1..{MAX_BATCH} for a tuned kernel"
@@ -360,7 +361,7 @@ def run_transition(shapes: Sequence[tuple[int, int]], ns: Sequence[int], table_p
         paths.append(write_transition_csv(df, stem.with_suffix(".csv"), meta))
         plot_transition(df, stem.with_suffix(".png"), dev["name"])
         tables.append(transition_markdown(df))
-        stem.with_suffix(".md").write_text(tables[-1])
+        write_text(stem.with_suffix(".md"), tables[-1])
     for t in tables:
         echo(t)
     echo("wrote " + ", ".join(str(p) for p in paths) + " (each with its .json, .png and .md)")

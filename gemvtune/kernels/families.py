@@ -7,7 +7,6 @@ epilogues it can fuse), its template and one entry."""
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -189,13 +188,9 @@ def config_to_dict(config: Any) -> dict[str, Any]:
 def load_configs(path: str) -> list[Any]:
     """A JSON file holding a list of config objects (or one object); each may name its ``family``
     (gemv when it does not)."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except FileNotFoundError:
-        raise UsageError(f"config file {path} does not exist") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise UsageError(f"config file {path} is not valid JSON: {e}") from None
+    from ..userfile import JSON_BYTES, read_json
+
+    data = read_json(path, "config file", JSON_BYTES)   # a regular file, capped; every decoder error one line
     items = data if isinstance(data, list) else [data]
     if not items:
         raise UsageError(f"config file {path} holds no configs")

@@ -8,7 +8,7 @@ left out; a file that cannot be read is skipped with its reason, never half-read
 
 from __future__ import annotations
 
-import json
+import io
 import math
 import re
 from dataclasses import dataclass, field
@@ -17,10 +17,12 @@ from typing import Any
 
 import pandas as pd
 
+from ..errors import UsageError
 from ..kernels.families import DEFAULT_FAMILY, FAMILIES, config_from_dict
 from ..kernels.shapes import Shape
+from ..userfile import read_json
 
-_NAME = re.compile(r"^(?:sweep|search)-(\d+)x(\d+)x(\d+)(?:-(bf16))?(?:-\d{8}-\d{6})?\.csv(?:\.gz)?$")
+_NAME = re.compile(r"^(?:sweep|search)-(\d+)x(\d+)x(\d+)(?:-(bf16))?(?:-\d{8}-\d{6})?\.csv(?:\.gz)?$", re.ASCII)
 
 
 @dataclass
@@ -43,7 +45,10 @@ def _rows(path: Path, kind: str) -> list[dict[str, Any]]:
     if m is None:
         raise ValueError("not a sweep or search CSV name")
     shape = Shape(int(m.group(1)), int(m.group(2)), int(m.group(3)), m.group(4) or "fp16")
-    df = pd.read_csv(path, low_memory=False)
+    from ..userfile import SWEEP_BYTES, read_bytes
+
+    raw = read_bytes(path, kind, SWEEP_BYTES)   # a regular file, capped (a UsageError is a ValueError: skipped)
+    df = pd.read_csv(io.BytesIO(raw), low_memory=False, compression="gzip" if path.name.endswith(".gz") else None)
     if "status" not in df or "pct_ceiling" not in df or "us_median" not in df:
         raise ValueError("no status, us_median or pct_ceiling column")
     df = df[(df["status"] == "ok") & (df["pct_ceiling"] > 0) & (df["us_median"] > 0)]
@@ -74,8 +79,8 @@ def _gpu(results: Path) -> tuple[int, str, float]:
     sm, name, ceilings = 0, "", []
     for p in sorted(results.glob("sweeps/sweep-*.json")) + sorted(results.glob("searches/search-*.json")):
         try:
-            data = json.loads(p.read_text())
-        except (OSError, ValueError):
+            data = read_json(p, "sidecar")
+        except UsageError:   # not a regular file, too large, not JSON: not a sidecar to learn from
             continue
         dev = data.get("device") if isinstance(data, dict) else None
         if not sm and isinstance(dev, dict) and isinstance(dev.get("sm_count"), int) and dev["sm_count"] > 0:

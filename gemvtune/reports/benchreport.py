@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..runners.base import Measurement
+from ..safefile import savefig
 
 LLAMA_NAME = "llama.cpp config (d compiled in)"   # the GEMV family's llama.cpp point; its kind stays "llama.cpp"
 # (column of µs, column of its ratio, label): every baseline a summary row carries
@@ -191,7 +192,7 @@ def plot_bench(df: Any, path: str | Path, title: str) -> Path:
     ax.legend(fontsize=8, loc="upper center", ncol=3, bbox_to_anchor=(0.5, -0.22), frameon=False)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    savefig(fig, path, dpi=110)
     plt.close(fig)
     return Path(path)
 

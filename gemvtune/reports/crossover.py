@@ -7,7 +7,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ..runtime.table import Table, entry_shape
+from ..runtime.table import Table, entry_shape, winner_config
+from ..safefile import savefig
 
 
 def _us(d: dict[str, Any] | None) -> float:
@@ -24,11 +25,11 @@ def crossover_frame(t: Table) -> Any:
         b = e.get("baselines", {})
         shape = entry_shape(e)
         cub = b.get("cublas-torch") or b.get("cublas")
-        w = e["winner"]
+        w, cfg = e["winner"], winner_config(e)   # the label and family of the validated config, not the table's words
         rows.append({"M": shape.M, "d": shape.d, "n": shape.n, "dtype": shape.dtype, "gemv_us": _us(e.get("gemv")),
                      "splitk_us": _us(e.get("splitk")), "cublas_us": _us(cub), "llama_us": _us(b.get("llama.cpp")),
-                     "floor_us": shape.bytes_moved / (read * 1e3), "winner_family": w.get("family", "gemv"),
-                     "winner": w.get("label"), "winner_us": _us(w), "x_cublas": _us(cub) / _us(w)})
+                     "floor_us": shape.bytes_moved / (read * 1e3), "winner_family": cfg.family,
+                     "winner": cfg.label, "winner_us": _us(w), "x_cublas": _us(cub) / _us(w)})
     df = pd.DataFrame(rows)
     return df.sort_values(["M", "d", "n"]).reset_index(drop=True) if len(df) else df
 
@@ -74,7 +75,7 @@ def plot_crossover(df: Any, out_dir: str | Path, gpu: str = "") -> list[Path]:
         ax.legend(fontsize=7)
         fig.tight_layout()
         p = out / f"crossover-{M}x{d}.png"
-        fig.savefig(p, dpi=110)
+        savefig(fig, p, dpi=110)
         plt.close(fig)
         paths.append(p)
     return paths

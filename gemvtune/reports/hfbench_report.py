@@ -17,6 +17,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from ..cells import csv_cell
+from ..safefile import savefig, write_text, write_with
+
 IMPLS = ("stock", "gemvtune")
 MODES = ("eager", "compiled")
 LABELS = {"stock": "stock", "gemvtune": "gemvtune"}
@@ -269,11 +272,14 @@ def write_rows_csv(rows: list[dict[str, Any]], path: str | Path, columns: Iterab
     path = Path(path)
     cols = list(columns)
     extra = sorted({k for r in rows for k in r} - set(cols))
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=cols + extra, extrasaction="ignore")
+    def write(f: Any) -> None:
+        w = csv.DictWriter(f, fieldnames=[csv_cell(c) for c in cols + extra], extrasaction="ignore")
         w.writeheader()
         for r in rows:
-            w.writerow({k: (format(v, ".6g") if isinstance(v, float) else ("" if v is None else v)) for k, v in r.items()})
+            w.writerow({csv_cell(k): (format(v, ".6g") if isinstance(v, float) else ("" if v is None else csv_cell(v)))
+                        for k, v in r.items()})
+
+    write_with(path, write, "HF bench CSV")
     return path
 
 
@@ -312,7 +318,7 @@ def plot_hf(table: list[dict[str, Any]], path: str | Path, title: str) -> Path:
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2, frameon=False)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    savefig(fig, path, dpi=110)
     plt.close(fig)
     return Path(path)
 
@@ -333,10 +339,10 @@ def write_hf_reports(rows: list[dict[str, Any]], result: dict[str, Any], out: st
         result.setdefault("notes", []).append(f"bar chart not written: {type(e).__name__}: {e}")
     md = summary_markdown(result, table)
     paths["summary_md"] = out / f"{stem}-summary.md"
-    paths["summary_md"].write_text(md)
+    write_text(paths["summary_md"], md)
     paths["provenance"] = out / f"{stem}-provenance.json"
     prov = {**result, "summary": table, "files": {k: p.name for k, p in paths.items()}}
-    paths["provenance"].write_text(json.dumps(_json_safe(prov), indent=2, sort_keys=True, default=str) + "\n")
+    write_text(paths["provenance"], json.dumps(_json_safe(prov), indent=2, sort_keys=True, default=str) + "\n")
     return paths
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..runners.replay import Sweep
+from ..safefile import write_text
 
 KT_KERNEL_NAME = "gemv"
 
@@ -35,5 +36,5 @@ def export_kt_cache(sweep: Sweep, path: str | Path) -> Path:
             "problem_size": kt_problem_size(sweep), "tune_params_keys": keys, "tune_params": sweep.grid,
             "objective": "time", "cache": cache}
     path = Path(path)
-    path.write_text(json.dumps(data))
+    write_text(path, json.dumps(data))
     return path

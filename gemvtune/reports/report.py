@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..runners.base import Measurement
+from ..safefile import write_text
 
 
 def gpu_slug(name: str) -> str:
@@ -32,14 +33,14 @@ def write_csv(rows: Iterable[Measurement], path: str | Path, meta: dict[str, Any
     """One row per measurement (all parameters, status, times, errors) and a .json sidecar."""
     import pandas as pd
 
-    from ..safefile import atomic_write
+    from ..cells import write_csv as write_frame
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     df = pd.DataFrame([m.row() for m in rows])
-    atomic_write(path, lambda f: df.to_csv(f, index=False, float_format="%.6g"))   # gemvtune.safefile
+    write_frame(df, path, "measurements CSV", float_format="%.6g")   # atomic, neutral cells
     side = path.with_suffix(".json")
-    side.write_text(json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n")
+    write_text(side, json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n")
     return path
 
 

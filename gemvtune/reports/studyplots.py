@@ -11,6 +11,8 @@ from typing import Any
 
 import optuna
 
+from ..safefile import savefig
+
 
 def convergence_rows(study: optuna.Study) -> list[dict[str, Any]]:
     """Measured trials in trial order: their µs (None if not a correct, timed variant) and the best so far."""
@@ -82,7 +84,7 @@ def plot_convergence(curves: dict[str, list[dict[str, Any]]], path: Path, title:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    savefig(fig, path, dpi=110)
     plt.close(fig)
     return path
 
@@ -102,6 +104,6 @@ def plot_importance(imp: dict[str, dict[str, float]], path: Path, title: str) ->
         ax.grid(axis="x", alpha=0.3)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    savefig(fig, path, dpi=110)
     plt.close(fig)
     return path

@@ -4,11 +4,12 @@ escaped (``tableschema.printable``) before it reaches a terminal."""
 
 from __future__ import annotations
 
-import json
+import io
 import math
 from pathlib import Path
 from typing import TypedDict
 
+from ..errors import UsageError
 from ..runtime.tableschema import printable as esc
 from .benchreport import baseline_columns, batch_markdown
 
@@ -41,8 +42,12 @@ def summarize_bench(csv_path: str | Path) -> str:
     import pandas as pd
 
     csv_path = Path(csv_path)
-    df = pd.read_csv(csv_path)
-    meta = json.loads(csv_path.with_suffix(".json").read_text())
+    from ..userfile import JSON_BYTES, SWEEP_BYTES, read_bytes, read_json
+
+    df = pd.read_csv(io.BytesIO(read_bytes(csv_path, "bench CSV", SWEEP_BYTES)))
+    meta = read_json(csv_path.with_suffix(".json"), "bench sidecar", JSON_BYTES)
+    if not isinstance(meta, dict):
+        raise UsageError(f"bench sidecar {csv_path.with_suffix('.json')} is not a JSON object")
     dev, ceil = meta.get("device", {}), meta.get("ceiling", {})
     out = [f"# Bench {esc(csv_path.name)}", "",
            f"- date: {esc(meta.get('date'))}", f"- GPU: {esc(dev.get('name'))} (cc {esc(dev.get('compute_capability'))}, "

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import math
 import numbers
+import re
 from typing import Any
 
 import numpy as np
 
 from ..runtime.table import Table, winner_config
-from ..runtime.tableschema import printable
+from ..runtime.tableschema import SAMPLER_NAMES, printable
 
 _NAN = float("nan")
 
@@ -39,11 +40,25 @@ def table_frame(t: Table) -> Any:
                "spread": _num(w.get("spread")), "gbps": _num(w.get("gbps")), "pct_ceiling": _num(w.get("pct_ceiling")),
                "llama_us": _num(lla.get("us")), "cublas_us": _num(cub.get("us")),
                "x_cublas": _ratio(cub.get("us"), w.get("us")), "x_llama": _ratio(lla.get("us"), w.get("us")),
-               "tie": e.get("tie"), "sampler": s.get("sampler"), "trials": s.get("measured_trials"),
-               "seed": s.get("seed"), "replayed": s.get("replayed") is True, "updated": e.get("updated")}
+               "tie": e.get("tie"), "sampler": known_sampler(s.get("sampler")), "trials": s.get("measured_trials"),
+               "seed": s.get("seed"), "replayed": s.get("replayed") is True, "updated": iso_time(e.get("updated"))}
         row.update({f"p_{k}": v for k, v in cfg.to_dict().items()})
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+_ISO = re.compile(r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?(?:Z|[+-]\d{2}:?\d{2})?)?", re.ASCII)
+
+
+def known_sampler(v: Any) -> str | None:
+    """A search record's sampler as gemvtune writes it (one of SAMPLERS), else None: a table's other strings
+    never reach a CSV cell or a terminal."""
+    return v if isinstance(v, str) and v in SAMPLER_NAMES else None
+
+
+def iso_time(v: Any) -> str | None:
+    """An ISO 8601 date or time as gemvtune writes it (``2026-12-02T10:59:03Z``), else None."""
+    return v if isinstance(v, str) and _ISO.fullmatch(v) else None
 
 
 def _f(v: Any, spec: str) -> str:

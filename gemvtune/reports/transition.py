@@ -15,6 +15,9 @@ import math
 from pathlib import Path
 from typing import Any
 
+from ..cells import write_csv
+from ..safefile import savefig, write_text
+
 # One row per (series, n); the raw columns a measurement loop gives, then what is derived here.
 RAW_COLUMNS = ["M", "d", "n", "series", "status", "reason", "us_median", "us_min", "us_max", "samples",
                "verified", "detail"]
@@ -84,12 +87,11 @@ def file_stem(M: int, d: int, stamp: str) -> str:
 def write_transition_csv(df: Any, path: str | Path, meta: dict[str, Any]) -> Path:
     """The frame as CSV (atomically) and ``meta`` (provenance: date, device, command, ceilings) as a
     .json sidecar beside it, as ``reports.report.write_csv`` does for measurements."""
-    from ..safefile import atomic_write
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, lambda f: df.to_csv(f, index=False, float_format="%.6g"))
-    path.with_suffix(".json").write_text(json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n")
+    write_csv(df, path, "transition CSV", float_format="%.6g")
+    write_text(path.with_suffix(".json"), json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n")
     return path
 
 
@@ -156,7 +158,7 @@ def plot_transition(df: Any, path: str | Path, title: str = "") -> Any:
     ridge_text = f"ridge n* = {ridge:.0f}" if math.isfinite(ridge) else "no ridge point (never compute-bound)"
     fig.suptitle(f"{M}x{d}: GEMV -> GEMM transition; {ridge_text}" + (f" ({title})" if title else ""), fontsize=10)
     fig.tight_layout()
-    fig.savefig(Path(path), dpi=110)
+    savefig(fig, Path(path), dpi=110)
     plt.close(fig)
     return fig
 

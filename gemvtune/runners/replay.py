@@ -10,6 +10,7 @@ measured entries or studies (unless ``--allow-replay-into-measured``)."""
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import re
@@ -114,13 +115,17 @@ class Sweep:
     def __init__(self, path: Path):
         import pandas as pd
 
+        from ..userfile import JSON_BYTES, SWEEP_BYTES, check_regular, read_bytes, read_json
+
         side = path.with_name(path.name.replace(".csv.gz", ".json"))
+        for f in (side, path):
+            if not check_regular(f, "sweep file"):   # a FIFO, a device: one line, never opened
+                raise UsageError(f"sweep {path}: missing {f}")
+        meta = read_json(side, "sweep sidecar", JSON_BYTES)
+        raw = read_bytes(path, "sweep", SWEEP_BYTES)
         try:
-            meta = json.loads(side.read_text(encoding="utf-8"))
-            df = pd.read_csv(path)
-        except FileNotFoundError as e:
-            raise UsageError(f"sweep {path}: missing {e.filename}") from None
-        except (ValueError, OSError, EOFError, zlib.error) as e:   # EOFError: a truncated .gz
+            df = pd.read_csv(io.BytesIO(raw), compression="gzip" if path.name.endswith(".gz") else None)
+        except (ValueError, OSError, EOFError, zlib.error, RecursionError) as e:   # EOFError: a truncated .gz
             raise UsageError(f"sweep {path} cannot be read: {printable(e, 200)}") from None
         need = {"name", "M", "d", "n", "status", "us_median"}
         if not need <= set(df.columns) or df.empty:
@@ -247,7 +252,7 @@ def storage_studies(url: str | None) -> list[str]:
                 for line in f:
                     try:
                         op = json.loads(line)
-                    except ValueError:
+                    except (ValueError, RecursionError):
                         continue   # a torn last record
                     if isinstance(op, dict) and op.get("op_code") == 0 and isinstance(op.get("study_name"), str):
                         names.append(op["study_name"])

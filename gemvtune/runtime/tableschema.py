@@ -7,6 +7,7 @@ any string for a terminal, :func:`ascii_words` keeps a conservative ASCII subset
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from typing import Any
@@ -17,6 +18,7 @@ _GPU_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._()+/,:@-]{0,99}$")
 _CC_RE = re.compile(r"^\d{1,2}\.\d{1,2}$")
 _SAFE_CODE = re.compile(r"[^A-Za-z0-9 ._()+,-]")
 _MAX_STR = 4096   # longer strings in a table are not gemvtune's
+SAMPLER_NAMES = ("tpe", "random", "gp", "exhaustive")   # what a search record's sampler can be (tuning.samplers)
 
 
 def printable(v: Any, limit: int = 200) -> str:
@@ -268,8 +270,34 @@ def check_ceiling(ceiling: Any, where: str = "ceiling", need_read: bool = False)
     return ceiling
 
 
+def _unencodable(v: Any, where: str) -> str | None:
+    """The first field under ``v`` holding a string (or key) that cannot be written as UTF-8: a lone surrogate,
+    which JSON's ``\\ud800`` escape lets into a parsed table and which no file can then hold."""
+    if isinstance(v, str):
+        try:
+            v.encode("utf-8")
+        except UnicodeEncodeError:
+            return where or "the table"
+        return None
+    items = v.items() if isinstance(v, dict) else enumerate(v) if isinstance(v, list) else ()
+    for k, x in items:
+        sub = f"{where}.{printable(k, 60)}" if where else printable(k, 60)
+        bad = _unencodable(k, sub) if isinstance(k, str) else None
+        if bad or (bad := _unencodable(x, sub)):
+            return bad
+    return None
+
+
 def validate_table(data: dict[str, Any], path: Any) -> None:
     """Check a parsed table (schema version already checked) whole; the first problem is one UsageError."""
+    try:
+        json.dumps(data, ensure_ascii=False).encode("utf-8")   # fast: only a failure walks the table
+        bad = None
+    except (UnicodeEncodeError, TypeError, ValueError):
+        bad = _unencodable(data, "")
+    if bad is not None:
+        raise UsageError(f"table {path}: {bad} holds a string that is not valid Unicode (a lone surrogate); "
+                         "gemvtune never writes one")
     try:
         if isinstance(data.get("schema"), bool):
             raise SchemaError("schema", "must be an integer")

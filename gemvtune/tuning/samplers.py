@@ -8,8 +8,9 @@ from typing import Any
 import optuna
 
 from ..errors import UsageError
+from ..runtime.tableschema import SAMPLER_NAMES
 
-SAMPLERS = ("tpe", "random", "gp", "exhaustive")
+SAMPLERS = SAMPLER_NAMES   # one list: the table schema and its reports know them too
 GP_INSTALL = "pip install 'gemvtune[gp]'"
 
 

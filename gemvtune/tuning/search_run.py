@@ -14,10 +14,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..cells import write_csv
 from ..errors import GemvtuneError, UsageError
 from ..kernels.shapes import Shape
 from ..reports.report import gpu_slug, provenance
 from ..runtime.table import check_updatable, record
+from ..safefile import write_text
 from .coord import Coordinator, this_worker
 from .journal import DISK_FULL, WriteError, remedy, why_oserror
 from .search import SearchOptions, run_search, searchable, study_name
@@ -176,10 +178,11 @@ def incumbents(table: Path, shape: Shape) -> tuple[Any, ...]:
     from ..kernels.families import FAMILIES, config_from_dict, for_dtype
     from ..kernels.shapes import DTYPES
     from ..runtime.table import entry_key
+    from ..userfile import TABLE_BYTES, read_json
 
     try:
-        entries = json.loads(Path(table).read_text())["entries"]
-    except (OSError, ValueError, KeyError, TypeError):
+        entries = read_json(table, "table", TABLE_BYTES)["entries"]
+    except (UsageError, KeyError, TypeError):   # missing, not a regular file, not JSON, not a table
         return ()
     if not isinstance(entries, dict):
         return ()
@@ -231,10 +234,10 @@ def _search_shapes(runner: Any, shapes: list[Shape], opts: SearchOptions, out: P
             continue
         stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
         csv = out / f"search-{shape.M}x{shape.d}x{shape.n}{shape.dtype_suffix('-')}-{stamp}.csv"
-        pd.DataFrame(res.trials).to_csv(csv, index=False, float_format="%.6g")
+        write_csv(pd.DataFrame(res.trials), csv, float_format="%.6g")
         meta = provenance(dev, ceiling=ceil, replayed=bool(runner.replayed), study=name, storage=storage_url, shape=[shape.M, shape.d, shape.n],
                           search=res.entry["search"], winner=res.entry["winner"], baselines=res.entry["baselines"])
-        csv.with_suffix(".json").write_text(json.dumps(meta, indent=1, sort_keys=True, default=str) + "\n")
+        write_text(csv.with_suffix(".json"), json.dumps(meta, indent=1, sort_keys=True, default=str) + "\n")
         record(table, shape, res.entry, dev, ceil)
         w, b = res.entry["winner"], res.entry["baselines"]
         cub = (b.get("cublas-torch") or b.get("cublas") or {}).get("us")

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..kernels.families import DEFAULT_FAMILY
 from ..progress import progress
+from ..safefile import savefig
 
 log = logging.getLogger("gemvtune")
 
@@ -234,7 +235,7 @@ def plot(curves: Any, path: Path) -> None:
     ax.set_title("Search convergence on recorded H200 sweeps (all shapes; dotted: 90th percentile)")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    savefig(fig, path, dpi=120)
     plt.close(fig)
 
 

@@ -12,11 +12,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..cells import write_csv
 from ..errors import UsageError
 from ..kernels.compile import compile_variants
 from ..kernels.families import DEFAULT_FAMILY, get_family
 from ..kernels.shapes import Shape
 from ..reports.report import provenance
+from ..safefile import write_text
 
 __all__ = ["grid_configs", "run_sweep", "sweep_path"]
 
@@ -54,13 +56,13 @@ def run_sweep(runner: Any, shape: Shape, out_dir: str | Path, echo: Callable[[st
     df = pd.DataFrame(rows)
     path = sweep_path(out_dir, shape, family)
     path.parent.mkdir(parents=True, exist_ok=True)
-    df.to_csv(path, index=False, float_format="%.6g", compression="gzip")
+    write_csv(df, path, float_format="%.6g", compression="gzip")
     counts = df.status.value_counts().to_dict()
     meta = provenance(runner.device_info(), ceiling=ceiling, shape=[shape.M, shape.d, shape.n], family=fam.name,
                       grid=fam.sweep_grid, grid_points=len(grid), valid_in_grid=len(configs), left_out=fam.sweep_note,
                       statuses=counts, compile_s=round(t1 - t0, 1), measure_s=round(t2 - t1, 1),
                       runner={"replays": runner.replays, "warmup": runner.warmup, "target_us": runner.target_us})
-    path.with_name(path.name.replace(".csv.gz", ".json")).write_text(json.dumps(meta, indent=1, default=str) + "\n")
+    write_text(path.with_name(path.name.replace(".csv.gz", ".json")), json.dumps(meta, indent=1, default=str) + "\n")
     best = df[df.status == "ok"].sort_values("us_median").head(1)
     echo(f"{shape}: {len(configs)} configs in {t2 - t0:.0f} s (compile {t1 - t0:.0f} s); {counts}; best "
          + (f"{best.name.iloc[0]} {best.us_median.iloc[0]:.2f} µs" if len(best) else "none"))
