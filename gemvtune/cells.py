@@ -4,7 +4,7 @@ an extra markdown column.
 
 - CSV: a string cell that begins with ``= + - @``, a tab or a carriage return gets a leading ``'`` (what
   spreadsheets read as "this is text"); a cell that is a plain number (``-1.5``, ``+3``) is left as it is.
-- Markdown: ``|`` is escaped, backticks and ``<`` are written as HTML entities, and line breaks become spaces, so
+- Markdown: ``|``, backticks and ``<`` are written as HTML entities, and line breaks become spaces, so
   a cell stays one cell of one row.
 - ``write_csv`` writes a frame atomically (gemvtune.safefile) with its string cells neutralized."""
 
@@ -27,8 +27,8 @@ def csv_cell(value: Any) -> Any:
 
 def md_cell(value: Any) -> str:
     """``value`` as the text of one markdown table cell: no ``|`` column breaks, no code spans, no HTML."""
-    text = str(value)
-    text = text.replace("\\", "\\\\").replace("|", "\\|").replace("`", "&#96;").replace("<", "&lt;")
+    text = "" if value is None else str(value)
+    text = text.replace("|", "&#124;").replace("`", "&#96;").replace("<", "&lt;")
     return " ".join(text.split())
 
 
@@ -49,22 +49,15 @@ def neutral_frame(df: Any) -> Any:
 
 def write_csv(df: Any, path: str | Path, what: str = "CSV file", **kw: Any) -> None:
     """Write ``df`` as CSV to ``path`` whole or not at all, string cells neutralized; pandas' own options in
-    ``kw`` (``float_format``, ``compression`` for a ``.gz`` file). One UsageError if it cannot be written."""
-    from .errors import UsageError
-    from .safefile import atomic_write
-    from .userfile import os_reason
+    ``kw`` (``float_format``, ``compression`` for a ``.gz`` file). One line (safefile.write_failure) if it cannot be written."""
+    from .safefile import write_with
 
     kw.setdefault("index", False)
     safe = neutral_frame(df)
-    compression = kw.pop("compression", None)
-    try:
-        if compression == "gzip":
-            import gzip
+    if kw.pop("compression", None) == "gzip":
+        import gzip
 
-            data = gzip.compress(safe.to_csv(**kw).encode("utf-8"), mtime=0)
-            atomic_write(Path(path), lambda f: f.write(data), binary=True, what=what)
-        else:
-            atomic_write(Path(path), lambda f: safe.to_csv(f, **kw), what=what)
-    except (OSError, UnicodeEncodeError) as e:
-        why = os_reason(e) if isinstance(e, OSError) else "text that cannot be written as UTF-8"
-        raise UsageError(f"cannot write {what} {path}: {why}; the previous file, if any, is unchanged") from None
+        write_with(path, lambda f: f.write(gzip.compress(safe.to_csv(**kw).encode("utf-8"), mtime=0)), what,
+                   binary=True)
+    else:
+        write_with(path, lambda f: safe.to_csv(f, **kw), what)

@@ -19,3 +19,10 @@ class NoDeviceError(GemvtuneError):
     """A GPU command ran where no CUDA device answers."""
 
     exit_code = 3
+
+
+class OutputError(GemvtuneError):
+    """An output could not be written for a reason that is not the user's input (a full disk, a quota, an I/O
+    error): one line, exit 1; the previous file, if any, is unchanged."""
+
+    exit_code = 1

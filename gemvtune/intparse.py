@@ -31,6 +31,14 @@ def parse_int(text: object, what: str, lo: int | None = None, hi: int | None = N
     return value
 
 
+def positive_int(value: object, option: str, hi: int) -> int:
+    """An option's integer in 1..hi (``--layers``, ``--tokens``): one UsageError naming the option otherwise."""
+    try:
+        return parse_int(value, option, 1, hi)
+    except UsageError:
+        raise UsageError(f"{option} must be an integer >= 1 and <= {hi}, got {_show(value)}") from None
+
+
 def is_int_text(text: str) -> bool:
     """Whether ``text`` is an integer parse_int would read (ASCII digits, optional sign, at most MAX_DIGITS)."""
     s = text.strip(" \t")

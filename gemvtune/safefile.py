@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from .errors import UsageError
+from .errors import GemvtuneError, OutputError, UsageError
 
 STALE_TMP_S = 5.0   # a temporary file this old, found under the lock, was left by a killed writer
 
@@ -150,15 +150,29 @@ def target(path: str | Path) -> Path:
     return real
 
 
-def write_with(path: str | Path, write: Callable[[Any], None], what: str = "output") -> None:
-    """A text output written by ``write(file)`` (a csv.writer, say) whole or not at all; one UsageError if not."""
+def write_failure(what: str, path: str | Path, e: BaseException) -> GemvtuneError:
+    """The one-line error of a failed output write: the user's path (missing folder, permission) is a UsageError
+    (exit 2); a full disk, a quota or an I/O error an OutputError (exit 1)."""
+    import errno
+
     from .userfile import os_reason
 
+    if isinstance(e, UnicodeEncodeError):
+        why = "text that cannot be written as UTF-8"
+    else:
+        why = os_reason(e) if isinstance(e, OSError) else str(e)
+    msg = f"cannot write {what} {path}: {why}; the previous file, if any, is unchanged"
+    if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO):
+        return OutputError(msg)
+    return UsageError(msg)
+
+
+def write_with(path: str | Path, write: Callable[[Any], None], what: str = "output", *, binary: bool = False) -> None:
+    """An output written by ``write(file)`` (text, or bytes with ``binary``) whole or not at all; one line if not."""
     try:
-        atomic_write(Path(path), write, what=what)
+        atomic_write(Path(path), write, binary=binary, what=what)
     except (OSError, UnicodeEncodeError) as e:
-        why = os_reason(e) if isinstance(e, OSError) else "text that cannot be written as UTF-8"
-        raise UsageError(f"cannot write {what} {path}: {why}; the previous file, if any, is unchanged") from None
+        raise write_failure(what, path, e) from None
 
 
 def write_text(path: str | Path, text: str, what: str = "output") -> None:
@@ -166,19 +180,9 @@ def write_text(path: str | Path, text: str, what: str = "output") -> None:
     write_with(path, lambda f: f.write(text), what)
 
 
-def write_bytes_with(path: str | Path, write: Callable[[Any], None], what: str = "output") -> None:
-    """A binary output (a PNG: ``write`` gets the open file) written whole or not at all."""
-    from .userfile import os_reason
-
-    try:
-        atomic_write(Path(path), write, binary=True, what=what)
-    except OSError as e:
-        raise UsageError(f"cannot write {what} {path}: {os_reason(e)}; the previous file, if any, is unchanged") from None
-
-
 def savefig(fig: Any, path: str | Path, dpi: int = 110, what: str = "plot") -> None:
     """A matplotlib figure saved as PNG whole or not at all."""
-    write_bytes_with(path, lambda f: fig.savefig(f, format="png", dpi=dpi), what=what)
+    write_with(path, lambda f: fig.savefig(f, format="png", dpi=dpi), what, binary=True)
 
 
 def probe_folder(folder: Path, what: str) -> None:

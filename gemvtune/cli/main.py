@@ -35,10 +35,13 @@ def select_configs(spec: str, shape: Shape, seed: int = 0) -> list[sp.GemvConfig
     if spec == "all":
         return sp.valid_configs(shape)
     if spec.startswith("sample:"):
-        k = spec.split(":", 1)[1]
-        if not k.isdigit() or int(k) < 1:
-            raise UsageError(f"bad --configs {spec!r}: expected sample:N with N >= 1")
-        return sp.sample_configs(shape, int(k), seed)
+        from ..intparse import parse_int
+
+        try:
+            k = parse_int(spec.split(":", 1)[1], "sample:N", 1, 1_000_000)
+        except UsageError:
+            raise UsageError(f"bad --configs {spec[:40]!r}: expected sample:N with N in 1..1000000") from None
+        return sp.sample_configs(shape, k, seed)
     if spec.endswith(".json"):
         return load_configs(spec)
     return [sp.parse_config(spec)]
@@ -395,6 +398,13 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(e.exit_code)
     except KeyboardInterrupt:
         _exit_interrupted()
+    except OSError as e:   # a file error no reader or writer turned into its own line: still one line, exit 1
+        from ..userfile import os_reason
+
+        log.debug("the error's traceback (shown with -vv)", exc_info=True)
+        where = f"{e.filename}: " if e.filename else ""
+        click.echo(f"gemvtune: error: {where}{os_reason(e)}", err=True)
+        sys.exit(1)
     except Exception as e:
         if not _interrupted(e):
             raise

@@ -28,14 +28,17 @@ NOTE = ("Linear layers only (no attention, norms, rotary, sampling); every linea
         "a real batch-1 step are what is reproduced.")
 
 
+MAX_STEP_LAYERS = 1024   # one CUDA graph per implementation holds 7 launches a layer
+
+
 def check_decode_args(model: str | None, layers: Any, shape_texts: tuple = (), suite: str | None = None,
                       spec: str = "tuned", batch_text: str = "1") -> int:
     """Bad combinations of ``bench --layers`` are one UsageError, before any GPU work; returns N."""
     if not model:
         raise UsageError("--layers needs --model (the decode step of a model preset)")
-    text = str(layers).strip()
-    if isinstance(layers, bool) or not text.lstrip("-").isdigit() or int(text) < 1:
-        raise UsageError(f"--layers must be an integer >= 1, got {layers!r}")
+    from ..intparse import positive_int
+
+    n_layers = positive_int(layers, "--layers", MAX_STEP_LAYERS)
     model_shapes(model)  # unknown preset: one line naming the known ones
     if shape_texts or suite:
         raise UsageError("--layers times one model's decode step: drop --shape/--suite")
@@ -43,15 +46,15 @@ def check_decode_args(model: str | None, layers: Any, shape_texts: tuple = (), s
         raise UsageError("--layers times the table's tuned kernels: drop --configs")
     if str(batch_text).strip() != "1":
         raise UsageError("--layers times a batch-1 decode step: drop --batch")
-    return int(text)
+    return n_layers
 
 
 def step_ops(model: str, layers: int) -> list[tuple[str, Shape]]:
     """(name, shape) of every linear of one decode step, in launch order: per layer the preset's
     per-layer linears in their listed order, then the LM head once."""
     model_shapes(model)
-    if isinstance(layers, bool) or not isinstance(layers, int) or layers < 1:
-        raise UsageError(f"--layers must be an integer >= 1, got {layers!r}")
+    if isinstance(layers, bool) or not isinstance(layers, int) or not 1 <= layers <= MAX_STEP_LAYERS:
+        raise UsageError(f"--layers must be an integer >= 1 and <= {MAX_STEP_LAYERS}, got {layers!r}")
     per = [(n, M, d) for n, M, d in MODELS[model] if n != "lm_head"]
     head = [(n, M, d) for n, M, d in MODELS[model] if n == "lm_head"]
     return ([(f"layers.{i}.{n}", Shape(M, d)) for i in range(layers) for n, M, d in per]

@@ -32,13 +32,17 @@ from .hfmodel import Variants, build_config, build_model, check_transformers, pa
 from .hfprofile import profile_linear_share
 from .hfrounds import Bench, run_rounds
 
+MAX_LAYERS = 1024        # --layers: deeper than any released decoder (Llama-3.1-405B has 126)
+MAX_TOKENS = 65536       # --tokens, --prompt-tokens: a bench, not a long-context run
+LIMITS = {"--layers": MAX_LAYERS, "--tokens": MAX_TOKENS, "--prompt-tokens": MAX_TOKENS}
+
 
 def positive_int(value: Any, option: str) -> int:
-    """An integer >= 1 from an option's text, else one UsageError naming the option."""
-    text = str(value).strip()
-    if isinstance(value, bool) or not text.lstrip("+").isdigit() or int(text) < 1:
-        raise UsageError(f"{option} must be an integer >= 1, got {value!r}")
-    return int(text)
+    """An integer in 1..LIMITS[option] from an option's text (ASCII digits, at most 12), else one UsageError
+    naming the option, before anything is built from it."""
+    from ..intparse import positive_int as bounded
+
+    return bounded(value, option, LIMITS.get(option, MAX_TOKENS))
 
 
 def device_env(device: str) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from statistics import median
 from typing import Any, Protocol
 
 from ..errors import UsageError
+from ..intparse import is_int_text
 from ..kernels.shapes import MAX_BATCH, Shape
 from ..reports.transition import bytes_moved, flops, ridge_n
 from ..runners.timing import launches_for
@@ -30,7 +31,7 @@ from ..safefile import write_text
 MAX_N = 4096                 # the largest batch the command measures
 TUNED_REASON = f"n outside 1..{MAX_BATCH} for a tuned kernel"
 VERIFIED, UNCHECKED, WRONG = "verified", "unchecked", "wrong"
-_RANGE = re.compile(r"^(\d+)\s*\.\.\s*(\d+)$")
+_RANGE = re.compile(r"^([0-9]{1,12})[ \t]*\.\.[ \t]*([0-9]{1,12})$", re.ASCII)
 
 
 def _pow2(v: int) -> bool:
@@ -52,7 +53,7 @@ def parse_batch_list(text: str) -> list[int]:
             if a > b:
                 raise UsageError(f"batch range {p!r} is empty: its start is above its end")
             vals = [1 << k for k in range(a.bit_length() - 1, b.bit_length())]
-        elif p.isdigit():
+        elif is_int_text(p) and not p.startswith(("+", "-")):
             vals = [int(p)]
         else:
             raise UsageError(f"malformed batch list {text!r}: expected n values like 1,2,8 or a power-of-two "

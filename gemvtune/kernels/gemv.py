@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import itertools
-import json
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UsageError
+from ..intparse import is_int_text
 from .configbase import ConfigBase
 from .shapes import Shape
 
@@ -227,15 +227,14 @@ def parse_config(text: str) -> GemvConfig:
     if t in PRESETS:
         return PRESETS[t]
     if t.startswith("{"):
-        try:
-            return GemvConfig.from_dict(json.loads(t))
-        except json.JSONDecodeError as e:
-            raise UsageError(f"config is not valid JSON: {e.msg} at column {e.colno}") from None
+        from ..userfile import decode_json
+
+        return GemvConfig.from_dict(decode_json(t, "config"))
     data: dict[str, Any] = LLAMA_CPP.to_dict()
     for item in filter(None, (p.strip() for p in t.split(","))):
         if "=" not in item:
             raise UsageError(f"malformed config item {item!r}: expected key=value, a JSON object or a preset "
                              f"({', '.join(PRESETS)})")
         k, v = (s.strip() for s in item.split("=", 1))
-        data[k] = int(v) if v.lstrip("-").isdigit() else v
+        data[k] = int(v) if is_int_text(v) else v   # ASCII digits, at most 12: a value from_dict then range-checks
     return GemvConfig.from_dict(data)

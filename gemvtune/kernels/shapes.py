@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass
 
 from ..errors import UsageError
+from ..intparse import is_int_text
 
 # The largest memory of any single GPU on sale (288 GB, e.g. B300 / MI355X): a weight matrix larger
 # than this fits in no GPU, so such a shape is refused up front.
@@ -13,7 +14,7 @@ MAX_WEIGHT_BYTES = 288 * 10**9
 MAX_BATCH = 16
 DTYPES = ("fp16", "bf16")   # of W and x (two bytes per weight either way); y is FP32 or the same dtype
 _INT32_MAX = 2**31 - 1
-_SHAPE_RE = re.compile(r"^\s*(\d+)\s*[xX]\s*(\d+)\s*$")
+_SHAPE_RE = re.compile(r"^[ \t]*([0-9]{1,12})[ \t]*[xX][ \t]*([0-9]{1,12})[ \t]*$", re.ASCII)   # ASCII digits only
 
 
 @dataclass(frozen=True, order=True)
@@ -72,7 +73,7 @@ def parse_shape(text: str, n: int = 1, dtype: str = "fp16") -> Shape:
         raise UsageError(f"shape must be a string like 14336x4096, got {text!r}")
     m = _SHAPE_RE.match(text)
     if not m:
-        raise UsageError(f"malformed shape {text!r}: expected MxD with positive integers, e.g. 14336x4096")
+        raise UsageError(f"malformed shape {text[:40]!r}: expected MxD with positive integers, e.g. 14336x4096")
     return Shape(int(m.group(1)), int(m.group(2)), n, dtype)
 
 
@@ -80,9 +81,9 @@ def parse_batches(text: str) -> list[int]:
     """Parse ``"1,2,4"`` into a sorted list of distinct batch sizes n in 1..MAX_BATCH."""
     out: set[int] = set()
     for part in str(text).split(","):
-        p = part.strip()
-        if not p.isdigit():
-            raise UsageError(f"malformed batch list {text!r}: expected positive integers like 1,2,4")
+        p = part.strip(" \t")
+        if not is_int_text(p) or p.startswith(("+", "-")):
+            raise UsageError(f"malformed batch list {str(text)[:40]!r}: expected positive integers like 1,2,4")
         v = int(p)
         if not 1 <= v <= MAX_BATCH:
             raise UsageError(f"batch n={v} is outside 1..{MAX_BATCH}")

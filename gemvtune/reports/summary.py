@@ -1,6 +1,6 @@
 """Markdown summary of a bench CSV (what results/ READMEs and notes quote; never typed by hand).
 Every string taken from the CSV or its JSON sidecar (device, command, date, variant names, shapes) is
-escaped (``tableschema.printable``) before it reaches a terminal."""
+escaped for a terminal (``tableschema.printable``) and for markdown (``cells.md_cell``) before it is written."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import math
 from pathlib import Path
 from typing import TypedDict
 
+from ..cells import md_cell
 from ..errors import UsageError
-from ..runtime.tableschema import printable as esc
+from ..runtime.tableschema import printable
 from .benchreport import baseline_columns, batch_markdown
 
 
@@ -32,6 +33,12 @@ MEASURING_REFERENCE: _Reference = {
 
 def _pct(a: float, b: float) -> str:
     return "-" if not (a == a and b == b) else f"{100 * (a / b - 1):+.1f}%"
+
+
+def esc(v: object, limit: int = 200) -> str:
+    """A string from the CSV or its sidecar as markdown text: escaped for a terminal (no control characters),
+    then for markdown (no ``|`` that adds a cell, no backtick, no HTML)."""
+    return md_cell(printable(v, limit))
 
 
 def _f(v: float, spec: str = ".2f") -> str:

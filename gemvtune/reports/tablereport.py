@@ -82,7 +82,7 @@ def table_summary(t: Table) -> str:
         dt = "" if r["dtype"] == "fp16" else f" {printable(r['dtype'], 8)}"
         lines.append(f"  {r.M:>7d}x{r.d:<6d} n={r.n:<2d}{dt} {r.winner:44s} {_f(r.us, '8.2f'):>8s} µs "
                      f"{_f(r.pct_ceiling, '5.1f'):>5s}% x{_f(r.x_cublas, '.3f')} cuBLAS x{_f(r.x_llama, '.3f')} "
-                     f"llama.cpp ({printable(r.sampler, 40)}, {_trials(r.trials)} trials"
+                     f"llama.cpp ({r.sampler or '?'}, {_trials(r.trials)} trials"
                      f"{', REPLAYED' if r.replayed else ''})")
     return "\n".join(lines)
 
