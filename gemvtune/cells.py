@@ -39,10 +39,13 @@ def md_row(values: list[Any]) -> str:
 
 def neutral_frame(df: Any) -> Any:
     """A copy of the pandas frame ``df`` whose string cells (and column names) are neutral CSV cells."""
+    import pandas as pd
+
     out = df.copy()
     for col in out.columns:
-        if out[col].dtype == object or str(out[col].dtype).startswith("string"):
-            out[col] = out[col].map(csv_cell)
+        dt = out[col].dtype
+        if dt == object or pd.api.types.is_string_dtype(dt):   # object (pandas 2) or str (pandas 3) columns
+            out[col] = out[col].map(csv_cell, na_action="ignore").astype(object)
     out.columns = [csv_cell(c) for c in out.columns]
     return out
 

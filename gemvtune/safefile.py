@@ -169,6 +169,8 @@ def write_failure(what: str, path: str | Path, e: BaseException) -> GemvtuneErro
 
 def write_with(path: str | Path, write: Callable[[Any], None], what: str = "output", *, binary: bool = False) -> None:
     """An output written by ``write(file)`` (text, or bytes with ``binary``) whole or not at all; one line if not."""
+    if not str(path):   # (Path("") is ".", the current folder)
+        raise UsageError(f"{what}: the path is empty")
     try:
         atomic_write(Path(path), write, binary=binary, what=what)
     except (OSError, UnicodeEncodeError) as e:

@@ -292,14 +292,14 @@ def summarize(csv_path: str, md_path: str | None) -> None:
     """Summarize a bench CSV (baselines, best variant per shape, spin vs graph, reference numbers)."""
     from ..reports.summary import summarize_bench
 
-    if md_path:
+    if md_path is not None:
         writable_file(md_path, "--md file")
     try:
         text = summarize_bench(csv_path)
     except (ValueError, KeyError, OSError, TypeError, AttributeError) as e:  # not a bench CSV with its JSON
         raise UsageError(f"cannot summarize {csv_path}: {' '.join(str(e).split())}") from None
     click.echo(text, nl=False)
-    if md_path:
+    if md_path is not None:
         try:
             write_text(Path(md_path), text)
         except OSError as e:
@@ -317,11 +317,13 @@ def report(table_path: str, csv_path: str | None, cross_dir: str | None) -> None
     from ..runtime.table import load_table
 
     t = load_table(table_path)
-    if csv_path:
+    if csv_path is not None:
         writable_file(csv_path, "--csv file")       # before any output
+    if cross_dir == "":
+        raise UsageError("--crossover: the path is empty")
     out = _writable_dir(cross_dir) if cross_dir else None
     click.echo(sort_shape_lines(table_summary(t)))
-    if csv_path:
+    if csv_path is not None:
         df = table_frame(t)
         if len(df):
             df = df.sort_values(["M", "d", "n"], kind="stable")

@@ -48,6 +48,8 @@ def one_line_usage_error(e: click.UsageError) -> str:
 
 def writable_file(path: str, what: str = "output file") -> Path:
     """An output file's folder exists and can be written, checked before any work is done."""
+    if not str(path):
+        raise UsageError(f"{what}: the path is empty")
     p = Path(path)
     parent = p.parent if str(p.parent) else Path(".")
     if p.is_dir():
