@@ -44,7 +44,7 @@ def neutral_frame(df: Any) -> Any:
     out = df.copy()
     for col in out.columns:
         dt = out[col].dtype
-        if dt == object or pd.api.types.is_string_dtype(dt):   # object (pandas 2) or str (pandas 3) columns
+        if pd.api.types.is_object_dtype(dt) or pd.api.types.is_string_dtype(dt):   # pandas 2 object, pandas 3 str
             out[col] = out[col].map(csv_cell, na_action="ignore").astype(object)
     out.columns = [csv_cell(c) for c in out.columns]
     return out

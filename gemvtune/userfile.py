@@ -52,6 +52,8 @@ def check_regular(path: str | Path, what: str) -> bool:
         if os.path.islink(p):
             raise UsageError(f"{what} {p} is a symbolic link to nothing") from None
         return False
+    except NotADirectoryError:   # a folder on its path is a file: nothing is there (the writer's probe says why)
+        return False
     except OSError as e:
         raise UsageError(f"{what} {p} cannot be read: {os_reason(e)}") from None
     if not stat.S_ISREG(st.st_mode):
@@ -138,7 +140,7 @@ def check_lock(lock: str | Path, what: str = "lock") -> None:
     p = Path(lock)
     try:
         st = os.lstat(p)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return
     except OSError as e:
         raise UsageError(f"{what} {p} cannot be used: {os_reason(e)}") from None

@@ -132,7 +132,7 @@ def test_predict_lists_only_valid_configs(small, tmp_path):
     us = [float(line.split()[2]) for line in r.output.splitlines()[2:]]
     assert us == sorted(us)
     r = CliRunner().invoke(cli, ["predict", "--shape", "100x4104", "--model", str(tmp_path / "none.json")])
-    assert r.exit_code != 0 and "cannot read" in str(r.exception)
+    assert r.exit_code != 0 and "does not exist" in str(r.exception)
 
 
 def test_fit_command_writes_a_model_and_refuses_bad_folders(small, tmp_path):

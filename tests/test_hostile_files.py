@@ -17,15 +17,36 @@ import pytest
 from conftest import ROOT
 
 from gemvtune import UsageError
-from gemvtune.cells import csv_cell, md_cell, md_row, write_csv
-from gemvtune.intparse import parse_int
 from gemvtune.runtime.table import load_table
-from gemvtune.safefile import write_text
-from gemvtune.userfile import decode_json, read_bytes
 
 TABLE = ROOT / "results" / "nvidia-h200" / "table.json"
 SWEEPS = ROOT / "results" / "nvidia-h200" / "sweeps"
 SWEEP = SWEEPS / "sweep-4096x4096x1.csv.gz"
+
+
+def write_text(*a, **k):
+    from gemvtune.safefile import write_text as f
+    return f(*a, **k)
+
+
+def write_csv(*a, **k):
+    from gemvtune.cells import write_csv as f
+    return f(*a, **k)
+
+
+def read_bytes(*a, **k):
+    from gemvtune.userfile import read_bytes as f
+    return f(*a, **k)
+
+
+def decode_json(*a, **k):
+    from gemvtune.userfile import decode_json as f
+    return f(*a, **k)
+
+
+def parse_int(*a, **k):
+    from gemvtune.intparse import parse_int as f
+    return f(*a, **k)
 
 
 def cli(*args, timeout=60, limit_fsize=None, cwd=ROOT):
@@ -192,6 +213,15 @@ def test_an_output_that_is_not_a_regular_file_is_refused(tmp_path, command):
         assert os.stat(target).st_mode == kind, what   # still a FIFO / device: nothing renamed over it
 
 
+def test_costmodel_fit_out_onto_a_fifo_or_device_is_refused_before_the_fit(tmp_path):
+    for what, target in _special_targets(tmp_path).items():
+        kind = os.stat(target).st_mode
+        r = cli("costmodel", "fit", "--results", str(ROOT / "results" / "nvidia-h200"), "--out", str(target),
+                timeout=30)
+        one_line(r, 2, "regular file")
+        assert os.stat(target).st_mode == kind and "fitted" not in r.stdout, what
+
+
 def test_an_output_through_a_link_updates_its_target_and_keeps_the_link(tmp_path):
     real = tmp_path / "real.csv"
     _prev(real)
@@ -291,6 +321,8 @@ def test_summarize_markdown_rows_keep_their_cells(tmp_path):
 
 
 def test_markdown_cells():
+    from gemvtune.cells import csv_cell, md_cell, md_row
+
     assert md_cell("a|b") == "a&#124;b" and md_cell("<x>") == "&lt;x>" and md_cell("`c`") == "&#96;c&#96;"
     assert md_cell("two\nlines") == "two lines" and md_row(["a|b", 1]) == "| a&#124;b | 1 |"
     assert csv_cell("=1+1") == "'=1+1" and csv_cell("-3.5") == "-3.5" and csv_cell(7) == 7
@@ -486,3 +518,10 @@ def test_csv_reader_reads_back_what_write_csv_wrote(tmp_path):
     write_csv(df, tmp_path / "r.csv")
     back = pd.read_csv(io.StringIO((tmp_path / "r.csv").read_text()))
     assert list(back.a) == list(df.a) and list(back.b) == [1, 2, 3]
+
+
+def test_troubleshooting_lists_the_hostile_catalogue():
+    text = (ROOT / "docs" / "troubleshooting.md").read_text(encoding="utf-8")
+    section = text[text.index("## Hostile files"):]
+    missing = [what for what, *_ in READ_CASES + INT_CASES if f"| {what} |" not in section]
+    assert not missing, missing

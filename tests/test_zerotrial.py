@@ -105,7 +105,7 @@ def test_load_table_finds_the_model_beside_it_and_a_bad_one_is_a_warning(tmp_pat
         warnings.simplefilter("always")
         assert t.costmodel is None
     assert any("costmodel.json" in str(m.message) and "run cuBLAS" in str(m.message) for m in w)
-    with pytest.raises(UsageError, match="not JSON"):
+    with pytest.raises(UsageError, match="not valid JSON"):
         load_table(tmp_path / "table.json", costmodel=tmp_path / "costmodel.json")   # named: an error
     assert load_table(tmp_path / "table.json", costmodel=None).costmodel is None
 

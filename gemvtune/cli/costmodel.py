@@ -11,6 +11,7 @@ import click
 from ..errors import UsageError
 from ..kernels.shapes import MAX_BATCH, parse_shape
 from ..model import MODEL_NAME
+from ..safefile import output_target
 from .options import DTYPE
 
 
@@ -46,7 +47,10 @@ def fit_cmd(results_dir: str, out_path: str | None, rounds: int) -> None:
     res = Path(results_dir)
     if not res.is_dir():
         raise UsageError(f"--results {res} is not a folder")
+    if out_path == "":
+        raise UsageError("--out: the path is empty")
     out = Path(out_path) if out_path else res / MODEL_NAME
+    output_target(out, "--out")   # a FIFO, a device, a link to one: refused before the fit, never renamed over
     if not out.parent.is_dir():
         raise UsageError(f"--out {out}: no folder {out.parent}")
     try:

@@ -7,7 +7,6 @@ and without transformers ``check_transformers`` says, in one line, to ``pip inst
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from pathlib import Path
@@ -74,12 +73,9 @@ def read_config(path: str | os.PathLike) -> tuple[dict[str, Any], str, Path]:
 
     p = config_file(path)
     name = getattr(read_hf_config(p), "name", None)
-    try:
-        fields = json.loads(p.read_bytes().decode("utf-8-sig"))
-    except OSError as e:
-        raise UsageError(f"config {p} cannot be read: {e.strerror or e}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
-        raise UsageError(f"config {p} is not valid JSON: {str(e).splitlines()[0][:120]}") from None
+    from ..userfile import JSON_BYTES, read_json
+
+    fields = read_json(p, "config", JSON_BYTES)   # (read_hf_config read it whole just now; the same checks)
     if not isinstance(fields, dict):
         raise UsageError(f"config {p} is not a JSON object (a Hugging Face config.json is one)")
     mt = fields.get("model_type")

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import GemvtuneError
+from ..errors import GemvtuneError, UsageError
 from .epilogue import DEFAULT, Epilogue
 
 DEFAULT_ARCH = "sm_90"
@@ -194,8 +194,8 @@ def nvrtc() -> _Nvrtc:
 
 
 def options_for(arch: str = DEFAULT_ARCH) -> tuple[str, ...]:
-    if not re.fullmatch(r"sm_\d{2,3}a?", arch):
-        raise GemvtuneError(f"bad architecture {arch!r}: expected e.g. sm_90")
+    if not isinstance(arch, str) or not re.fullmatch(r"sm_[0-9]{2,3}a?", arch, re.ASCII):
+        raise UsageError(f"bad architecture {str(arch)[:40]!r}: expected e.g. sm_90")   # a usage error: exit 2
     return (f"-arch={arch}", "-std=c++17", "--ptxas-options=-v", "-default-device")
 
 

@@ -116,6 +116,7 @@ class HFModel:
             raise UsageError(f"{where}: required field 'model_type' is missing" + _nested_hint(data))
         if not isinstance(model_type, str) or not model_type.strip():
             raise UsageError(f"{where}: field 'model_type' must be a non-empty string, got {_show(model_type)}")
+        _refuse_other_architectures(data, model_type.strip(), where)
         hidden = _size(data, "hidden_size", where)
         inter = _size(data, "intermediate_size", where)
         heads = _size(data, "num_attention_heads", where)
@@ -161,6 +162,30 @@ def _show(v: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+# Fields that make a decoder a mixture of experts: its FFN is many [moe_intermediate, hidden] experts (and maybe a
+# shared expert), not the one gate/up/down this reader would list. Until MoE shapes are built, such a model is
+# refused rather than tuned on shapes it does not have.
+MOE_FIELDS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_intermediate_size",
+              "shared_expert_intermediate_size", "n_shared_experts", "num_experts_per_tok", "moe_num_experts")
+# Decoders whose linear layers are not llama's q/k/v/o + gate/up/down (fused or shaped otherwise).
+OTHER_ARCHITECTURES = ("gpt2", "gpt_neox", "gptj", "falcon", "bloom", "mpt", "opt", "mamba", "mamba2", "rwkv",
+                       "t5", "bart", "bert", "jamba", "dbrx", "mixtral", "deepseek_v2", "deepseek_v3")
+
+
+def _refuse_other_architectures(data: dict, model_type: str, where: str) -> None:
+    experts = [k for k in MOE_FIELDS if data.get(k) not in (None, 0, False)]
+    if experts or "moe" in model_type.lower() or model_type in ("mixtral", "dbrx", "deepseek_v2", "deepseek_v3"):
+        n = next((data[k] for k in ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
+                  if isinstance(data.get(k), int) and not isinstance(data.get(k), bool)), None)
+        raise UsageError(f"{where}: {_show(model_type)} is a mixture-of-experts model"
+                         + (f" ({n} experts)" if n else f" ({', '.join(experts[:3])})" if experts else "")
+                         + "; gemvtune reads dense decoders (llama, mistral, qwen2 and llama-like) only for now, "
+                           "so its expert shapes would be missed")
+    if model_type in OTHER_ARCHITECTURES:
+        raise UsageError(f"{where}: model_type {_show(model_type)} has other linear layers than llama's "
+                         "(q/k/v/o, gate/up/down); gemvtune reads dense llama-like decoders only for now")
+
+
 def _nested_hint(data: dict) -> str:
     return " (its text model is nested under 'text_config': give that part as its own config.json)" \
         if isinstance(data.get("text_config"), dict) else ""
@@ -200,25 +225,12 @@ def read_hf_config(path: str | os.PathLike) -> HFModel:
         if not p.is_file():
             raise UsageError(f"folder {folder} holds no config.json")
     where = f"config {p}"
-    try:
-        size = p.stat().st_size
-        if size > _MAX_BYTES:
-            raise UsageError(f"{where} is {size / 2**20:.0f} MiB: not a config.json (those are a few kB)")
-        raw = p.read_bytes()
-    except FileNotFoundError:
-        raise UsageError(f"{where} does not exist") from None
-    except OSError as e:
-        raise UsageError(f"{where} cannot be read: {e.strerror or e}") from None
+    from ..userfile import decode_json, read_bytes
+
+    raw = read_bytes(p, "config", _MAX_BYTES)   # a regular file, capped: a FIFO or /dev/zero is one line
     if not raw.strip():
         raise UsageError(f"{where} is empty")
-    try:
-        data = json.loads(raw.decode("utf-8-sig"))
-    except UnicodeDecodeError:
-        raise UsageError(f"{where} is not valid JSON (not UTF-8 text)") from None
-    except json.JSONDecodeError as e:
-        raise UsageError(f"{where} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
-    except RecursionError:
-        raise UsageError(f"{where} is not valid JSON: nested too deeply") from None
+    data = decode_json(raw, where)
     stem = p.parent.resolve().name if p.name == "config.json" else p.stem
     named = data.get("_name_or_path") if isinstance(data, dict) else None
     name = named.strip() if isinstance(named, str) and named.strip() else stem

@@ -17,6 +17,7 @@ import numpy as np
 from ..errors import UsageError
 from ..kernels.shapes import Shape
 from . import features
+from .treecheck import check_model_text
 
 FORMAT = "gemvtune-costmodel"
 VERSION = 1
@@ -107,19 +108,13 @@ def _safe_names() -> list[str]:
 
 def load(path: str | Path) -> CostModel:
     """A cost model file; UsageError (one line) for anything that is not one."""
+    from ..userfile import decode_json, read_bytes
+
     p = Path(path)
-    try:
-        if p.stat().st_size > MAX_BYTES:
-            raise UsageError(f"cost model {p}: {p.stat().st_size} bytes, larger than any model file")
-        raw = p.read_bytes()
-    except OSError as e:
-        raise UsageError(f"cost model {p}: cannot read it ({e.strerror or e})") from None
+    raw = read_bytes(p, "cost model", MAX_BYTES)   # a regular file, capped: a FIFO or /dev/zero is one line
     if raw[:1] == b"\x80" or raw[:2] in (b"PK", b"\x1f\x8b"):
         raise UsageError(f"cost model {p}: a binary file (a serialized Python object or an archive?); a model is JSON text, never code")
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as e:
-        raise UsageError(f"cost model {p}: not JSON ({str(e).splitlines()[0][:120]})") from None
+    data = decode_json(raw, f"cost model {p}")
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise UsageError(f"cost model {p}: not a gemvtune cost model (format is not {FORMAT!r})")
     if data.get("version") != VERSION:
@@ -134,6 +129,7 @@ def load(path: str | Path) -> CostModel:
         raise UsageError(f"cost model {p}: read_gbps {gbps!r} is not a positive number")
     if not isinstance(text, str) or not text.startswith("tree\n"):
         raise UsageError(f"cost model {p}: the trees are missing or not LightGBM's text format")
+    check_model_text(text, len(features.columns()), f"cost model {p}")   # before LightGBM's C++ sees it
     lgb = _lgb()
     try:
         booster = lgb.Booster(model_str=text)

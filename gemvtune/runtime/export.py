@@ -139,13 +139,15 @@ def _checked(text: str) -> str:
 def write_header(text: str, out: str | Path) -> Path:
     """Write atomically (gemvtune.safefile: a temporary file beside it, then rename), mode 0644 as before;
     an unwritable place is a UsageError."""
-    from ..safefile import atomic_write
+    from ..safefile import atomic_write, write_failure
 
+    if not str(out):
+        raise UsageError("export --out: the path is empty")
     path = Path(out)
-    try:
-        atomic_write(path, lambda f: f.write(text), mode=0o644)
+    try:   # (through a link to its target; a FIFO or device is refused: safefile.output_target)
+        atomic_write(path, lambda f: f.write(text), mode=0o644, what="header")
     except OSError as e:
-        raise UsageError(f"cannot write {path}: {e.strerror or e}") from None
+        raise write_failure("header", path, e) from None
     return path
 
 

@@ -262,7 +262,7 @@ class Table:
         if type(W).__module__.startswith("torch"):
             from .torch_op import table_gemv
 
-            if not self._gpu_checked:
+            if not self._gpu_checked and getattr(W, "is_cuda", False):   # (CPU tensors: table_gemv refuses them)
                 self._check_gpu(_torch_device_name(W))
             return table_gemv(self, W, x, out, bias, out_dtype)
         if self._dispatch is None:

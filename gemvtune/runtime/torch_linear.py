@@ -20,6 +20,7 @@ will capture (on a side stream, as PyTorch's CUDA-graph documentation asks for a
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -51,8 +52,9 @@ class GemvLinear(torch.nn.Module):
         super().__init__()
         if not isinstance(linear, torch.nn.Linear):
             raise TypeError(f"GemvLinear wraps an nn.Linear, got {type(linear).__name__}")
-        if not 1 <= max_batch <= MAX_BATCH:
-            raise ValueError(f"max_batch must be in 1..{MAX_BATCH}, got {max_batch}")
+        _check_table(table, "GemvLinear")
+        if isinstance(max_batch, bool) or not isinstance(max_batch, int) or not 1 <= max_batch <= MAX_BATCH:
+            raise ValueError(f"max_batch must be in 1..{MAX_BATCH}, got {max_batch!r}")
         self.in_features, self.out_features = linear.in_features, linear.out_features
         # nn.Linear declares its weight a Tensor; it is a Parameter (register_parameter checks)
         self.register_parameter("weight", cast(torch.nn.Parameter, linear.weight))
@@ -61,7 +63,10 @@ class GemvLinear(torch.nn.Module):
         self._tid = register_table(table)
         # Route per weight dtype and n (index 0 unused), decided once from the table's measurements: constants
         # that torch.compile reads without tracing the table (a weight cast after the swap finds its dtype's).
-        self._tuned = {tdt: (False,) + tuple(table.route(self.out_features, self.in_features, n, "torch", dt, dt).tuned
+        # A zero-sized layer (0 in or out features) has no shape to tune: F.linear for every n.
+        empty = not (self.in_features and self.out_features)
+        self._tuned = {tdt: (False,) + tuple(not empty and table.route(self.out_features, self.in_features, n, "torch",
+                                                                       dt, dt).tuned
                                              for n in range(1, max_batch + 1))
                        for tdt, dt in DTYPES.items()}
         self._original = (linear,)  # a tuple: not registered as a submodule (state_dict keys stay the same)
@@ -77,6 +82,8 @@ class GemvLinear(torch.nn.Module):
     def static_reason(self) -> str:
         """Why no call of this layer can run a tuned kernel ("" when some can): what the weight is."""
         w, b = self.weight, self.bias
+        if not (self.in_features and self.out_features):
+            return f"a zero-sized layer ({self.in_features} in, {self.out_features} out features): nothing to tune"
         if not w.is_cuda:
             return f"weight on {w.device}, not a CUDA device"
         if w.dtype not in DTYPES:
@@ -96,7 +103,7 @@ class GemvLinear(torch.nn.Module):
         # this path reads only cheap attributes (dtype singletons, device indices) and one tuple; the
         # route comes first, so a call that runs cuBLAS anyway pays nothing more for the checks below.
         w, b = self.weight, self.bias
-        n = x.numel() // self.in_features
+        n = x.numel() // self.in_features if self.in_features else 0   # (0: a zero-sized layer, F.linear)
         tuned = self._tuned.get(w.dtype)
         if tuned is None or n > self.max_batch or not tuned[n]:
             return F.linear(x, w, b)  # not FP16/BF16, cuBLAS measured faster for this n, or the table lacks it
@@ -120,10 +127,19 @@ class GemvLinear(torch.nn.Module):
             return F.linear(x, w, b)
         if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad or (b is not None and b.requires_grad)):
             return F.linear(x, w, b)
-        n = x.numel() // k
+        n = x.numel() // k if k else 0
         if n > self.max_batch or not tuned[n]:
             return F.linear(x, w, b)
         return torch.ops.gemvtune.linear(x, w, b, self._tid)
+
+
+def _check_table(table: Any, who: str) -> None:
+    """A TypeError saying what was expected, for a table argument that is not a loaded gemvtune Table (or an
+    object with its ``route``, as tests pass)."""
+    if not callable(getattr(table, "route", None)):
+        hint = " (load it first: gemvtune.load_table(path))" if isinstance(table, (str, os.PathLike)) else ""
+        raise TypeError(f"{who}: table must be a gemvtune Table from load_table(path), got "
+                        f"{type(table).__name__}{hint}")
 
 
 def _linear_children(model: torch.nn.Module):
@@ -141,6 +157,11 @@ def swap_linears(model: torch.nn.Module, table: Any,
     true (default: all) by a ``GemvLinear`` sharing its Parameters. Any dtype and device may be
     swapped: what the tuned kernels cannot run falls back to ``F.linear``. A module shared under two
     names gets one wrapper. The root module itself is never replaced. Returns the names replaced."""
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"swap_linears: model must be a torch.nn.Module, got {type(model).__name__}")
+    _check_table(table, "swap_linears")
+    if filter is not None and not callable(filter):
+        raise TypeError(f"swap_linears: filter must be a callable (name, module) -> bool, got {type(filter).__name__}")
     done: dict[int, GemvLinear] = {}
     names = []
     for name, parent, cname, child in list(_linear_children(model)):
@@ -175,8 +196,10 @@ def explain(model: torch.nn.Module, n: int = 1) -> list[dict[str, Any]]:
     with ``name, M, d, bias, route`` ("tuned", "cublas": ``F.linear`` chosen from the table's
     measurements, or "F.linear": the layer cannot run a tuned kernel), ``why``, ``tuned_us`` and
     ``cublas_us`` (the table's measurements behind the choice, or None)."""
-    if not 1 <= n <= MAX_BATCH:
-        raise ValueError(f"n must be in 1..{MAX_BATCH}, got {n}")
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"explain: model must be a torch.nn.Module, got {type(model).__name__}")
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_BATCH:
+        raise ValueError(f"n must be in 1..{MAX_BATCH}, got {n!r}")
     rows = []
     for name, mod in model.named_modules():
         if isinstance(mod, GemvLinear):

@@ -104,10 +104,18 @@ def preflight(table: Path | None, storage_url: str | None, dev: dict[str, Any] |
 
     if table is not None:
         table = check_updatable(table, dev)
+    from ..userfile import check_regular
+    from .journalcheck import check_journal
+    from .storage import refuse_memory_sqlite
+
+    refuse_memory_sqlite((storage_url or "").strip())
     path = storage_file(storage_url or "")
     if path is not None:
-        if path.exists() and not path.is_file():
+        if path.is_dir():
             raise UsageError(f"storage {path} is not a file")
+        check_regular(path, "storage")   # a FIFO, a device, a dangling link: one line, before any open()
+        if (storage_url or "").strip().startswith("journal:"):
+            check_journal(path)
         probe_folder(path.parent, "storage folder")
         lock = path.with_name(path.name + ".gemvtune.lock")   # (gemvtune.tuning.storage.storage_lock)
         for f, what, mode in ((path, "storage", "ab"), (lock, "storage lock file", "a+")):

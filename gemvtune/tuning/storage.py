@@ -107,6 +107,9 @@ def open_store(url: str, heartbeat_s: float = HEARTBEAT_S) -> Store:
             raise UsageError("--storage journal:PATH needs a path")
         if os.path.isdir(path):
             raise UsageError(f"journal storage {path} is a directory, not a file")
+        from .journalcheck import check_journal
+
+        check_journal(path)   # a FIFO, a device, not a journal, a newer Optuna's op codes: one line, file untouched
         try:
             # (repairs a journal torn by a killed or failed write, and never tears one itself)
             st = CreatorJournalStorage(SafeJournalFileBackend(path))
@@ -116,11 +119,19 @@ def open_store(url: str, heartbeat_s: float = HEARTBEAT_S) -> Store:
     if url in ("memory:", "inmemory", "memory"):
         return Store(url, "memory", optuna.storages.InMemoryStorage(), heartbeat_s)
     if url.startswith("redis://") or url.startswith("rediss://"):
+        import importlib.util
+
+        if importlib.util.find_spec("redis") is None:
+            raise UsageError(f"--storage {url} needs the redis package: pip install 'gemvtune[redis]'")
         try:
+            import warnings
+
             from optuna.storages import JournalStorage
             from optuna.storages.journal import JournalRedisBackend
 
-            return Store(url, "redis", JournalStorage(JournalRedisBackend(url)), heartbeat_s)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")   # flagged experimental
+                return Store(url, "redis", JournalStorage(JournalRedisBackend(url)), heartbeat_s)
         except Exception as e:
             raise UsageError(f"cannot open storage {url}: {str(e).splitlines()[0]}") from None
     if url.startswith("grpc://"):
@@ -135,6 +146,7 @@ def open_store(url: str, heartbeat_s: float = HEARTBEAT_S) -> Store:
     if "://" not in url:
         raise UsageError(f"malformed --storage {url!r}: expected journal:PATH, memory:, or a URL like "
                          "postgresql://user:pw@host/db, sqlite:///file.db, redis://host, grpc://host:port")
+    refuse_memory_sqlite(url)
     try:
         import warnings
 
@@ -150,6 +162,23 @@ def open_store(url: str, heartbeat_s: float = HEARTBEAT_S) -> Store:
         db = rdb.engine.url.database
         lock_path = (db + ".gemvtune.lock") if db and db != ":memory:" else None
     return Store(url, "rdb", rdb, heartbeat_s, lock_path=lock_path)
+
+
+def refuse_memory_sqlite(url: str) -> None:
+    """``sqlite:///`` or ``sqlite:///:memory:`` is a database that lives in one connection: Optuna's engine pool
+    opens several, so the study vanishes between them (Optuna then fails inside a commit), and workers, other
+    processes, can never share it. One line naming what works instead."""
+    if not url.startswith("sqlite"):
+        return
+    try:
+        from sqlalchemy.engine import make_url
+
+        db = make_url(url).database
+    except Exception:   # a malformed URL: RDBStorage says so
+        return
+    if not db or db == ":memory:" or db.startswith("file::memory:"):
+        raise UsageError(f"--storage {url}: an in-memory SQLite database cannot hold a study (each connection "
+                         "sees its own); use a file (sqlite:///study.db) or memory: for one process")
 
 
 def creator() -> dict[str, Any]:
