@@ -83,6 +83,29 @@ def test_table_gemv_on_cpu_tensors_refuses_without_a_gpu_warning(torch_and_table
             table.gemv(torch.zeros(64, 64, dtype=torch.float16), torch.zeros(64, dtype=torch.float16))
     assert not [m for m in w if "tuned on" in str(m.message)], [str(m.message) for m in w]
 
+    with pytest.raises(UsageError, match=r"W must be a CUDA tensor, got one on cpu .*\.cuda\(\)"):
+        table.gemv(torch.zeros(64, 64, dtype=torch.float16), [0.0] * 64)
+
+
+def test_table_gemv_on_numpy_arrays_is_one_usage_error_before_any_device(torch_and_table):
+    np = pytest.importorskip("numpy")
+    table = load_table(TABLE)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        with pytest.raises(UsageError, match=r"W must be a CUDA array .*numpy.ndarray \(host memory\)"):
+            table.gemv(np.zeros((64, 64), np.float16), np.zeros(64, np.float16))
+    assert not w, [str(m.message) for m in w]
+
+
+def test_the_table_class_itself_is_a_type_error(torch_and_table):
+    torch, _ = torch_and_table
+    import gemvtune
+
+    with pytest.raises(TypeError, match="got the class Table itself"):
+        gemvtune.GemvLinear(torch.nn.Linear(8, 8), gemvtune.Table)
+    with pytest.raises(TypeError, match="restore_linears: model must be a torch.nn.Module"):
+        gemvtune.restore_linears("model")
+
 
 MOE = [
     ("qwen2_moe", {"model_type": "qwen2_moe", "num_experts": 60, "moe_intermediate_size": 1408,

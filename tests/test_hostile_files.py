@@ -525,3 +525,28 @@ def test_troubleshooting_lists_the_hostile_catalogue():
     section = text[text.index("## Hostile files"):]
     missing = [what for what, *_ in READ_CASES + INT_CASES if f"| {what} |" not in section]
     assert not missing, missing
+
+
+def test_the_cli_under_random_files_is_one_line_and_a_non_zero_exit(tmp_path):
+    """The same generator through the command line: each damaged table, config list or HF config is one line on
+    stderr, exit 2, and the file unchanged."""
+    import random
+
+    rng = random.Random(33)
+    valid = {"table": TABLE.read_bytes(), "configs": b'[{"vec": "half8"}, {"block": 256}]',
+             "hf": (ROOT / "gemvtune" / "kernels" / "hf_configs" / "llama-3-8b.json").read_bytes()}
+    commands = {"table": lambda p: ["report", "--table", str(p)],
+                "configs": lambda p: ["compile-check", "--shape", "64x64", "--configs", str(p)],
+                "hf": lambda p: ["search", "--hf-config", str(p), "--results", str(tmp_path / "r")]}
+    for i in range(9):
+        kind = sorted(valid)[i % 3]
+        p = tmp_path / f"c{i}.json"
+        p.write_bytes(_garbage(rng, valid[kind]))
+        before = p.read_bytes()
+        r = cli(*commands[kind](p))
+        if r.returncode == 0:   # a mutation that left a valid file (a changed digit in a time): fine, if unchanged
+            assert p.read_bytes() == before
+            continue
+        lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+        assert r.returncode in (2, 3) and len(lines) == 1 and "Traceback" not in r.stderr, (kind, i, r.stderr[-400:])
+        assert p.read_bytes() == before

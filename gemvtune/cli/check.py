@@ -40,7 +40,7 @@ def _write(rows: list[dict], out: Path, tag: str, meta: dict) -> Path:
               help="whose cuBLAS path the winner must beat (torch F.linear, or cupy.matmul)")
 @click.option("--stale-only", is_flag=True, default=False,
               help="no GPU: list the entries to re-tune (budget below the default, or the cost model beside the "
-                   "table predicts a config more than 3%% faster than the winner)")
+                   "table predicts a config more than 3% faster than the winner)")
 @click.option("--out", "out_dir", default=None, help="folder for the CSV (default: <table folder>/check)")
 @click.option("--strict", is_flag=True, default=False, help="exit 1 when an entry is flagged (or stale)")
 @DTYPE

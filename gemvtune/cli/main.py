@@ -16,7 +16,7 @@ from ..kernels.shapes import Shape, parse_batches, parse_shape
 from ..tuning.search_options import SEED, ModelPreset
 from . import options as _options
 from .options import gpu_check as _gpu_check
-from .options import one_line_usage_error, setup_logging
+from .options import one_line_usage_error, one_line_warnings, setup_logging
 
 
 def _shape_opt(f: Callable) -> Callable:
@@ -322,7 +322,8 @@ def _exit_interrupted() -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: every GemvtuneError becomes one line on stderr and its exit code; Ctrl-C is one
-    line and exit 130, never a traceback."""
+    line and exit 130, never a traceback; gemvtune's warnings are one line each."""
+    one_line_warnings()
     try:
         cli.main(args=argv, prog_name="gemvtune", standalone_mode=False)
     except click.exceptions.Abort:

@@ -7,9 +7,11 @@ from __future__ import annotations
 import logging
 import os
 import re
+import sys
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from typing import TextIO
 
 import click
 
@@ -37,6 +39,29 @@ def setup_logging(verbosity: int) -> None:
         logging.getLogger("optuna").setLevel(logging.DEBUG if verbosity > 1 else level)
     if verbosity < 0:
         warnings.filterwarnings("ignore", message="gemvtune: ")
+
+
+def one_line_warnings() -> None:
+    """On the command line (``gemvtune`` itself, not the library), gemvtune's own warnings (they start
+    "gemvtune: ") are one line on stderr, without Python's "file:line: UserWarning:" prefix and source line;
+    any other warning prints as Python prints it."""
+    default = warnings.showwarning
+    if getattr(default, "gemvtune_one_line", False):
+        return
+
+    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+             file: TextIO | None = None, line: str | None = None) -> None:
+        text = str(message)
+        if not text.startswith("gemvtune: "):
+            default(message, category, filename, lineno, file, line)
+            return
+        try:
+            print(" ".join(text.split()), file=file if file is not None else sys.stderr)
+        except OSError:   # (stderr closed): a warning never becomes an error
+            pass
+
+    show.gemvtune_one_line = True   # type: ignore[attr-defined]
+    warnings.showwarning = show
 
 
 def one_line_usage_error(e: click.UsageError) -> str:

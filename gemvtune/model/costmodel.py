@@ -21,7 +21,6 @@ from .treecheck import check_model_text
 
 FORMAT = "gemvtune-costmodel"
 VERSION = 1
-MAX_BYTES = 64 << 20          # a model file larger than this is not one of ours
 # LightGBM, deterministic: the same data give the same trees on any host. Huber loss (quadratic within 5% of the
 # log-time, linear beyond): a noisy measurement pulls the fit less than under squared error, and the zero-trial
 # pick (the argmin over thousands of predictions) is less often an over-optimistic outlier; leave-one-shape-out
@@ -37,9 +36,13 @@ ROUNDS = 400
 def _lgb() -> Any:
     try:
         import lightgbm
-    except ImportError:
-        raise UsageError("the cost model needs LightGBM: pip install 'gemvtune[model]'") from None
+    except (ImportError, OSError) as e:   # not installed, or its shared library cannot load (libgomp missing)
+        raise UsageError(f"the cost model needs LightGBM: pip install 'gemvtune[model]' ({_first_line(e)})") from None
     return lightgbm
+
+
+def _first_line(e: BaseException) -> str:
+    return (str(e).splitlines() or [type(e).__name__])[0][:120]
 
 
 @dataclass
@@ -108,10 +111,10 @@ def _safe_names() -> list[str]:
 
 def load(path: str | Path) -> CostModel:
     """A cost model file; UsageError (one line) for anything that is not one."""
-    from ..userfile import decode_json, read_bytes
+    from ..userfile import MODEL_BYTES, decode_json, read_bytes
 
     p = Path(path)
-    raw = read_bytes(p, "cost model", MAX_BYTES)   # a regular file, capped: a FIFO or /dev/zero is one line
+    raw = read_bytes(p, "cost model", MODEL_BYTES)   # a regular file, capped: a FIFO or /dev/zero is one line
     if raw[:1] == b"\x80" or raw[:2] in (b"PK", b"\x1f\x8b"):
         raise UsageError(f"cost model {p}: a binary file (a serialized Python object or an archive?); a model is JSON text, never code")
     data = decode_json(raw, f"cost model {p}")
@@ -134,7 +137,7 @@ def load(path: str | Path) -> CostModel:
     try:
         booster = lgb.Booster(model_str=text)
     except Exception as e:   # LightGBM's parser: LightGBMError or worse on a damaged text
-        raise UsageError(f"cost model {p}: LightGBM cannot read its trees ({str(e).splitlines()[0][:120]})") from None
+        raise UsageError(f"cost model {p}: LightGBM cannot read its trees ({_first_line(e)})") from None
     if booster.num_feature() != len(features.columns()):
         raise UsageError(f"cost model {p}: its trees take {booster.num_feature()} features, not {len(features.columns())}")
     meta: dict[str, Any] = data["meta"] if isinstance(data.get("meta"), dict) else {}

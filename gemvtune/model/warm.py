@@ -4,6 +4,7 @@ over the space the search covers, for ``SearchOptions.warm_start`` (enqueued aft
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,14 +18,17 @@ def warm_start(model_path: Path, shape: Shape, families: tuple[str, ...], domain
                k: int, echo: Callable[[str], None]) -> dict[str, tuple[dict[str, Any], ...]] | None:
     """{family: the model's top-k configs as parameter dicts} for ``shape``; None (said in one line) where there
     is no model, LightGBM is missing or the file is not a model: a search then starts from its seed alone."""
-    if k <= 0 or not model_path.exists():
+    if k <= 0 or not os.path.lexists(model_path):   # (a dangling link or a FIFO there: load's one line)
         return None
     from . import costmodel as cm
 
     try:
-        model = cm.load(model_path)
+        model = cm.load(model_path)   # its trees checked before LightGBM parses them (model.treecheck)
     except UsageError as e:
-        echo(f"{shape}: no warm start: {e}")
+        echo(f"{shape}: no warm start: {_one_line(str(e))}")
+        return None
+    except Exception as e:   # not a UsageError, still a bad model: the search goes on from its seed
+        echo(f"{shape}: no warm start: cost model {model_path}: {_one_line(f'{type(e).__name__}: {e}')}")
         return None
     out = {}
     for fam in families:
@@ -41,3 +45,7 @@ def warm_start(model_path: Path, shape: Shape, families: tuple[str, ...], domain
         if configs:
             out[fam] = tuple({n: getattr(c, n) for n in names} for c, _ in model.rank(configs, shape, k))
     return out or None
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split("\n"))[:500]

@@ -259,18 +259,23 @@ class Table:
         shape (policy ``fastest``, the default; ``load_table(..., policy="tuned")`` always runs a
         gemvtune kernel). Returns out (a CuPy array, or a torch tensor for torch input). Works inside
         CUDA graph capture once each shape has run once outside it."""
+        # The arguments first: a CPU tensor or a NumPy array is one UsageError, before any device is asked for
+        # and before the check of the table's GPU could warn (that check runs once, at the first valid call).
         if type(W).__module__.startswith("torch"):
-            from .torch_op import table_gemv
+            from .torch_op import check_cuda_tensors, table_gemv
 
-            if not self._gpu_checked and getattr(W, "is_cuda", False):   # (CPU tensors: table_gemv refuses them)
+            if not self._gpu_checked:
+                check_cuda_tensors(W, x, out, bias)
                 self._check_gpu(_torch_device_name(W))
             return table_gemv(self, W, x, out, bias, out_dtype)
-        if self._dispatch is None:
-            from ..runners.cuda import Dispatcher
+        if self._dispatch is None or not self._gpu_checked:
+            from ..runners.cuda.dispatch import Dispatcher, check_arrays
 
-            self._dispatch = Dispatcher()
-        if not self._gpu_checked:
-            self._check_gpu(self._dispatch.device_name())
+            check_arrays(W, x, out, bias)
+            if self._dispatch is None:
+                self._dispatch = Dispatcher()
+            if not self._gpu_checked:
+                self._check_gpu(self._dispatch.device_name())
         return self._dispatch.gemv(self, W, x, out, bias, out_dtype)
 
     def _check_gpu(self, name: str) -> None:
@@ -325,15 +330,22 @@ def _costmodel(table_path: Path, which: str | Path | None) -> Any:
         return load(p)
     import importlib.util
 
-    if not p.exists() or importlib.util.find_spec("lightgbm") is None:
+    try:
+        if not os.path.lexists(p) or importlib.util.find_spec("lightgbm") is None:
+            return None
+    except Exception:   # (find_spec of a broken install raises): as without LightGBM
         return None
 
     def lazy() -> Any:
-        from ..model.costmodel import load
-
+        # a file that is not a model (its trees are checked before LightGBM parses them), LightGBM failing to
+        # import or to read it: one line of warning, never an error, and the table goes on without zero-trial picks
         try:
+            from ..model.costmodel import load
+
             return load(p)
-        except UsageError as e:
-            warnings.warn(f"gemvtune: {e}; shapes the table lacks run cuBLAS", stacklevel=4)
+        except Exception as e:
+            why = str(e) if isinstance(e, UsageError) else f"cost model {p}: {type(e).__name__}: {e}"
+            why = " ".join(why.split("\n"))[:500]
+            warnings.warn(f"gemvtune: {why}; shapes the table lacks run cuBLAS", stacklevel=4)
             return None
     return lazy

@@ -136,7 +136,10 @@ class GemvLinear(torch.nn.Module):
 def _check_table(table: Any, who: str) -> None:
     """A TypeError saying what was expected, for a table argument that is not a loaded gemvtune Table (or an
     object with its ``route``, as tests pass)."""
-    if not callable(getattr(table, "route", None)):
+    if isinstance(table, type) or not callable(getattr(table, "route", None)):
+        if isinstance(table, type):   # the class itself (gemvtune.Table), not a loaded table
+            raise TypeError(f"{who}: table must be a gemvtune Table from load_table(path), got the class "
+                            f"{table.__name__} itself")
         hint = " (load it first: gemvtune.load_table(path))" if isinstance(table, (str, os.PathLike)) else ""
         raise TypeError(f"{who}: table must be a gemvtune Table from load_table(path), got "
                         f"{type(table).__name__}{hint}")
@@ -177,6 +180,8 @@ def swap_linears(model: torch.nn.Module, table: Any,
 def restore_linears(model: torch.nn.Module) -> list[str]:
     """Put back the original ``nn.Linear`` objects where ``swap_linears`` put a ``GemvLinear`` (a
     Parameter reassigned on the wrapper meanwhile is carried over). Returns the names restored."""
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"restore_linears: model must be a torch.nn.Module, got {type(model).__name__}")
     names = []
     for name, parent, cname, child in list(_linear_children(model)):
         if not isinstance(child, GemvLinear):

@@ -131,15 +131,26 @@ def _dtype_name(dt: Any) -> str:
     return str(dt).replace("torch.", "")
 
 
+def check_cuda_tensors(W: Any, x: Any, out: Any, bias: Any) -> None:
+    """W, x (and out, bias if given) are torch tensors on a CUDA device: one UsageError if not. ``Table.gemv``
+    calls it before anything else (its check of the table's GPU among them), so a CPU tensor is one error and
+    never a warning first."""
+    for name, t in (("W", W), ("x", x), ("out", out), ("bias", bias)):
+        if t is None:
+            continue
+        if not isinstance(t, torch.Tensor):
+            raise UsageError(f"{name} must be a torch tensor" + (" like W" if name != "W" else "")
+                             + f", got {type(t).__name__}")
+        if not t.is_cuda:
+            raise UsageError(f"{name} must be a CUDA tensor, got one on {t.device} (gemv runs tuned GPU kernels: "
+                             "move it with .cuda(), or use torch.nn.functional.linear on the CPU)")
+
+
 def table_gemv(table: Any, W: torch.Tensor, x: torch.Tensor, out: torch.Tensor | None, bias: torch.Tensor | None,
                out_dtype: str) -> torch.Tensor:
     """``Table.gemv`` on torch tensors: y [M] (x [d]) or [n, M] (x [n, d]) of ``out_dtype`` (fp32, or the
     inputs' dtype); W, x and bias all FP16 or all BF16."""
-    for name, t in (("W", W), ("x", x), ("out", out), ("bias", bias)):
-        if t is not None and not isinstance(t, torch.Tensor):
-            raise UsageError(f"{name} must be a torch tensor like W, got {type(t).__name__}")
-        if t is not None and not t.is_cuda:
-            raise UsageError(f"{name} is on the CPU; gemv needs CUDA tensors")
+    check_cuda_tensors(W, x, out, bias)
     dt = DTYPES.get(W.dtype)
     if dt is None:
         raise UsageError(f"W must be float16 or bfloat16, got {_dtype_name(W.dtype)}")

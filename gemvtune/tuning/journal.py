@@ -4,6 +4,9 @@ Optuna appends one JSON record per line. A process killed mid-append, or a write
 disk, leaves a partial last record; the next run would append after it, and every later read of the
 study fails (JSONDecodeError). Here:
 
+- before Optuna opens it, the journal must be a regular file of records with op codes this Optuna
+  knows, its lock files regular files (gemvtune.tuning.journalcheck): anything else is one line and
+  the file is left as it is;
 - before the journal is read (at open) and before every append, under the journal's lock, a partial
   last record is detected; the damaged file is backed up beside it (``<journal>.damaged-<UTC>``) and
   the journal repaired to its last complete record, with a one-line warning. A record that an older
@@ -278,10 +281,12 @@ class SafeJournalFileBackend(JournalFileBackend):
     def __init__(self, path: str, grace_period: int = 5) -> None:
         # The lock is held only while a few lines are appended: one older than grace_period was left
         # by a killed process (SIGKILL), and is broken instead of stalling the next run.
+        from .journalcheck import check_journal
+
+        data = check_journal(path)   # before Optuna's open(): a FIFO, not a journal, unknown op codes: one line
         super().__init__(path, lock_obj=JournalLock(path, grace_period=grace_period))
         self.failed: StorageWriteError | None = None
-        with open(path, "rb") as f:
-            damaged = scan(f.read())[1]
+        damaged = scan(data)[1]
         if damaged:   # (looked at without the lock: a writer may be mid-append; repair looks again under it)
             try:
                 self._locked(self._repair)

@@ -6,6 +6,8 @@ line, and the file is left as it is."""
 
 from __future__ import annotations
 
+import functools
+import importlib
 import json
 from pathlib import Path
 
@@ -15,26 +17,38 @@ from ..userfile import JOURNAL_BYTES, check_lock, check_regular, read_bytes
 _OP = b'{"op_code":'
 
 
-def known_op_codes() -> frozenset[int]:
-    """The op codes of the installed Optuna's journal (``JournalOperation``: its module moved across versions)."""
-    try:
-        from optuna.storages.journal._storage import JournalOperation
-    except ImportError:   # (Optuna 4.x before the journal package was split)
-        from optuna.storages._journal.storage import JournalOperation  # type: ignore[no-redef]
-    return frozenset(int(op) for op in JournalOperation)
+# Where Optuna keeps its journal's op codes (``JournalOperation``): the module moved across versions; the module of
+# ``JournalStorage`` itself (which replays them) is the last resort.
+_ENUM_HOMES = ("optuna.storages.journal._storage", "optuna.storages.journal._base", "optuna.storages._journal.storage")
 
 
-def check_journal(path: str | Path) -> None:
-    """One UsageError (the file untouched) unless ``path`` is missing, empty, or a regular file of journal
-    records with known op codes (a torn last record is left to the repair); its lock files must be regular."""
+@functools.lru_cache(maxsize=1)
+def known_op_codes() -> frozenset[int] | None:
+    """The op codes of the installed Optuna's journal, or None if its ``JournalOperation`` cannot be found."""
+    import optuna
+
+    for home in (*_ENUM_HOMES, optuna.storages.JournalStorage.__module__):
+        try:
+            ops = getattr(importlib.import_module(home), "JournalOperation", None)
+        except ImportError:
+            continue
+        if ops is not None:
+            return frozenset(int(op) for op in ops)
+    return None   # (then only Optuna's replay can tell an unknown op code)
+
+
+def check_journal(path: str | Path) -> bytes:
+    """The journal's bytes (b"" if it is missing or empty); one UsageError, the file untouched, unless it is a
+    regular file of journal records with known op codes (a torn last record is left to the repair) whose lock
+    files, if there, are regular files. Nothing but a regular file is ever opened."""
     p = Path(path)
     for lock in (Path(f"{p}.lock"), Path(f"{p}.gemvtune.lock")):
         check_lock(lock, "the journal's lock")
     if not check_regular(p, "journal"):
-        return
+        return b""
     data = read_bytes(p, "journal", JOURNAL_BYTES)
     if not data:
-        return
+        return data
     known = known_op_codes()
     complete = 0
     lines = data.split(b"\n")
@@ -46,10 +60,11 @@ def check_journal(path: str | Path) -> None:
         if not isinstance(rec, dict) or "op_code" not in rec:
             continue
         op = rec["op_code"]
-        if isinstance(op, bool) or not isinstance(op, int) or op not in known:
+        if isinstance(op, bool) or not isinstance(op, int) or (known is not None and op not in known):
             raise UsageError(f"journal {p}: line {i} has op code {str(op)[:20]}, which this Optuna does not know "
                              f"(written by a newer Optuna?); the file is left as it is: upgrade optuna to read it")
         complete += 1
     if not complete and not data.startswith(_OP):
         raise UsageError(f"journal {p} is not an Optuna journal (no journal record in its {len(data)} bytes); "
                          "the file is left as it is: give a new path or the journal a search wrote")
+    return data

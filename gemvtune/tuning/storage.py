@@ -107,11 +107,9 @@ def open_store(url: str, heartbeat_s: float = HEARTBEAT_S) -> Store:
             raise UsageError("--storage journal:PATH needs a path")
         if os.path.isdir(path):
             raise UsageError(f"journal storage {path} is a directory, not a file")
-        from .journalcheck import check_journal
-
-        check_journal(path)   # a FIFO, a device, not a journal, a newer Optuna's op codes: one line, file untouched
         try:
-            # (repairs a journal torn by a killed or failed write, and never tears one itself)
+            # (refuses a FIFO, a device, a file that is not a journal and a newer Optuna's op codes with one line,
+            # the file untouched; repairs a journal torn by a killed or failed write, and never tears one itself)
             st = CreatorJournalStorage(SafeJournalFileBackend(path))
         except OSError as e:
             raise UsageError(f"cannot open journal storage {path}: {e.strerror or e}") from None

@@ -17,6 +17,19 @@ from ._cupy import cp, cuda_available
 _OUT = {"fp32": "f", "fp16": "e"}
 
 
+def check_arrays(W: Any, x: Any, out: Any = None, bias: Any = None) -> None:
+    """W, x (and out, bias if given) are CuPy arrays (device memory): one UsageError if not. Needs no device:
+    ``Table.gemv`` calls it before it asks for one or checks the table's GPU, so a NumPy array (host memory)
+    is one error, never a warning or a missing-device error first."""
+    nd = cp.ndarray if cp is not None else ()
+    for name, t in (("W", W), ("x", x), ("out", out), ("bias", bias)):
+        if t is not None and not isinstance(t, nd):
+            where = " (host memory)" if type(t).__module__.split(".")[0] == "numpy" else ""
+            raise UsageError(f"{name} must be a CUDA array (a CuPy array" + (" like W" if name != "W" else
+                                                                           ", or a CUDA torch tensor")
+                             + f"), got {type(t).__module__.split('.')[0]}.{type(t).__name__}{where}")
+
+
 class Dispatcher:
     """The hot path is a dict lookup, a few attribute checks and ``LaunchPlan.launch``."""
 
@@ -91,11 +104,7 @@ class Dispatcher:
 
     @staticmethod
     def _explain_types(W: Any, x: Any, out: Any, bias: Any) -> None:
-        if not isinstance(W, cp.ndarray):
-            raise UsageError(f"W must be a CuPy array or a torch tensor, got {type(W).__name__}")
-        for name, t in (("x", x), ("out", out), ("bias", bias)):
-            if t is not None and not isinstance(t, cp.ndarray):
-                raise UsageError(f"{name} must be a CuPy array like W, got {type(t).__name__}")
+        check_arrays(W, x, out, bias)
 
     @staticmethod
     def _explain_arrays(W: Any, x: Any, bias: Any) -> None:
