@@ -259,8 +259,8 @@ class Table:
         shape (policy ``fastest``, the default; ``load_table(..., policy="tuned")`` always runs a
         gemvtune kernel). Returns out (a CuPy array, or a torch tensor for torch input). Works inside
         CUDA graph capture once each shape has run once outside it."""
-        # The arguments first: a CPU tensor or a NumPy array is one UsageError, before any device is asked for
-        # and before the check of the table's GPU could warn (that check runs once, at the first valid call).
+        # The arguments before the check of the table's GPU could warn (it runs once, at the first valid call):
+        # a CPU tensor is one UsageError; NumPy arrays are one once a device answers (NoDeviceError before).
         if type(W).__module__.startswith("torch"):
             from .torch_op import check_cuda_tensors, table_gemv
 
@@ -269,11 +269,13 @@ class Table:
                 self._check_gpu(_torch_device_name(W))
             return table_gemv(self, W, x, out, bias, out_dtype)
         if self._dispatch is None or not self._gpu_checked:
+            # no device at all is said first (exit 3 on the command line), then arrays in host memory, and only
+            # then could the check of the table's GPU warn
             from ..runners.cuda.dispatch import Dispatcher, check_arrays
 
-            check_arrays(W, x, out, bias)
             if self._dispatch is None:
                 self._dispatch = Dispatcher()
+            check_arrays(W, x, out, bias)
             if not self._gpu_checked:
                 self._check_gpu(self._dispatch.device_name())
         return self._dispatch.gemv(self, W, x, out, bias, out_dtype)
