@@ -402,3 +402,26 @@ def test_cublaslt_series_is_skipped_with_the_reason_without_the_bindings(monkeyp
     assert [r["status"] for r in rows] == ["skipped", "skipped"]
     assert all("nvmath-python is not installed" in r["reason"] for r in rows)
     assert str(WideShape(4096, 4096, 64)) == "4096x4096@n64" and str(WideShape(8, 16, 1)) == "8x16"
+
+
+def test_wide_shape_carries_every_attribute_the_cublaslt_plans_read_of_a_shape():
+    """transition's cuBLASLt series passes a WideShape where LtProblem/LtPlan take a Shape: every attribute they
+    (and the config's domain check) read of it must exist, with the value a Shape of the same (M, d, n) has. The
+    series once failed on the GPU with "'WideShape' object has no attribute 'dtype'" after Shape gained dtype."""
+    import re
+
+    from gemvtune.clients.transition_lt import WideShape
+    from gemvtune.kernels import cublaslt, ltplan
+
+    read = set()
+    for mod in (ltplan, cublaslt):
+        src = open(mod.__file__).read()
+        read |= set(re.findall(r"\bshape\.([A-Za-z_]\w*)", src))
+    assert {"M", "d", "n", "dtype"} <= read, read   # (the scan itself finds the reads)
+    wide, narrow = WideShape(4096, 4096, 8), Shape(4096, 4096, 8)
+    for attr in sorted(read):
+        assert hasattr(wide, attr), f"WideShape lacks {attr!r}, which ltplan/cublaslt read of a shape"
+        if not callable(getattr(narrow, attr)):
+            assert getattr(wide, attr) == getattr(narrow, attr), attr
+    assert str(wide) == str(narrow) and str(WideShape(64, 64, 1)) == str(Shape(64, 64, 1))
+    assert cublaslt.CublasLtConfig().invalid_reasons(wide) == cublaslt.CublasLtConfig().invalid_reasons(narrow)

@@ -17,14 +17,17 @@ TOP = 8   # heuristic algorithms tried per n
 
 @dataclass(frozen=True)
 class WideShape:
-    """(M, d, n) for a library call: n may pass the tuned kernels' 16 (Shape refuses that)."""
+    """(M, d, n) for a library call: n may pass the tuned kernels' 16 (Shape refuses that). It carries what
+    LtProblem and LtPlan read of a Shape (M, d, n, dtype and its printed name): the transition is FP16."""
 
     M: int
     d: int
     n: int
+    dtype: str = "fp16"
 
     def __str__(self) -> str:
-        return f"{self.M}x{self.d}" + (f"@n{self.n}" if self.n > 1 else "")
+        return f"{self.M}x{self.d}" + (f"@n{self.n}" if self.n > 1 else "") + (f".{self.dtype}"
+                                                                              if self.dtype != "fp16" else "")
 
 
 def best_cublaslt(runner: Any, M: int, d: int, n: int, launches: Callable[[int], int],
