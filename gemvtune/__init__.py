@@ -1,4 +1,4 @@
-"""gemvtune: autotuned FP16 GEMV kernels for LLM decode.
+"""gemvtune: autotuned FP16 and BF16 GEMV kernels for LLM decode, ``y = W x`` and skinny GEMMs of n <= 16 tokens.
 
 Importing this package is light: no cupy, optuna, pandas or torch is loaded until a GPU, search or
 report function needs it. ``load_table`` (and ``Table``) load on first use; ``GemvLinear``,
@@ -6,8 +6,11 @@ report function needs it. ``load_table`` (and ``Table``) load on first use; ``Ge
 """
 
 from .errors import GemvtuneError, NoDeviceError, UsageError
+from .kernels.cublaslt import CublasLtConfig
 from .kernels.gemv import DOMAINS, LLAMA_CPP, GemvConfig, parse_config, sample_configs, valid_configs
 from .kernels.hfconfig import MODELS, model_shapes
+from .kernels.mma import MmaConfig
+from .kernels.ring import RingConfig
 from .kernels.shapes import DECODE_SUITE, Shape, parse_batches, parse_shape
 from .kernels.splitk import SPLITK_SEED, SplitKConfig
 
@@ -19,7 +22,7 @@ _TORCH_NAMES = ("GemvLinear", "explain", "format_explain", "restore_linears", "s
 __all__ = [
     "DECODE_SUITE", "DOMAINS", "LLAMA_CPP", "MODELS", "GemvConfig", "GemvtuneError", "NoDeviceError",
     "Shape", "UsageError", "model_shapes", "parse_batches", "parse_config", "parse_shape",
-    "sample_configs", "valid_configs", "SplitKConfig", "SPLITK_SEED", *_TABLE_NAMES, *_TORCH_NAMES,
+    "sample_configs", "valid_configs", "SplitKConfig", "SPLITK_SEED", "MmaConfig", "RingConfig", "CublasLtConfig", *_TABLE_NAMES, *_TORCH_NAMES,
 ]
 
 

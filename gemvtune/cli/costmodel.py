@@ -33,7 +33,7 @@ def costmodel() -> None:
 
 @costmodel.command("fit")
 @click.option("--results", "results_dir", default="results/nvidia-h200", show_default=True,
-              help="a GPU's results folder: its sweeps/ and searches/ are the training data")
+              help="a GPU's results folder: its measurements/, sweeps/ and searches/ are the training data")
 @click.option("--out", "out_path", default=None, help=f"model file (default RESULTS/{MODEL_NAME})")
 @click.option("--rounds", default=400, show_default=True, type=click.IntRange(10, 5000), help="boosting rounds")
 def fit_cmd(results_dir: str, out_path: str | None, rounds: int) -> None:

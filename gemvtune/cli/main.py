@@ -52,7 +52,8 @@ log = logging.getLogger("gemvtune")
 @click.option("-v", "--verbose", count=True, help="more log output on stderr (-vv: debug, with tracebacks of errors)")
 @click.option("-q", "--quiet", count=True, help="errors only on stderr (no warnings)")
 def cli(verbose: int, quiet: int) -> None:
-    """gemvtune: find the fastest FP16 GEMV (y = W x, LLM decode) for your shapes on your GPU."""
+    """gemvtune: find the fastest FP16 or BF16 GEMV (y = W x, and X of n <= 16 tokens: LLM decode) for your shapes on
+    your GPU."""
     setup_logging(verbose - quiet)
 
 
@@ -296,7 +297,7 @@ from . import transition as cli_transition  # noqa: E402
 for _cmd in (cli_search.search, cli_search.worker, cli_replay.sweep, cli_replay.study, cli_replay.study_report,
              cli_replay.plot_study, cli_export.export, cli_percall.percall, cli_transition.transition,
              cli_costmodel.costmodel, cli_costmodel.predict, cli_check.check, cli_reporting.summarize,
-             cli_reporting.report):
+             cli_reporting.report, cli_reporting.which_table):
     cli.add_command(_cmd)
 
 

@@ -71,3 +71,18 @@ def report(table_path: str, csv_path: str | None, cross_dir: str | None) -> None
         for (M, d), n in crossovers(df).items():
             click.echo(f"  {M}x{d}: " + (f"split-K GEMM wins from n={n}" if n else "the GEMV wins at every tuned n"))
         click.echo(f"wrote {out / 'crossover.csv'} and {len(paths)} plot(s)")
+
+
+@click.command("which-table")
+@click.option("--gpu", default=None, help="a GPU name as the driver reports it, e.g. 'NVIDIA H200' (default: this "
+                                          "machine's GPU)")
+def which_table(gpu: str | None) -> None:
+    """Which table `load_table()` with no path loads on this GPU (or on --gpu): your own results/<gpu>/table.json
+    if there is one, else the one shipped with gemvtune. Needs no GPU with --gpu."""
+    from ..runtime.tables import current_gpu_name, find_table, shipped_gpus
+
+    if gpu is not None and (not gpu.strip() or not gpu.isprintable() or len(gpu) > 200):
+        raise UsageError("--gpu: give a GPU's name, e.g. 'NVIDIA H200'")
+    found = find_table(gpu if gpu is not None else current_gpu_name())
+    click.echo(str(found))
+    click.echo(f"shipped tables: {', '.join(shipped_gpus()) or 'none'}")

@@ -1,6 +1,7 @@
 """The cost model's training data: every verified, timed measurement a GPU's results folder records, from
-the sweeps (``sweeps/sweep-*.csv.gz``, the GEMV family's grids at n = 1) and the searches
-(``searches/search-*.csv``, every family and batch). One row per (source, config, shape): the config (any
+the sweeps (``sweep-*.csv.gz``, the GEMV family's grids at n = 1) and the searches
+(``search-*.csv[.gz]``, every family and batch), in ``measurements/`` (the committed data, compressed) and in the
+``sweeps/`` and ``searches/`` folders runs write. One row per (source, config, shape): the config (any
 template family), the shape, the µs and the time relative to that run's read floor (``100 / pct_ceiling``:
 the floor is the weight bytes over the read ceiling measured in the same run), and where it came from.
 Rows that failed (compile, launch, wrong answer), were pruned as invalid, or hold a library's algorithm are
@@ -73,11 +74,28 @@ def _rows(path: Path, kind: str) -> list[dict[str, Any]]:
     return out
 
 
+# Where a results folder keeps each kind: ``measurements/`` (the committed training data, compressed, in one
+# place) and the folders a run writes (``sweeps/``, ``searches/``).
+FOLDERS = {"sweep": ("measurements", "sweeps"), "search": ("measurements", "searches")}
+
+
+def _files(results: Path, kind: str, suffix: str = ".csv") -> list[Path]:
+    """A kind's files (``sweep``/``search``; ``.csv`` means .csv or .csv.gz) in its folders, by name (the order
+    the fit sees them in), each base name once: the first folder's copy wins (an archived run that a later run
+    still keeps uncompressed is one run)."""
+    seen: dict[str, Path] = {}
+    for folder in FOLDERS[kind]:
+        for pattern in ((f"{kind}-*{suffix}", f"{kind}-*{suffix}.gz") if suffix == ".csv" else (f"{kind}-*{suffix}",)):
+            for p in sorted((results / folder).glob(pattern)):
+                seen.setdefault(p.name.removesuffix(".gz"), p)
+    return [seen[k] for k in sorted(seen)]
+
+
 def _gpu(results: Path) -> tuple[int, str, float]:
     """The GPU's SM count and name (the first sidecar that records them, sweeps first) and the median of the
     read ceilings the sidecars record."""
     sm, name, ceilings = 0, "", []
-    for p in sorted(results.glob("sweeps/sweep-*.json")) + sorted(results.glob("searches/search-*.json")):
+    for p in _files(results, "sweep", ".json") + _files(results, "search", ".json"):
         try:
             data = read_json(p, "sidecar")
         except UsageError:   # not a regular file, too large, not JSON: not a sidecar to learn from
@@ -101,8 +119,8 @@ def load(results: str | Path, sweeps: bool = True, searches: bool = True, dtype:
     sm, gpu, gbps = _gpu(results)
     rows: list[dict[str, Any]] = []
     skipped: list[str] = []
-    files = ([(p, "sweep") for p in sorted(results.glob("sweeps/sweep-*.csv.gz"))] if sweeps else []) + \
-            ([(p, "search") for p in sorted(results.glob("searches/search-*.csv"))] if searches else [])
+    files = ([(p, "sweep") for p in _files(results, "sweep")] if sweeps else []) + \
+            ([(p, "search") for p in _files(results, "search")] if searches else [])
     for p, kind in files:
         m = _NAME.match(p.name)
         if m is not None and (m.group(4) or "fp16") != dtype:

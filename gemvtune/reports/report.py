@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import math
-import re
 import shlex
 import sys
 from collections.abc import Iterable
@@ -13,11 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from ..runners.base import Measurement
+from ..runtime.tables import gpu_slug  # noqa: F401  (results/<gpu>: one definition, re-exported here)
 from ..safefile import write_text
-
-
-def gpu_slug(name: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "gpu"
 
 
 def provenance(device: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:

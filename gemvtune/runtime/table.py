@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import json
+import logging
 import math
 import os
 import warnings
@@ -17,6 +18,8 @@ from ..errors import UsageError
 from ..kernels.families import FAMILIES, FAMILY_NAMES, record_config
 from ..kernels.shapes import Shape
 from .keys import entry_key, entry_shape
+
+log = logging.getLogger("gemvtune")
 
 if TYPE_CHECKING:
     from ..runners.cuda import Dispatcher
@@ -165,6 +168,8 @@ class Table:
         self._warned: set[Shape] = set()
         self._dispatch: Dispatcher | None = None
         self._gpu_checked = False
+        # where load_table found it: "path" (given), "your results" or "shipped" (load_table() with no path)
+        self.origin = "path"
 
     @property
     def gpu(self) -> dict[str, Any]:
@@ -306,15 +311,28 @@ def _torch_device_name(t: Any) -> str:
     return torch.cuda.get_device_name(t.device) if t.is_cuda else "cpu"
 
 
-def load_table(path: str | Path, strict_gpu: bool = False, policy: str = "fastest",
-               costmodel: str | Path | None = "auto") -> Table:
-    """Load a table written by ``gemvtune search``; any problem is one clear UsageError. ``policy``:
+def load_table(path: str | Path | None = None, strict_gpu: bool = False, policy: str = "fastest",
+               costmodel: str | Path | None = "auto", gpu: str | None = None) -> Table:
+    """Load a table written by ``gemvtune search``; any problem is one clear UsageError. With no ``path``, the
+    table of the GPU this runs on (or of ``gpu``, a GPU name as the driver reports it): your own
+    ``results/<gpu>/table.json`` if there is one, else the one shipped with gemvtune (``Table.origin`` says which;
+    ``gemvtune which-table`` shows it); a table of another GPU is never picked, and no table for this GPU is one
+    UsageError. A table of another GPU given by its path runs, with a warning (``strict_gpu``: an error). ``policy``:
     ``fastest`` (default) runs, per (M, d, n), whichever of the tuned kernel and cuBLAS the table
     measured faster, and for a shape it lacks the cost model's pick where it predicts that faster than
     cuBLAS by a margin, else cuBLAS; ``tuned`` always runs a gemvtune kernel. ``costmodel``: a model file,
     ``"auto"`` (the ``costmodel.json`` beside the table, if there is one and LightGBM is installed: a file
     that is not a model is a warning, never an error) or None (no zero-trial picks)."""
-    return Table(_read(Path(path)), str(path), strict_gpu, policy, _costmodel(Path(path), costmodel))
+    origin = "path"
+    if path is None:
+        from .tables import current_gpu_name, find_table
+
+        found = find_table(gpu if gpu is not None else current_gpu_name())
+        path, origin = found.path, found.origin
+        log.info("load_table: %s", found)
+    table = Table(_read(Path(path)), str(path), strict_gpu, policy, _costmodel(Path(path), costmodel))
+    table.origin = origin
+    return table
 
 
 def _costmodel(table_path: Path, which: str | Path | None) -> Any:

@@ -1,0 +1,88 @@
+"""Which table ``load_table()`` loads when given no path: the table of the GPU it runs on, the user's own
+(``results/<gpu>/table.json`` under the working folder, or under ``$GEMVTUNE_RESULTS``) if there is one, else the
+one shipped in the wheel (``gemvtune/tables/<gpu>/``; in a source checkout, the checkout's ``results/<gpu>/``).
+A table of another GPU is never picked: that takes an explicit path."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import NoDeviceError, UsageError
+
+TABLE_NAME = "table.json"
+
+
+def gpu_slug(name: str) -> str:
+    """The folder name of a GPU (``NVIDIA H200`` -> ``nvidia-h200``), as every results folder is named."""
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "gpu"
+
+
+@dataclass(frozen=True)
+class Found:
+    path: Path
+    origin: str     # "your results" or "shipped"
+    gpu: str        # the GPU name asked for
+
+    def __str__(self) -> str:
+        return f"{self.path} ({'the table shipped with gemvtune' if self.origin == 'shipped' else 'your table'} " \
+               f"for {self.gpu})"
+
+
+def shipped_root() -> Path | None:
+    """The folder of the tables gemvtune ships: ``gemvtune/tables`` in an installed wheel, the checkout's
+    ``results`` in a source checkout (an editable install), else None."""
+    pkg = Path(__file__).resolve().parent.parent
+    if (pkg / "tables").is_dir():
+        return pkg / "tables"
+    if (pkg.parent / "pyproject.toml").is_file() and (pkg.parent / "results").is_dir():
+        return pkg.parent / "results"
+    return None
+
+
+def shipped_gpus() -> list[str]:
+    """The GPU folders that have a shipped table."""
+    root = shipped_root()
+    return sorted(p.parent.name for p in root.glob(f"*/{TABLE_NAME}")) if root is not None else []
+
+
+def user_root() -> Path:
+    return Path(os.environ.get("GEMVTUNE_RESULTS") or "results")
+
+
+def find_table(gpu: str) -> Found:
+    """The table ``load_table()`` would load on ``gpu`` (its name, as the driver reports it): one UsageError
+    naming the GPUs gemvtune ships tables for when there is none."""
+    slug = gpu_slug(gpu)
+    own = user_root() / slug / TABLE_NAME
+    if own.is_file():
+        return Found(own, "your results", gpu)
+    root = shipped_root()
+    if root is not None and (root / slug / TABLE_NAME).is_file():
+        return Found(root / slug / TABLE_NAME, "shipped", gpu)
+    have = ", ".join(shipped_gpus()) or "none"
+    raise UsageError(f"no table for {gpu}: none at {own}, and gemvtune ships tables only for {have}. Tune one "
+                     f"(gemvtune search --shape MxD writes {own}), or load another GPU's table by its path")
+
+
+def current_gpu_name() -> str:
+    """The name of the CUDA device this process would run on: torch's current device where torch is already
+    imported and sees one, else CuPy's. NoDeviceError (one line) when no device answers."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        try:
+            if torch.cuda.is_available():
+                return str(torch.cuda.get_device_name(torch.cuda.current_device()))
+        except Exception:   # (a broken CUDA build of torch): ask CuPy
+            pass
+    from ..runners.cuda._cupy import cp, cuda_available
+
+    why = cuda_available()
+    if why or cp is None:
+        raise NoDeviceError(f"load_table() with no path loads the table of this GPU, but {why or 'no CUDA device'}"
+                            "; give the table's path instead")
+    name = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["name"]
+    return name.decode() if isinstance(name, bytes) else str(name)
