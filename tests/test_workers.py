@@ -27,7 +27,7 @@ from gemvtune.runners.replay import STUDY_SUFFIX
 from gemvtune.tuning.search import study_name
 from gemvtune.tuning.storage import make_storage, open_store, storage_lock
 
-SWEEP = ROOT / "results" / "nvidia-h200" / "sweeps" / "sweep-14336x4096x1.csv.gz"
+SWEEP = ROOT / "results" / "nvidia-h200" / "measurements" / "sweep-14336x4096x1.csv.gz"
 SUB = {"block": [128, 256], "vec": ["half2", "half8"], "acc": ["fp32"], "tpr": [64, 256], "unroll": [1, 2],
        "split_k": [1, 2], "hint": ["default", "evict_first"], "x_load": ["ldg"]}
 NAME = study_name(Shape(14336, 4096), "nvidia-h200") + STUDY_SUFFIX   # replayed searches: their own studies
@@ -210,13 +210,15 @@ def test_storage_lock_excludes_across_processes(tmp_path):
     """The journal's lock is a file lock: a second process cannot take it while this one holds it."""
     store = open_store(f"journal:{tmp_path / 'j.log'}")
     code = ("import sys, time; from gemvtune.tuning.storage import open_store, storage_lock; "
-            f"s = open_store('journal:{tmp_path / 'j.log'}'); t = time.time()\n"
-            "with storage_lock(s, 'x'): print(time.time() - t)")
+            f"s = open_store('journal:{tmp_path / 'j.log'}'); print(time.time(), flush=True)\n"
+            "with storage_lock(s, 'x'): print(time.time(), flush=True)")
     with storage_lock(store, "x"):
         p = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True)
-        time.sleep(1.0)
-    waited = float(p.communicate(timeout=60)[0])
-    assert waited >= 0.5
+        tried = float(p.stdout.readline())   # the child is about to take the lock (its imports done, however slow)
+        time.sleep(0.3)
+        released = time.time()               # the lock is released after this instant
+    got = float(p.communicate(timeout=60)[0])
+    assert tried < released <= got          # ordering, not a duration: the child waited for the release
 
 
 def test_gpu_lock_serializes_timing_across_processes():

@@ -17,7 +17,9 @@ from .options import DTYPE
 
 def default_model() -> Path:
     """The one results/<gpu>/costmodel.json under the working folder."""
-    found = sorted(Path("results").glob(f"*/{MODEL_NAME}"))
+    from ..workspace import results_root
+
+    found = sorted(results_root().glob(f"*/{MODEL_NAME}"))
     if not found:
         raise UsageError(f"no cost model under results/*/{MODEL_NAME}: fit one (gemvtune costmodel fit) or "
                          f"pass --model")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Callable
-from pathlib import Path
 
 import click
 
@@ -193,10 +192,10 @@ def bench(shape_texts: tuple[str, ...], suite: str | None, model: str | None, sp
 
         if table_path is None:
             _gpu_check()
-            from ..reports.report import gpu_slug
             from ..runners.cuda import CudaRunner
+            from ..workspace import Workspace
 
-            table_path = str(Path("results") / gpu_slug(CudaRunner().device_info()["name"]) / "table.json")
+            table_path = str(Workspace.for_gpu(CudaRunner().device_info()["name"]).table)
         load_table(table_path)  # a missing or corrupt table fails before any GPU work
         _gpu_check()
         if layers is not None:

@@ -15,6 +15,7 @@ from ..cells import write_csv
 from ..errors import UsageError
 from ..kernels.shapes import parse_shape
 from ..safefile import write_text
+from ..workspace import replace_previous
 from .options import DTYPE
 from .options import gpu_check as _gpu_check
 from .options import writable_dir as _writable_dir
@@ -65,13 +66,14 @@ def _table_and_out(table_path: str | None, out_dir: str | None) -> tuple[Any, Pa
     """The table (default results/<gpu>/table.json, checked against the GPU torch sees) and the output folder."""
     import torch
 
-    from ..reports.report import gpu_slug
     from ..runtime.table import load_table
+    from ..workspace import Workspace
 
     name = torch.cuda.get_device_name()
-    table = load_table(table_path or Path("results") / gpu_slug(name) / "table.json")
+    ws = Workspace.for_gpu(name)
+    table = load_table(table_path or ws.table)
     table._check_gpu(name)
-    return table, _writable_dir(out_dir or str(Path("results") / gpu_slug(name) / "bench"))
+    return table, _writable_dir(out_dir or str(ws.benchmarks))
 
 
 def _write(out: Path, prefix: str, df: Any, meta: dict[str, Any], markdown: Callable[[dict, str], str],
@@ -93,6 +95,8 @@ def _write(out: Path, prefix: str, df: Any, meta: dict[str, Any], markdown: Call
     write_text(Path(f"{base}.md"), md)
     click.echo(md)
     click.echo(f"wrote {base}.csv, .json, .md")
+    if out.name == "benchmarks":   # the workspace's: the latest run of each benchmark is kept
+        replace_previous(out, prefix, stamp)
 
 
 def _percall_hf(hf_config: str, layers_text: str | None, shape_texts: tuple[str, ...], n: int, table_path: str | None,

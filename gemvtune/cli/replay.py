@@ -68,13 +68,13 @@ def sweep(shape_texts, suite, out_dir, replays, target_us, family) -> None:
     if not shapes:
         raise UsageError("sweep needs --shape or --suite")
     _gpu_check()
-    from ..reports.report import gpu_slug
     from ..runners.cuda import CudaRunner
     from ..tuning.sweep import grid_configs, run_sweep
+    from ..workspace import Workspace
 
     r = CudaRunner(replays=replays, warmup=1, target_us=target_us)
     ceil = r.ceiling()
-    out = _writable_dir(out_dir or str(Path("results") / gpu_slug(r.device_info()["name"]) / "sweeps"))
+    out = _writable_dir(out_dir or str(Workspace.for_gpu(r.device_info()["name"]).sweeps))
     click.echo(f"read ceiling {ceil['read_gbps']:.0f} GB/s; writing to {out}")
     shapes = list(dict.fromkeys(shapes))
     for i, s in enumerate(shapes, 1):

@@ -19,8 +19,8 @@ from .options import writable_dir as _writable_dir
 def _make_runner(shapes: list[Shape], replay_path: str | None, watchdog_s: float | None) -> tuple[Any, Any, str | None]:
     """(runner, family -> the domains to search or None, the default results folder or None)."""
     if replay_path:
-        from ..reports.report import gpu_slug
         from ..runners.replay import ReplayRunner
+        from ..workspace import Workspace
 
         runner = ReplayRunner(replay_path)
         for s in shapes:
@@ -28,7 +28,7 @@ def _make_runner(shapes: list[Shape], replay_path: str | None, watchdog_s: float
         grids = {json.dumps([runner.sweep(s).family, runner.sweep(s).grid], sort_keys=True) for s in shapes}
         grid = runner.sweep(shapes[0]).grid if len(grids) == 1 else None
         domains = {runner.sweep(shapes[0]).family: grid} if grid else None   # the family the sweeps recorded
-        return runner, domains, str(Path("results") / gpu_slug(runner.device_info().get("name", "gpu")) / "replay")
+        return runner, domains, str(Workspace.for_gpu(runner.device_info().get("name", "gpu")).replay)
     _gpu_check()
     from ..runners.cuda import CudaRunner
 

@@ -14,9 +14,10 @@ from ..kernels.compile import compile_variants
 from ..kernels.gemv import LLAMA_CPP, GemvConfig
 from ..kernels.shapes import Shape
 from ..reports.benchreport import LLAMA_NAME
-from ..reports.report import gpu_slug, provenance, shape_table, write_csv
+from ..reports.report import provenance, shape_table, write_csv
 from ..runners.base import Measurement
 from ..safefile import write_text
+from ..workspace import Workspace, replace_previous
 
 
 def _start(echo: Callable[[str], None]) -> tuple:
@@ -82,10 +83,12 @@ def run_bench(shapes: list[Shape], pick: Callable[[Shape], list[GemvConfig]], ou
         echo(tables[-1])
         runner.release()
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
-    out = Path(out_dir) if out_dir else Path("results") / gpu_slug(dev["name"])
+    out = Path(out_dir) if out_dir else Workspace.for_gpu(dev["name"]).benchmarks
     name = f"{tag}-{stamp}.csv"
     path = write_csv(rows, out / name, provenance(dev, ceiling=ceil, shapes=[str(s) for s in shapes], inductor=inductor))
     echo(f"wrote {path} ({len(rows)} rows) and {path.with_suffix('.json').name}")
+    if not out_dir:   # the workspace's benchmarks: the latest run of each benchmark is kept
+        replace_previous(out, tag, stamp)
     return path
 
 
@@ -139,7 +142,7 @@ def run_tuned_bench(shapes: list[Shape], table_path: str, out_dir: str | None, e
     dtypes = {s.dtype for s in shapes}
     if len(dtypes) == 1:   # a BF16 run's files say so (bench-tuned-bf16-...); FP16 keeps the names from before
         tag += shapes[0].dtype_suffix("-")
-    out = Path(out_dir) if out_dir else Path("results") / gpu_slug(dev["name"])
+    out = Path(out_dir) if out_dir else Workspace.for_gpu(dev["name"]).benchmarks
     path = write_csv(rows, out / f"{tag}-{stamp}.csv", provenance(dev, ceiling=ceil, table=str(table_path),
                                                                shapes=[str(s) for s in shapes], rounds=rounds,
                                                                inductor=inductor))
@@ -149,4 +152,6 @@ def run_tuned_bench(shapes: list[Shape], table_path: str, out_dir: str | None, e
     plot_bench(df, out / f"{tag}-{stamp}.png", f"{dev['name']}: tuned vs its baselines ({stamp})")
     echo(md)
     echo(f"wrote {path}, its -summary.csv/-summary.md and {tag}-{stamp}.png")
+    if not out_dir:
+        replace_previous(out, tag, stamp)
     return path

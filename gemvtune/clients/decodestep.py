@@ -20,6 +20,7 @@ from ..errors import UsageError
 from ..kernels.hfconfig import MODELS, model_shapes
 from ..kernels.shapes import Shape
 from ..safefile import savefig, write_text
+from ..workspace import Workspace, replace_previous
 
 IMPLS = ("tuned", "llama.cpp", "cublas")
 LABELS = {"tuned": "gemvtune tuned", "llama.cpp": "llama.cpp config", "cublas": "cuBLAS"}
@@ -230,7 +231,6 @@ def write_reports(samples: Any, info: dict[str, Any], meta: dict[str, Any], out:
 
 def run_decode_step(model: str, layers: int, table_path: str, out_dir: str | None,
                     echo: Callable[[str], None] = print, rounds: int = 3, replays: int = 20) -> Path:
-    from ..reports.report import gpu_slug
     from ..runtime.table import load_table
     from .bench import _start
 
@@ -240,7 +240,7 @@ def run_decode_step(model: str, layers: int, table_path: str, out_dir: str | Non
     table._check_gpu(dev["name"])
     echo(f"table {table_path}; {model}: {layers} layers x {len(ops) // max(layers, 1)} linears + LM head = "
          f"{len(ops)} launches, {step_bytes(ops) / 1e9:.2f} GB per step")
-    out = Path(out_dir) if out_dir else Path("results") / gpu_slug(dev["name"]) / "bench"
+    out = Path(out_dir) if out_dir else Workspace.for_gpu(dev["name"]).benchmarks
     try:
         out.mkdir(parents=True, exist_ok=True)  # an unwritable --out fails before the GPU work
     except OSError as e:
@@ -253,4 +253,6 @@ def run_decode_step(model: str, layers: int, table_path: str, out_dir: str | Non
     path, md = write_reports(samples, info, meta, out, f"decode-{model}-L{layers}-{stamp}", dev, ceil)
     echo(md)
     echo(f"wrote {path}, {path.with_suffix('.json').name}, its -summary.csv/-summary.md and {path.stem}.png")
+    if not out_dir:   # the workspace's benchmarks: the latest run of each benchmark is kept
+        replace_previous(out, f"decode-{model}-L{layers}", stamp)
     return path

@@ -25,7 +25,8 @@ from typing import Any
 
 from ..errors import NoDeviceError, UsageError
 from ..reports.hfbench_report import ROW_COLUMNS, mode_table, short_table, write_hf_reports, write_rows_csv
-from ..reports.report import gpu_slug, provenance
+from ..reports.report import provenance
+from ..workspace import Workspace, replace_previous
 from .hfcheck import agreement, explain_rows, logit_diffs
 from .hfcompile import compile_summary, raise_recompile_limits
 from .hfmodel import Variants, build_config, build_model, check_transformers, pad_id, read_config
@@ -86,7 +87,7 @@ def default_table_path(device: str = "cuda") -> str:
 
     if not torch.cuda.is_available():
         raise NoDeviceError("torch sees no CUDA device (torch.cuda.is_available() is False)")
-    return str(Path("results") / gpu_slug(torch.cuda.get_device_name(torch.device(device))) / "table.json")
+    return str(Workspace.for_gpu(torch.cuda.get_device_name(torch.device(device))).table)
 
 
 def _gpu_lock(env: dict[str, Any]) -> Any:
@@ -125,7 +126,7 @@ def run_hf_bench(config_path: str, layers: int | None = None, tokens: int = 128,
     if str(device).startswith("cuda") and not torch.cuda.is_available():
         raise NoDeviceError("torch sees no CUDA device (torch.cuda.is_available() is False)")
     env = device_env(device)
-    out = Path(out_dir) if out_dir else Path("results") / gpu_slug(env["gpu"]) / "bench"
+    out = Path(out_dir) if out_dir else Workspace.for_gpu(env["gpu"]).benchmarks
     try:
         out.mkdir(parents=True, exist_ok=True)  # an unwritable --out fails before the GPU work
     except OSError as e:
@@ -197,5 +198,7 @@ def run_hf_bench(config_path: str, layers: int | None = None, tokens: int = 128,
 
     paths = write_hf_reports(rows, result, out, stem)
     echo(f"wrote {', '.join(p.name for p in paths.values())} in {out}")
+    if not out_dir:   # the workspace's benchmarks: the latest run of each benchmark is kept
+        replace_previous(out, stem.removesuffix(f"-{stamp}"), stamp)
     echo(short_table(mode_table(rows)))
     return paths

@@ -27,6 +27,7 @@ from ..kernels.shapes import MAX_BATCH, Shape
 from ..reports.transition import bytes_moved, flops, ridge_n
 from ..runners.timing import launches_for
 from ..safefile import write_text
+from ..workspace import Workspace, replace_previous
 
 MAX_N = 4096                 # the largest batch the command measures
 TUNED_REASON = f"n outside 1..{MAX_BATCH} for a tuned kernel"
@@ -312,9 +313,7 @@ def _gemm_times(torch: Any, runner: Any, size: int, calls: int) -> list[float]:
 
 
 def default_table_path(device_name: str) -> Path:
-    from ..reports.report import gpu_slug
-
-    return Path("results") / gpu_slug(device_name) / "table.json"
+    return Workspace.for_gpu(device_name).table
 
 
 def run_transition(shapes: Sequence[tuple[int, int]], ns: Sequence[int], table_path: str | None,
@@ -322,7 +321,7 @@ def run_transition(shapes: Sequence[tuple[int, int]], ns: Sequence[int], table_p
     """Measure every series at every n for each shape (one runner, one process), then per shape a CSV
     (+ .json provenance), a PNG and a markdown table under ``out_dir`` (default
     results/<gpu>/transition/); echoes the tables at the end. Returns the CSV paths."""
-    from ..reports.report import gpu_slug, provenance
+    from ..reports.report import provenance
     from ..reports.transition import (
         file_stem,
         plot_transition,
@@ -347,7 +346,7 @@ def run_transition(shapes: Sequence[tuple[int, int]], ns: Sequence[int], table_p
     peak = measure_peak_tflops(runner, peak_size)
     echo(f"read ceiling {read:.0f} GB/s; compute ceiling {peak['peak_tflops']:.0f} TFLOP/s ({peak['peak_gemm']})")
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
-    out = Path(out_dir) if out_dir else Path("results") / gpu_slug(dev["name"]) / "transition"
+    out = Path(out_dir) if out_dir else Workspace.for_gpu(dev["name"]).transition
     paths, tables = [], []
     for M, d in shapes:
         ctx = SeriesContext(runner, table, M, d, read, float(peak["peak_tflops"]))
@@ -366,4 +365,7 @@ def run_transition(shapes: Sequence[tuple[int, int]], ns: Sequence[int], table_p
     for t in tables:
         echo(t)
     echo("wrote " + ", ".join(str(p) for p in paths) + " (each with its .json, .png and .md)")
+    if not out_dir:   # the workspace's benchmarks: the latest run of each shape's transition is kept
+        for M, d in shapes:
+            replace_previous(out, f"transition-{M}x{d}", stamp)
     return paths

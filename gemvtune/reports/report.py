@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from ..runners.base import Measurement
-from ..runtime.tables import gpu_slug  # noqa: F401  (results/<gpu>: one definition, re-exported here)
 from ..safefile import write_text
+from ..workspace import gpu_slug  # noqa: F401  (results/<gpu>: one definition, re-exported here)
 
 
 def provenance(device: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:

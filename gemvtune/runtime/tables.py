@@ -5,20 +5,15 @@ A table of another GPU is never picked: that takes an explicit path."""
 
 from __future__ import annotations
 
-import os
-import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import NoDeviceError, UsageError
+from ..workspace import Workspace, gpu_slug, results_root
 
 TABLE_NAME = "table.json"
-
-
-def gpu_slug(name: str) -> str:
-    """The folder name of a GPU (``NVIDIA H200`` -> ``nvidia-h200``), as every results folder is named."""
-    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "gpu"
+__all__ = ["Found", "current_gpu_name", "find_table", "gpu_slug", "shipped_gpus", "shipped_root"]
 
 
 @dataclass(frozen=True)
@@ -49,15 +44,11 @@ def shipped_gpus() -> list[str]:
     return sorted(p.parent.name for p in root.glob(f"*/{TABLE_NAME}")) if root is not None else []
 
 
-def user_root() -> Path:
-    return Path(os.environ.get("GEMVTUNE_RESULTS") or "results")
-
-
 def find_table(gpu: str) -> Found:
     """The table ``load_table()`` would load on ``gpu`` (its name, as the driver reports it): one UsageError
     naming the GPUs gemvtune ships tables for when there is none."""
     slug = gpu_slug(gpu)
-    own = user_root() / slug / TABLE_NAME
+    own = Workspace(results_root() / slug).table
     if own.is_file():
         return Found(own, "your results", gpu)
     root = shipped_root()

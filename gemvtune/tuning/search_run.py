@@ -17,9 +17,10 @@ from typing import Any
 from ..cells import write_csv
 from ..errors import GemvtuneError, UsageError
 from ..kernels.shapes import Shape
-from ..reports.report import gpu_slug, provenance
+from ..reports.report import provenance
 from ..runtime.table import check_updatable, record
 from ..safefile import write_text
+from ..workspace import Workspace, gpu_slug
 from .coord import Coordinator, this_worker
 from .journal import DISK_FULL, WriteError, remedy, why_oserror
 from .search import SearchOptions, run_search, searchable, study_name
@@ -48,7 +49,7 @@ def run_searches(runner: Any, shapes: list[Shape], opts: SearchOptions, results_
                  allow_replay_into_measured: bool = False, worker_index: int = 0) -> Path:
     opts = searchable(runner, opts, echo)   # a library family this runner cannot ask: before any work
     dev = runner.device_info()
-    out = writable(results_dir or str(Path("results") / gpu_slug(dev["name"])))
+    out = writable(results_dir or str(Workspace.for_gpu(dev["name"]).root))
     table = Path(table_path) if table_path else out / "table.json"
     storage_url = opts.storage or f"journal:{out / 'optuna-journal.log'}"
     table = preflight(table, storage_url, dev) or table   # every output writable, every table valid: before any work

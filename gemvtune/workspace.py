@@ -1,0 +1,99 @@
+"""The one owner of a GPU's results folder, ``results/<gpu>/`` (``$GEMVTUNE_RESULTS`` moves ``results``): every
+default path a command writes or reads is built here.
+
+- ``table.json``, ``costmodel.json``: the product (the H200's ship in the wheel);
+- ``measurements/``: the cost model's training data, compressed; ``searches/`` and ``sweeps/``: what new runs add;
+- ``benchmarks/``: the latest summary of each benchmark (a new run replaces the previous one of its kind);
+- ``replay/``: replayed searches (never committed).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+# a file of a stamped run: <stem>-YYYYMMDD-HHMMSS<rest> (rest: .csv, -summary.md, .png, ...)
+_STAMPED = re.compile(r"^(?P<stem>.+)-(?P<stamp>\d{8}-\d{6})(?P<rest>(?:-[a-z]+)*\.[a-z.]+)$", re.ASCII)
+
+
+def gpu_slug(name: str) -> str:
+    """The folder name of a GPU (``NVIDIA H200`` -> ``nvidia-h200``), as every results folder is named."""
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "gpu"
+
+
+def results_root() -> Path:
+    return Path(os.environ.get("GEMVTUNE_RESULTS") or "results")
+
+
+@dataclass(frozen=True)
+class Workspace:
+    root: Path
+
+    @classmethod
+    def for_gpu(cls, name: str) -> Workspace:
+        """The workspace of a GPU by its name as the driver reports it."""
+        return cls(results_root() / gpu_slug(name))
+
+    @property
+    def table(self) -> Path:
+        return self.root / "table.json"
+
+    @property
+    def costmodel(self) -> Path:
+        return self.root / "costmodel.json"
+
+    @property
+    def measurements(self) -> Path:
+        return self.root / "measurements"
+
+    @property
+    def searches(self) -> Path:
+        return self.root / "searches"
+
+    @property
+    def sweeps(self) -> Path:
+        return self.root / "sweeps"
+
+    @property
+    def replay(self) -> Path:
+        return self.root / "replay"
+
+    @property
+    def benchmarks(self) -> Path:
+        return self.root / "benchmarks"
+
+    @property
+    def transition(self) -> Path:
+        return self.benchmarks / "transition"
+
+
+def replace_previous(folder: Path, stem: str, stamp: str) -> list[Path]:
+    """After a run wrote ``<stem>-<stamp>*`` into a workspace's benchmarks folder: remove that benchmark's
+    earlier runs there (files ``<stem>-<other stamp><rest>``, the same stem exactly), so the folder keeps the
+    latest summary of each benchmark. Only stamped files of that stem go; a file that cannot be removed stays.
+    Returns the removed paths."""
+    removed = []
+    for p in sorted(folder.glob(f"{glob_escape(stem)}-*")):
+        m = _STAMPED.match(p.name)
+        if m is None or m["stem"] != stem or m["stamp"] == stamp or not p.is_file() or p.is_symlink():
+            continue
+        try:
+            p.unlink()
+            removed.append(p)
+        except OSError:
+            continue
+    return removed
+
+
+def glob_escape(s: str) -> str:
+    return re.sub(r"([*?\[])", r"[\1]", s)
+
+
+def is_default(folder: Path, ws_folder: Path) -> bool:
+    """Whether a command writes into the workspace's own folder (not a folder the user named)."""
+    try:
+        return folder.resolve() == ws_folder.resolve()
+    except OSError:
+        return False
