@@ -11,9 +11,10 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
+from ..baselines import cublas_of
 from ..kernels.families import FAMILIES
 from ..kernels.shapes import Shape
-from ..runtime.route import BASELINE, measured
+from ..runtime.route import measured
 from ..runtime.table import Table, winner_config
 
 DRIFT = 0.03        # a re-measured winner this far from its record is flagged
@@ -138,7 +139,7 @@ def recheck(runner: Any, table: Table, shapes: list[Shape], rounds: int = 2, fra
                 break
             tuned.append(m.us_median)
             got = {b.kind: b for b in runner.baselines(shape)}
-            base = got.get(BASELINE[framework]) or got.get("cublas") or got.get("cublas-torch")
+            base = cublas_of(got, framework)
             if base is not None and base.ok:
                 cublas.append(base.us_median)
         now_t = statistics.median(tuned) if tuned else float("nan")

@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from ..baselines import cublas_of
 from ..runtime.table import Table, entry_shape, winner_config
 from ..safefile import savefig
 
@@ -24,7 +25,7 @@ def crossover_frame(t: Table) -> Any:
     for e in t.data["entries"].values():
         b = e.get("baselines", {})
         shape = entry_shape(e)
-        cub = b.get("cublas-torch") or b.get("cublas")
+        cub = cublas_of(b)
         w, cfg = e["winner"], winner_config(e)   # the label and family of the validated config, not the table's words
         rows.append({"M": shape.M, "d": shape.d, "n": shape.n, "dtype": shape.dtype, "gemv_us": _us(e.get("gemv")),
                      "splitk_us": _us(e.get("splitk")), "cublas_us": _us(cub), "llama_us": _us(b.get("llama.cpp")),

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from ..baselines import cublas_of
 from ..runtime.table import Table, winner_config
 from ..runtime.tableschema import SAMPLER_NAMES, printable
 
@@ -33,7 +34,7 @@ def table_frame(t: Table) -> Any:
     for e in sorted(t.data["entries"].values(), key=lambda e: (e["M"], e["d"], e.get("n", 1), e.get("dtype") or "fp16")):   # numerically
         w, b, s = e["winner"], e.get("baselines") or {}, e.get("search") or {}
         cfg = winner_config(e)
-        cub = b.get("cublas-torch") or b.get("cublas") or {}
+        cub = cublas_of(b) or {}
         lla = b.get("llama.cpp") or {}
         row = {"M": e["M"], "d": e["d"], "n": e.get("n", 1), "dtype": e.get("dtype") or "fp16", "winner": cfg.label, "family": cfg.family,
                "us": _num(w.get("us")), "us_min": _num(w.get("us_min")), "us_max": _num(w.get("us_max")),

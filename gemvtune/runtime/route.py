@@ -22,9 +22,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..baselines import CUBLAS_FOR, cublas_of
+
 MARGIN = 0.01            # the tuned kernel must be this much faster than cuBLAS (the timing spread is 1-3%)
 POLICIES = ("fastest", "tuned")
-BASELINE = {"torch": "cublas-torch", "cupy": "cublas"}
+BASELINE = CUBLAS_FOR   # framework -> its cuBLAS baseline (gemvtune.baselines)
 
 
 @dataclass(frozen=True)
@@ -78,7 +80,7 @@ def measured(entry: dict[str, Any], framework: str, shape: Any = None, out: str 
     """(tuned µs, cuBLAS µs, tuned config) of a table entry for callers of ``framework`` wanting an
     ``out`` output: the fastest measured kernel that can fuse it, and the cuBLAS baseline."""
     base = entry.get("baselines") or {}
-    cublas = _us(base.get(BASELINE[framework])) or _us(base.get("cublas")) or _us(base.get("cublas-torch"))
+    cublas = _us(cublas_of(base, framework, ok=lambda rec: _us(rec) is not None))
     if shape is None:
         from .keys import entry_shape
 

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..baselines import cublas_of
 from ..cells import write_csv
 from ..errors import GemvtuneError, UsageError
 from ..kernels.shapes import Shape
@@ -249,7 +250,7 @@ def _search_shapes(runner: Any, shapes: list[Shape], opts: SearchOptions, out: P
         write_text(csv.with_suffix(".json"), json.dumps(meta, indent=1, sort_keys=True, default=str) + "\n")
         record(table, shape, res.entry, dev, ceil)
         w, b = res.entry["winner"], res.entry["baselines"]
-        cub = (b.get("cublas-torch") or b.get("cublas") or {}).get("us")
+        cub = (cublas_of(b) or {}).get("us")
         lla = b["llama.cpp"].get("us")
         fams = "  ".join(f"{f} {res.entry[f]['us']:.2f}" for f in opts.families if f in res.entry)
         echo(f"{shape!s:>14s}  {w['label']:44s} {w['us']:8.2f} µs  {w['pct_ceiling']:5.1f}% ceiling  "

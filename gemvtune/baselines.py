@@ -1,0 +1,46 @@
+"""The baselines: every contender timed beside the tuned kernels, by the name a Measurement's ``kind`` and a table
+entry's ``baselines`` use. Bench, transition, decode step, check, the table report and the route read names, labels
+and the cuBLAS fallback chain from here (one place to add a baseline)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Baseline:
+    name: str         # the kind of its Measurement and its key in a table entry's "baselines"
+    framework: str    # whose call it is: torch, cupy, or gemvtune's own harness
+    label: str        # how reports name it
+    how: str          # how it is measured
+
+
+BASELINES: dict[str, Baseline] = {b.name: b for b in (
+    Baseline("cublas-torch", "torch", "cuBLAS (torch F.linear)",
+             "F.linear in a torch CUDA graph over the rotating weight copies, as nn.Linear calls it"),
+    Baseline("cublas", "cupy", "cuBLAS (cupy.matmul)", "cupy.matmul, timed by the spin method"),
+    Baseline("inductor", "torch", "Inductor max-autotune",
+             "torch.compile(mode='max-autotune-no-cudagraphs') of F.linear in the same torch harness"),
+    Baseline("llama.cpp", "gemvtune", "llama.cpp config (d compiled in)",
+             "the GEMV family at llama.cpp's own launch parameters"),
+    Baseline("seed", "gemvtune", "seed kernel", "llama.cpp's kernel as written (d at run time), in a graph"),
+)}
+
+# the cuBLAS baseline of each framework a table serves (what "never slower" is measured against)
+CUBLAS_FOR = {"torch": "cublas-torch", "cupy": "cublas"}
+
+
+def cublas_of(found: Any, framework: str | None = None, ok: Callable[[Any], bool] = bool) -> Any:
+    """The cuBLAS baseline among ``found`` (a table entry's ``baselines`` records, or measurements by kind):
+    ``framework``'s own where present and ``ok``, else torch's, else CuPy's (the one fallback chain, written once).
+    None where neither is."""
+    if not isinstance(found, Mapping):
+        return None
+    order = ([CUBLAS_FOR[framework]] if framework in CUBLAS_FOR else []) + ["cublas-torch", "cublas"]
+    for name in order:
+        v = found.get(name)
+        if v is not None and ok(v):
+            return v
+    return None
