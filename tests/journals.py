@@ -9,7 +9,7 @@ from gemvtune import Shape
 from gemvtune.tuning.search import study_name
 from gemvtune.tuning.storage import make_storage
 
-SWEEPS = str(ROOT / "results" / "nvidia-h200" / "sweeps")
+SWEEPS = str(ROOT / "results" / "nvidia-h200" / "measurements")
 SHAPE = "4096x4096"
 BASE = study_name(Shape(4096, 4096), "nvidia-h200")
 

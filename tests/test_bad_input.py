@@ -13,7 +13,7 @@ from gemvtune import GemvConfig, Shape, UsageError, model_shapes, parse_config, 
 from gemvtune.kernels.hfconfig import HFModel, read_hf_config
 from gemvtune.runtime.table import load_table
 
-SWEEPS = str(ROOT / "results" / "nvidia-h200" / "sweeps")
+SWEEPS = str(ROOT / "results" / "nvidia-h200" / "measurements")
 TABLE = ROOT / "results" / "nvidia-h200" / "table.json"
 
 
@@ -177,7 +177,7 @@ def test_nothing_from_a_user_is_executed():
 
 # ---- Issue 17: command-line conventions and packaging (appended; the same rules as above) ----------
 
-BENCH_CSV = str(ROOT / "results" / "nvidia-h200" / "runs" / "2026-11-29-decode-suite" / "bench-20261129-121850.csv")
+BENCH_CSV = str(ROOT / "tests" / "data" / "bench-20261129-121850.csv")
 
 CLI_CASES_17 = [
     ("negative seed", ["compile-check", "--shape", "64x64", "--seed", "-1"], "-1 is not in the range x>=0", 2),
@@ -274,7 +274,7 @@ def _bad_tables_and_sweeps(tmp):
     d = json.loads(json.dumps(data))
     d["entries"] = {key: [1, 2]}
     (tmp / "entry-list.json").write_text(json.dumps(d))
-    sweep = ROOT / "results" / "nvidia-h200" / "sweeps" / "sweep-14336x4096x1.csv.gz"
+    sweep = ROOT / "results" / "nvidia-h200" / "measurements" / "sweep-14336x4096x1.csv.gz"
     meta = json.loads(sweep.with_name("sweep-14336x4096x1.json").read_text())
     for name, meta_change, csv in (
             ("sw-name", lambda m: m["device"].update(name="NVIDIA H200\n#include <cstdlib>"), None),

@@ -108,7 +108,7 @@ def test_summarize_reads_the_new_baselines_and_older_csvs(tmp_path):
     assert "| 1.200 | 1.300 | 1.200 | 1.200 | 1.260 | 1/1 |" in md                    # ×best ×cuBLAS ×Inductor ×llama ×seed
     assert "| 4096×4096 | seed kernel | 12.60 | 11.4 |" in md                          # MEASURING's seed: our seed
     assert "tuned time / its n = 1 time" in md and "1.100 (worst 1.100, 4096x4096)" in md
-    old = ROOT / "results" / "nvidia-h200" / "runs" / "2026-11-29-decode-suite" / "bench-20261129-121850.csv"
+    old = ROOT / "tests" / "data" / "bench-20261129-121850.csv"
     text = summarize_bench(old)                                                       # no seed, no Inductor
     assert "| 4096×4096 | 1 | 34 | 11.17 | - | 13.70 |" in text and "| 4096×4096 | llama.cpp config | 11.17 |" in text
 

@@ -18,7 +18,7 @@ from gemvtune.kernels import compile as gcompile
 from gemvtune.progress import progress, progress_bar
 
 TABLE = ROOT / "results" / "nvidia-h200" / "table.json"
-SWEEP = ROOT / "results" / "nvidia-h200" / "sweeps" / "sweep-4096x4096x1.csv.gz"
+SWEEP = ROOT / "results" / "nvidia-h200" / "measurements" / "sweep-4096x4096x1.csv.gz"
 CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")   # every control character but the newline
 
 

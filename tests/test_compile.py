@@ -144,7 +144,7 @@ def test_static_shared_memory_overflow_is_a_clear_compile_error():
 
 @pytest.mark.slow  # NVRTC compiles every sanitizer config
 def test_sanitizer_config_set_covers_both_families_and_compiles():
-    """tests/data/sanitize_configs.json is what compute-sanitizer runs on the H200 (scripts/device_check.sh):
+    """tests/data/sanitize_configs.json is what compute-sanitizer runs on the GPU (scripts/gpu-check.sh sanitizer):
     at every edge shape it must hold every vector width, pdl on, and split-K GEMMs, and all compile."""
     from pathlib import Path
 

@@ -35,13 +35,12 @@ def small(tmp_path_factory):
     (root / "searches").mkdir()
     for name in ("sweep-4096x4096x1", "sweep-14336x4096x1"):
         for ext in (".csv.gz", ".json"):
-            shutil.copy(RESULTS / "sweeps" / (name + ext), root / "sweeps")
+            shutil.copy(RESULTS / "measurements" / (name + ext), root / "sweeps")
     # named, not globbed: a later search of the same shape must not change what this fixture reads
     for name in ("search-4096x4096x1-bf16-20261202-065958", "search-4096x4096x1-bf16-20261202-105934",
                  "search-4096x4096x16-20261201-222726", "search-4096x4096x16-20261202-004919"):
-        p = RESULTS / "searches" / (name + ".csv")
-        shutil.copy(p, root / "searches")
-        shutil.copy(p.with_suffix(".json"), root / "searches")
+        shutil.copy(RESULTS / "measurements" / (name + ".csv.gz"), root / "searches")   # the committed copy, gzipped
+        shutil.copy(RESULTS / "measurements" / (name + ".json"), root / "searches")
     ds = dataset.load(root)
     model = cm.fit(list(zip(ds.frame["config"], ds.frame["shape"])), ds.frame["rel"].to_numpy(), ds.sm_count,
                    ds.gpu, ds.read_gbps, rounds=30)
@@ -189,7 +188,7 @@ def test_leave_one_shape_out_never_trains_on_the_held_out_shape(small):
 def test_study_with_the_cost_model_on_the_committed_sweeps(tmp_path):
     from gemvtune.cli.main import cli
 
-    r = CliRunner().invoke(cli, ["study", "--sweeps", str(RESULTS / "sweeps"), "--samplers", "tpe", "--seeds", "2",
+    r = CliRunner().invoke(cli, ["study", "--sweeps", str(RESULTS / "measurements"), "--samplers", "tpe", "--seeds", "2",
                                  "--budget", "30", "--jobs", "2", "--costmodel", str(RESULTS), "--model-rounds", "100",
                                  "--out", str(tmp_path)])
     assert r.exit_code == 0, r.output

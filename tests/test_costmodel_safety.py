@@ -32,7 +32,7 @@ from gemvtune.model.treecheck import check_model_text  # noqa: E402
 
 COMMITTED = ROOT / "results" / "nvidia-h200" / "costmodel.json"
 TABLE = ROOT / "results" / "nvidia-h200" / "table.json"
-SWEEPS = ROOT / "results" / "nvidia-h200" / "sweeps"
+SWEEPS = ROOT / "results" / "nvidia-h200" / "measurements"
 N = len(features.columns())   # 51
 
 

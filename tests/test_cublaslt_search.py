@@ -139,7 +139,7 @@ def test_replay_search_of_the_family_is_refused_before_any_work(tmp_path):
     """`gemvtune search --replay ... --family cublaslt`: one line, exit 2, nothing written."""
     from conftest import ROOT, run_cli
 
-    sweeps = sorted((ROOT / "results").glob("*/sweeps/sweep-*.csv.gz"))
+    sweeps = sorted((ROOT / "results").glob("*/measurements/sweep-*.csv.gz"))
     if not sweeps:
         pytest.skip("no recorded sweep in results/")
     s = sweeps[0]

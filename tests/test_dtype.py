@@ -259,27 +259,3 @@ def test_export_with_bf16_entries_compiles_with_nvcc(tmp_path):
         own = so.lab_bf16 if s.dtype == "bf16" else so.lab16
         assert own(s.M, s.d, s.n).decode() == f"{cfg.family}:{cfg.label}"
     assert so.lab_bf16(2048, 4096, 1).decode() == "gemv:" + t.lookup(only)[0].label and so.lab16(2048, 4096, 1) == b"fallback"
-
-
-def test_dtype_probe_pairs_each_config_with_what_bf16_runs_in_its_place():
-    """scripts/dtype_probe.py's choice: each entry's winner and fastest candidates, once, paired with the config a
-    BF16 shape runs in its place (FP16 accumulation becomes FP32; everything else as it is), and its table."""
-    from gemvtune.kernels.families import for_dtype
-    from gemvtune.kernels.gemv import GemvConfig
-    from gemvtune.kernels.ring import RingConfig
-    from gemvtune.reports.dtypeprobe import probe_configs, probe_markdown
-
-    h = {**GEMV, "acc": "fp16"}
-    slow = {**GEMV, "tpr": 32}
-    fp = {"winner": {"family": "gemv", "config": h, "us": 9.4},
-          "candidates": [{"family": "gemv", "config": slow, "us": 12.0}, {"family": "gemv", "config": h, "us": 9.4},
-                         {"family": "ring", "config": RingConfig().to_dict(), "us": 10.0}]}
-    bf = {"winner": {"family": "gemv", "config": GEMV, "us": 9.6}, "candidates": []}
-    pairs = probe_configs([fp, None, bf], Shape(4096, 4096), k=2)
-    g16, g32 = GemvConfig(**h), GemvConfig(**GEMV)
-    assert pairs == [(g16, g32), (RingConfig(), RingConfig()), (g32, g32)]   # the slowest candidate is past k
-    assert for_dtype(g16, "fp16") is g16 and for_dtype(g32, "bf16") is g32
-    md = probe_markdown(Shape(4096, 4096), [(g16.label, g32.label), ("cuBLAS", "cuBLAS")],
-                        {(g16.label, "fp16"): [9.0, 10.0, 9.5], (g32.label, "bf16"): [9.5],
-                         ("cuBLAS", "fp16"): [13.0], ("cuBLAS", "bf16"): [13.0]}, 4500.0)
-    assert f"| `{g16.label}` | 9.50 |" in md and "| 1.000 |" in md and md.count("\n") == 3

@@ -19,7 +19,7 @@ from gemvtune import LLAMA_CPP, Shape
 from gemvtune.runtime.table import load_table, record
 from gemvtune.safefile import STALE_TMP_S, atomic_write, locked, umask
 
-SWEEPS = str(ROOT / "results" / "nvidia-h200" / "sweeps")
+SWEEPS = str(ROOT / "results" / "nvidia-h200" / "measurements")
 DEV = {"name": "NVIDIA H200", "compute_capability": "9.0"}
 
 

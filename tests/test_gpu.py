@@ -14,7 +14,9 @@ pytestmark = pytest.mark.gpu
 
 M_VALUES = (1, 7, 4096, 128256)
 D_VALUES = (8, 4104, 14336)
-SHAPES = [Shape(M, d) for M in (1, 7, 4096) for d in D_VALUES] + [Shape(128256, 4104), Shape(128256, 8)]
+# M = 1 (one output row: every config's grid is one block) is the slowest to sweep: the second tier
+SHAPES = [pytest.param(Shape(M, d), marks=pytest.mark.slow) if M == 1 else Shape(M, d)
+          for M in (1, 7, 4096) for d in D_VALUES] + [Shape(128256, 4104), Shape(128256, 8)]
 
 
 @pytest.fixture(scope="module")
@@ -152,6 +154,7 @@ def test_too_much_shared_memory_is_recorded(runner):
 HANG = 'for (;;) { asm volatile("nanosleep.u32 1000;"); }'   # never returns; asm volatile keeps the loop
 
 
+@pytest.mark.slow   # the GPU suite's second tier: -m "gpu and slow" (docs/testing.md)
 def test_watchdog_bounds_a_hanging_kernel():
     """A kernel that never finishes, measured through the watchdog with the real CUDA runner: answered
     as a timeout within the limit, and the next call (a fresh child process) measures normally."""

@@ -21,6 +21,7 @@ def _model(layers=2):
         return transformers.AutoModelForCausalLM.from_config(conf, torch_dtype=torch.float16).eval()
 
 
+@pytest.mark.slow   # the GPU suite's second tier: -m "gpu and slow" (docs/testing.md)
 def test_static_cache_generate_matches_stock_and_runs_tuned_kernels(monkeypatch):
     import gemvtune
     from gemvtune.runtime.table import load_table

@@ -57,6 +57,7 @@ def _torch_bf16_gemv(table, M, d, xs):
     return bits[0], bits[1], cp.from_dlpack(yt)
 
 
+@pytest.mark.slow   # the GPU suite's second tier: -m "gpu and slow" (docs/testing.md)
 def test_committed_table_runs_and_matches_its_timing(runner, table):
     import cupy as cp
 

@@ -53,6 +53,7 @@ def test_flush_makes_the_weight_cold(runner):
     assert cold.us_min >= 0.9 * min(warm), (cold.us_min, min(warm))
 
 
+@pytest.mark.slow   # the GPU suite's second tier: -m "gpu and slow" (docs/testing.md)
 def test_tiny_shape_search_ends(tmp_path):
     """`search --shape 1x4096 --trials 40` hung the harness (23,000 weight copies); the shape queued
     behind it (33x8200) never ran. Both now finish, and the table says they are launch-bound."""

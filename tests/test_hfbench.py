@@ -402,6 +402,7 @@ def test_whole_bench_on_cpu(tmp_path):
     assert "| eager |" in md and "| compiled |" in md and "stock tok/s" in lines[-1]
 
 
+@pytest.mark.slow   # the GPU suite's second tier: -m "gpu and slow" (docs/testing.md)
 @pytest.mark.gpu
 def test_whole_bench_on_gpu(tmp_path):
     pytest.importorskip("transformers")

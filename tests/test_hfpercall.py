@@ -88,6 +88,7 @@ def test_percall_hf_bad_input_is_one_line(tmp_path, args, needle):
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
 
 
+@pytest.mark.slow   # the GPU suite's second tier: -m "gpu and slow" (docs/testing.md)
 @pytest.mark.gpu
 def test_percall_hf_on_gpu(tmp_path):
     """The command end to end on a tiny Llama in BF16 (no tuned shape: every layer routes to F.linear): the
@@ -103,6 +104,7 @@ def test_percall_hf_on_gpu(tmp_path):
     assert "stock / gemvtune" in r.stdout and "15 linear layers swapped" in r.stdout
 
 
+@pytest.mark.slow   # the GPU suite's second tier: -m "gpu and slow" (docs/testing.md)
 @pytest.mark.gpu
 def test_percall_shapes_on_gpu(tmp_path):
     """The command's other mode (single layers), which shares the table lookup and the file writing: the files

@@ -20,7 +20,7 @@ from gemvtune import UsageError
 from gemvtune.runtime.table import load_table
 
 TABLE = ROOT / "results" / "nvidia-h200" / "table.json"
-SWEEPS = ROOT / "results" / "nvidia-h200" / "sweeps"
+SWEEPS = ROOT / "results" / "nvidia-h200" / "measurements"
 SWEEP = SWEEPS / "sweep-4096x4096x1.csv.gz"
 
 

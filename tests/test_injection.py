@@ -20,7 +20,7 @@ from gemvtune.runtime.export import build_header
 from gemvtune.runtime.table import load_table
 
 TABLE = ROOT / "results" / "nvidia-h200" / "table.json"
-SWEEP = ROOT / "results" / "nvidia-h200" / "sweeps" / "sweep-14336x4096x1.csv.gz"
+SWEEP = ROOT / "results" / "nvidia-h200" / "measurements" / "sweep-14336x4096x1.csv.gz"
 PAYLOAD = '\n#include <cstdlib>\nstatic int x = std::system("touch /tmp/pwned");'
 TERM = "\x1b[2J\x1b]0;owned\x07\u202e"   # clear screen, set the window title, reverse the text
 
@@ -175,7 +175,7 @@ def test_sweep_rows_are_checked_when_read(tmp_path, what, change, needle):
 
 def test_sweeps_of_two_gpus_are_not_mixed(tmp_path):
     d = _sweep_copy(tmp_path)
-    other = ROOT / "results" / "nvidia-h200" / "sweeps" / "sweep-4096x4096x1.csv.gz"
+    other = ROOT / "results" / "nvidia-h200" / "measurements" / "sweep-4096x4096x1.csv.gz"
     shutil.copy(other, d / other.name)
     meta = json.loads(other.with_name("sweep-4096x4096x1.json").read_text())
     meta["device"]["name"] = "NVIDIA H100 80GB HBM3"
@@ -194,6 +194,6 @@ def test_truncated_sweep_is_one_line_not_an_interrupt(tmp_path):
 
 
 def test_committed_sweeps_still_load():
-    runner = ReplayRunner(ROOT / "results" / "nvidia-h200" / "sweeps")
+    runner = ReplayRunner(ROOT / "results" / "nvidia-h200" / "measurements")
     assert runner.device_info()["name"] == "NVIDIA H200" and len(runner.sweeps) >= 7
     assert runner.measure(GemvConfig(), Shape(14336, 4096)).ok

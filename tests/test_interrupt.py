@@ -19,7 +19,7 @@ from gemvtune.tuning.storage import make_storage
 
 pytestmark = pytest.mark.slow  # searches in subprocesses: SIGKILL then resume, two at once
 
-SWEEPS = str(ROOT / "results" / "nvidia-h200" / "sweeps")
+SWEEPS = str(ROOT / "results" / "nvidia-h200" / "measurements")
 
 
 def _measured(storage, name):

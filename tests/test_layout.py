@@ -91,3 +91,12 @@ def test_every_subpackage_says_what_it_holds_and_is_drawn():
         doc = ast.get_docstring(ast.parse((s / "__init__.py").read_text(encoding="utf-8")))
         assert doc and len(doc) > 40, f"{s} has no docstring saying what it holds"
         assert f"{s.relative_to(PKG).as_posix()}/" in arch, f"docs/ARCHITECTURE.md does not draw {s.name}/"
+
+
+def test_scripts_holds_only_what_the_product_or_ci_runs():
+    """scripts/: at most 8 files, none named after an issue (one GPU verification entry point, gpu-check.sh, with
+    parts named for what they check; CI's PostgreSQL start-up)."""
+    files = sorted(p.name for p in (ROOT / "scripts").iterdir() if p.is_file())
+    assert len(files) <= 8, files
+    assert not [f for f in files if "issue" in f.lower()], files
+    assert {"gpu-check.sh", "ci_postgres.sh"} <= set(files), files

@@ -433,7 +433,7 @@ def test_import_gemvtune_loads_no_torch():
 
 
 def test_study_runs_with_its_default_samplers(tmp_path):
-    sweep = ROOT / "results" / "nvidia-h200" / "sweeps" / "sweep-4096x4096x1.csv.gz"
+    sweep = ROOT / "results" / "nvidia-h200" / "measurements" / "sweep-4096x4096x1.csv.gz"
     r = run_cli("study", "--sweeps", str(sweep), "--seeds", "1", "--budget", "4", "--gp-budget", "4",
                 "--jobs", "2", "--out", str(tmp_path))
     assert r.returncode == 0, r.stderr

@@ -12,7 +12,7 @@ from gemvtune.reports.ktexport import export_kt_cache
 from gemvtune.runners.replay import NOT_IN_SWEEP, ReplayRunner, Sweep, sweep_files
 from gemvtune.tuning.search import SearchOptions, enqueue_seed, optimize
 
-SWEEPS = ROOT / "results" / "nvidia-h200" / "sweeps"
+SWEEPS = ROOT / "results" / "nvidia-h200" / "measurements"
 FILES = sweep_files(SWEEPS)
 
 

@@ -23,7 +23,7 @@ from gemvtune.runners.replay import (
 )
 
 GPU = ROOT / "results" / "nvidia-h200"
-SWEEPS = GPU / "sweeps"
+SWEEPS = GPU / "measurements"
 MEASURED_STUDY = "gemvtune-nvidia-h200-14336x4096x1"
 
 

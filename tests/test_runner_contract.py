@@ -19,7 +19,7 @@ from gemvtune.runners.replay import STUDY_SUFFIX, ReplayRunner
 from gemvtune.tuning.search import SearchOptions, trials_in_flight
 from gemvtune.tuning.spacebound import candidates
 
-SWEEPS = ROOT / "results" / "nvidia-h200" / "sweeps"
+SWEEPS = ROOT / "results" / "nvidia-h200" / "measurements"
 S = Shape(4096, 4096)
 
 

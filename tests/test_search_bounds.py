@@ -19,7 +19,7 @@ from gemvtune.tuning.search import SearchOptions, enqueue_seed, optimize, quiet_
 from gemvtune.tuning.search_options import BY_FLAG, MAX_TRIALS
 from gemvtune.tuning.spacebound import STALL_PROPOSALS, candidates
 
-SWEEPS = ROOT / "results" / "nvidia-h200" / "sweeps"
+SWEEPS = ROOT / "results" / "nvidia-h200" / "measurements"
 
 
 def _study(name="s"):

@@ -19,7 +19,7 @@ t = time.perf_counter()
 ok = [r.measure(LLAMA_CPP, Shape(4096, 4096)).status for _ in range(3)]
 print(ok, time.perf_counter() - t)
 """
-SWEEPS = str(ROOT / "results" / "nvidia-h200" / "sweeps")
+SWEEPS = str(ROOT / "results" / "nvidia-h200" / "measurements")
 
 
 def _three_measurements(env):

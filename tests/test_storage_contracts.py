@@ -12,7 +12,7 @@ import sys
 import pytest
 from conftest import ROOT
 
-SWEEPS = str(ROOT / "results" / "nvidia-h200" / "sweeps")
+SWEEPS = str(ROOT / "results" / "nvidia-h200" / "measurements")
 
 
 def _search(storage, results, *extra, timeout=120):

@@ -5,7 +5,7 @@ from conftest import ROOT, run_cli
 
 from gemvtune.tuning.study import summarize_runs, trials_to_within
 
-SWEEP = ROOT / "results" / "nvidia-h200" / "sweeps" / "sweep-4096x4096x1.csv.gz"
+SWEEP = ROOT / "results" / "nvidia-h200" / "measurements" / "sweep-4096x4096x1.csv.gz"
 
 
 def test_trials_to_within():

@@ -6,7 +6,7 @@ from conftest import ROOT, run_cli
 
 from gemvtune.runners.replay import STUDY_SUFFIX
 
-SWEEPS = str(ROOT / "results" / "nvidia-h200" / "sweeps")
+SWEEPS = str(ROOT / "results" / "nvidia-h200" / "measurements")
 NAME = "gemvtune-nvidia-h200-4096x4096x1" + STUDY_SUFFIX   # a replay search's study
 
 

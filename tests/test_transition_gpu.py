@@ -13,6 +13,7 @@ from conftest import ROOT
 pytestmark = pytest.mark.gpu
 
 
+@pytest.mark.slow   # the GPU suite's second tier: -m "gpu and slow" (docs/testing.md)
 def test_transition_small_shape_writes_csv_and_png(tmp_path, monkeypatch):
     pytest.importorskip("torch")
     import pandas as pd

@@ -20,7 +20,7 @@ from gemvtune.tuning.coord import Coordinator, Worker
 from gemvtune.tuning.search import study_name
 from gemvtune.tuning.storage import CREATED_BY, make_storage, open_store
 
-SWEEPS = str(ROOT / "results" / "nvidia-h200" / "sweeps")
+SWEEPS = str(ROOT / "results" / "nvidia-h200" / "measurements")
 BASE = study_name(Shape(4096, 4096), "nvidia-h200")
 
 

@@ -144,7 +144,7 @@ def BENCH_MODEL_OPTIONS(f: Callable) -> Callable:  # noqa: N802  (a decorator, n
     for opt in reversed((
         click.option("--layers", "layers_text", default=None, metavar="N",
                      help="with --model: time one whole decode step of N layers + LM head (one CUDA graph per "
-                          "implementation; default --out results/<gpu>/bench/); with --hf-config: build the model "
+                          "implementation; default --out results/<gpu>/benchmarks/); with --hf-config: build the model "
                           "with N layers (default: the config's)"),
         click.option("--hf-config", "hf_config", default=None, metavar="PATH",
                      help="a Hugging Face config.json (or its folder): time greedy generate of transformers' model "

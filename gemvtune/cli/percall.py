@@ -29,7 +29,7 @@ from .options import writable_dir as _writable_dir
               help="calls per timed loop (default 300; with --hf-config, forwards per block: 10)")
 @click.option("--repeats", default=None, type=click.IntRange(1, 1000),
               help="interleaved repeats (default 7; with --hf-config 20)")
-@click.option("--out", "out_dir", default=None, help="output folder (default results/<gpu>/bench/)")
+@click.option("--out", "out_dir", default=None, help="output folder (default results/<gpu>/benchmarks/)")
 @click.option("--hf-config", default=None, help="a Hugging Face config.json (or its folder): time one-token forwards "
               "of that model in eager PyTorch, stock against swap_linears, instead of single layers (needs gemvtune[hf])")
 @click.option("--layers", "layers_text", default=None, help="with --hf-config: build the model with N layers "

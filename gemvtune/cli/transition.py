@@ -18,7 +18,7 @@ from .options import writable_dir as _writable_dir
               help="batches n: a power-of-two range a..b, a list 1,2,3,8,64, or both (1..16,24); n in 1..4096")
 @click.option("--table", "table_path", default=None,
               help="table of the tuned kernels, used for n <= 16 (default results/<gpu>/table.json)")
-@click.option("--out", "out_dir", default=None, help="output folder (default results/<gpu>/transition/)")
+@click.option("--out", "out_dir", default=None, help="output folder (default results/<gpu>/benchmarks/transition/)")
 @click.option("--peak-size", default=8192, show_default=True, type=click.IntRange(1024, 16384),
               help="side of the square FP16 GEMM timed as the compute ceiling")
 def transition(shape_texts: tuple[str, ...], suite: str | None, batch_text: str, table_path: str | None,

@@ -320,7 +320,7 @@ def run_transition(shapes: Sequence[tuple[int, int]], ns: Sequence[int], table_p
                    out_dir: str | None, echo: Callable[[str], None] = print, peak_size: int = 8192) -> list[Path]:
     """Measure every series at every n for each shape (one runner, one process), then per shape a CSV
     (+ .json provenance), a PNG and a markdown table under ``out_dir`` (default
-    results/<gpu>/transition/); echoes the tables at the end. Returns the CSV paths."""
+    results/<gpu>/benchmarks/transition/); echoes the tables at the end. Returns the CSV paths."""
     from ..reports.report import provenance
     from ..reports.transition import (
         file_stem,

@@ -24,7 +24,7 @@ VERSION = 1
 # LightGBM, deterministic: the same data give the same trees on any host. Huber loss (quadratic within 5% of the
 # log-time, linear beyond): a noisy measurement pulls the fit less than under squared error, and the zero-trial
 # pick (the argmin over thousands of predictions) is less often an over-optimistic outlier; leave-one-shape-out
-# worst case 14.3% -> 1.7% on the data of 2026-12-02 (results/nvidia-h200/NOTES.md, where the variants tried are).
+# worst case 14.3% -> 1.7% on the data of 2026-12-02 (docs/design-notes.md#cost-model, where the variants tried are).
 PARAMS: dict[str, Any] = {
     "objective": "huber", "alpha": 0.05, "learning_rate": 0.05, "num_leaves": 63, "min_data_in_leaf": 10,
     "feature_fraction": 0.9, "bagging_fraction": 0.9, "bagging_freq": 1, "lambda_l2": 1.0, "verbose": -1,

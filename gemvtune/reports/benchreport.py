@@ -10,11 +10,11 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from ..baselines import BASELINES
+from ..baselines import BASELINES as REGISTRY
 from ..runners.base import Measurement
 from ..safefile import savefig
 
-LLAMA_NAME = BASELINES["llama.cpp"].label   # the GEMV family's llama.cpp point; its kind stays "llama.cpp"
+LLAMA_NAME = REGISTRY["llama.cpp"].label   # the GEMV family's llama.cpp point; its kind stays "llama.cpp"
 # (column of µs, column of its ratio, label): every baseline a summary row carries
 BASELINES = (("best_baseline_us", "x_best", "best(cuBLAS, Inductor)"), ("cublas_us", "x_cublas", "cuBLAS"),
              ("inductor_us", "x_inductor", "Inductor"), ("llama_us", "x_llama", "llama.cpp config"),

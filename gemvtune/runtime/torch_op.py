@@ -10,7 +10,7 @@ bias in the library's epilogue), or cuBLAS (``F.linear``) where the table measur
 kernels. ``table`` is the id ``register_table`` gave the table (tables are not tensors).
 
 Eager callers (``GemvLinear`` outside ``torch.compile``) call ``run_linear`` directly: a Python-defined
-custom op costs about 15 µs per call in eager mode on the H200 host (``results/nvidia-h200/runs/issue16``),
+custom op costs about 15 µs per call in eager mode on the H200 host (``docs/design-notes.md``),
 more than a bare launch, so the eager path skips the dispatcher; both paths run the same function.
 """
 

@@ -32,7 +32,8 @@ extern "C" __global__ void read_stream(const uint4* __restrict__ p, unsigned lon
     if ((a.x ^ a.y ^ a.z ^ a.w) == 0x9e3779b9u) out[0] = 1u;   // keeps the loads; practically never true
 }
 extern "C" __global__ void l2_fill(uint4* __restrict__ p, unsigned long long n) {
-    // Writes evict what L2 holds (a streaming read does not, on H200: see results/nvidia-h200/NOTES.md)
+    // Writes evict what L2 holds (a streaming read does not, on H200:
+    // see docs/design-notes.md#keeping-l2-cold-and-tiny-shapes)
     const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
     for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
         p[i] = make_uint4(0u, 0u, 0u, 0u);
@@ -77,8 +78,8 @@ class L2Flush:
     """The L2 flush: write 3x L2 of scratch (evicting everything, the weights of a shape too small to
     rotate out of L2 included, as the rest of a model's layers do in real decode), then discard those
     lines so no write-back lands in the timed sample; then read the current shape's x copies back in (x
-    is hot in real decode: the kernel before wrote it). Measured against full rotation in
-    scripts/flush_check.py (a streaming read does not evict on H200). Its scratch is allocated on the
+    is hot in real decode: the kernel before wrote it). Measured against full rotation on the H200 (a
+    streaming read does not evict there; docs/design-notes.md#keeping-l2-cold-and-tiny-shapes). Its scratch is allocated on the
     current stream at the first flush (the caller makes the runner's current), kept until ``release``."""
 
     def __init__(self, kernels: AuxKernels, l2_bytes: int, sm_count: int):

@@ -138,8 +138,9 @@ class Baselines:
 
         cuBLAS's time per call depends on how many calls one graph holds (measured on the H200: 13.45 µs
         at 96 calls of 4096x4096, 13.71 at 240 and 480, while the variants' times do not rise with
-        length; results/nvidia-h200/NOTES.md, issue 19), so it is timed at the runner's length and at
-        about 96 calls, and the faster is the baseline: the fastest way a user gets it."""
+        length; docs/design-notes.md#baselines-cublas-cublaslt-inductor-llamacpp, issue 19), so it is
+        timed at the runner's length and at about 96 calls, and the faster is the baseline: the fastest way
+        a user gets it."""
         h = self.h
 
         def calls(k: int) -> list:

@@ -1,0 +1,279 @@
+#!/usr/bin/env bash
+# The GPU verification entry point: run from the repository root on a machine with an NVIDIA GPU, with
+# gemvtune importable by python3 (installed, or the checkout on PYTHONPATH beside its dependencies).
+#   usage: bash scripts/gpu-check.sh PART [PART...]      bash scripts/gpu-check.sh --help
+# Each part writes its full log to OUT/PART.log (OUT: $OUT if set, else ./gpu-check-out) and its other files
+# under OUT/PART/; every command in a log is preceded by one header line (date -u, GPU name and driver, git
+# commit, the exact command) and followed by its rc. Each part is bounded by `timeout` (T_<PART>). At the
+# end a table: part, exit code, wall seconds, the log's last summary line (also OUT/summary.txt).
+# Exit 0 if every part passed, 1 if any failed, 2 on a usage error.
+set -uo pipefail
+
+PARTS="tests slow-tests sanitizer bench hf percall search"
+SAN_CONFIGS=tests/data/sanitize_configs.json
+HF_CONFIG_DEFAULT=gemvtune/kernels/hf_configs/llama-3-8b.json
+
+usage() {
+  cat <<EOF
+usage: bash scripts/gpu-check.sh PART [PART...]   (from the repository root, on a machine with an NVIDIA GPU)
+
+parts (run in the order given):
+  tests       python3 -m pytest -q -m gpu (the GPU tests; the slow-marked ones skip: CI is unset for it)
+  slow-tests  python3 -m pytest -q -m "gpu and slow" (pytest's exit 5, no test selected, counts as a pass)
+  sanitizer   compute-sanitizer memcheck and racecheck (--report-api-errors no) over gemvtune verify of
+              $SAN_CONFIGS on the edge shapes at n = 1 and 3, fp16 and bf16;
+              then memcheck of gemvtune percall in fp16 and bf16
+  bench       gemvtune bench --suite decode (tuned table against cuBLAS, llama.cpp config, seed kernel),
+              fp16 then bf16, in one process each
+  hf          gemvtune bench --hf-config (Llama-3-8B, 32 layers, 128 tokens; stock against gemvtune, eager
+              and compiled), fp16 then bf16
+  percall     gemvtune percall (per-call cost of each launch path), fp16 and bf16 at n = 1 and 4
+  search      a short gemvtune search of one shape into a temporary results folder, then its report
+
+output: OUT/PART.log, OUT/PART/, OUT/summary.txt   (OUT: \$OUT if set, else ./gpu-check-out)
+
+environment (defaults in brackets):
+  timeouts, seconds per part: T_TESTS [540] T_SLOW_TESTS [540] T_SANITIZER [570] T_BENCH [560] T_HF [570]
+    T_PERCALL [240] T_SEARCH [300]
+  TESTS            extra pytest arguments for tests and slow-tests, e.g. test files []
+  SAN_SHAPES       sanitizer edge shapes [1x8 1x72 1x4104 7x8 7x72 7x4104 129x8 129x72 129x4104]
+                   (the H200 took 179 s for the whole part on 1x8 7x72 129x4104; split by SAN_DTYPES to fit a limit)
+  SAN_DTYPES       [fp16 bf16]       SAN_PERCALL_ARGS [--calls 20 --repeats 1]
+  BENCH_DTYPES     [fp16 bf16]       BENCH_BATCH [1,8]   BENCH_ROUNDS [3]
+  BENCH_OPTS       [--no-inductor]   (set but empty: the Inductor baseline too)
+  HF_CONFIG        [$HF_CONFIG_DEFAULT]   HF_DTYPES [fp16 bf16]
+  HF_ARGS          [--layers 32 --tokens 128 --rounds 2]
+  PERCALL_DTYPES   [fp16 bf16]       PERCALL_BATCHES [1 4]
+  SEARCH_SHAPE     [4096x4096]       SEARCH_BATCH [1]   SEARCH_TRIALS [12]   SEARCH_FAMILY [all]
+  GEMVTUNE_CACHE_DIR [\${TMPDIR:-/tmp}/gemvtune-cache]   GPU_CHECK_COMMIT (when the checkout has no .git)
+
+exit: 0 every part passed, 1 a part failed or timed out, 2 usage error
+EOF
+}
+
+# ---- helpers used inside a part ------------------------------------------------------------------
+
+shown() {   # the command as one copy-pasteable line (arguments quoted only where needed)
+  local a out=()
+  for a in "$@"; do
+    if [[ $a =~ ^[][A-Za-z0-9_./:=,@%+^-]+$ ]]; then out+=("$a"); else out+=("'${a//\'/\'\\\'\'}'"); fi
+  done
+  echo "${out[*]}"
+}
+
+header() {  # header line: date, GPU, commit, command
+  echo "== $(date -u +%Y-%m-%dT%H:%M:%SZ) | gpu: $GPU | commit: $COMMIT | command: $1"
+}
+
+RCS=()      # label=rc of each command of the part
+FIRST_RC=0  # the part's exit code: the first non-zero rc of its commands
+LAST=""     # output of the last command (for its summary)
+LAST_RC=0   # and its rc
+
+run() {     # run LABEL CMD...: header, the command (output to the log and to $LAST), its rc
+  local label=$1 rc; shift
+  header "$(shown "$@")"
+  "$@" 2>&1 | tee "$LAST"
+  rc=${PIPESTATUS[0]}
+  LAST_RC=$rc
+  echo "rc=$rc ($label)"
+  RCS+=("$label=$rc")
+  if [ "$rc" -ne 0 ] && [ "$FIRST_RC" -eq 0 ]; then FIRST_RC=$rc; fi
+  return 0
+}
+
+finish() {  # finish TEXT: the part's summary line; returns the part's exit code
+  local bad=() x
+  for x in "${RCS[@]}"; do [ "${x##*=}" = 0 ] || bad+=("$x"); done
+  rm -f "$LAST"
+  if [ ${#bad[@]} -eq 0 ]; then
+    echo "summary: ${1:+$1; }${#RCS[@]} of ${#RCS[@]} commands rc=0"
+  else
+    echo "summary: ${#bad[@]} of ${#RCS[@]} commands failed (${bad[*]})${1:+; $1}"
+  fi
+  return "$FIRST_RC"
+}
+
+joined() {  # joined ITEM...: the items separated by ", "
+  local text="" x
+  for x in "$@"; do text+="${text:+, }$x"; done
+  echo "$text"
+}
+
+squeeze() { tr -s ' \t' ' ' | tr -d '*' | sed 's/^ //; s/ $//'; }
+
+pytest_summary() { grep -E '(passed|failed|errors?|skipped|deselected|no tests ran).* in [0-9.]+s' "$LAST" | tail -1 | tr -d '=' | squeeze; }
+
+sanitizer_clean() {  # 1 if the last command was a clean compute-sanitizer run, else 0
+  if [ "$LAST_RC" -eq 0 ] && grep -Eq "SUMMARY: 0 (errors|hazards)" "$LAST"; then echo 1; else echo 0; fi
+}
+
+# ---- the parts -----------------------------------------------------------------------------------
+
+part_tests() {
+  local extra=()
+  read -r -a extra <<< "${TESTS:-}"
+  run pytest env -u CI python3 -m pytest -q -m gpu -p no:cacheprovider -rA "${extra[@]}"
+  finish "$(pytest_summary)"
+}
+
+part_slow_tests() {
+  local extra=()
+  read -r -a extra <<< "${TESTS:-}"
+  run pytest python3 -m pytest -q -m "gpu and slow" -p no:cacheprovider -rA "${extra[@]}"
+  if [ "$LAST_RC" -eq 5 ]; then   # pytest's "no tests collected": no test is marked both gpu and slow (yet)
+    echo "pytest exit 5 (no test selected) counts as a pass here"
+    RCS=(pytest=0); FIRST_RC=0
+  fi
+  finish "$(pytest_summary)"
+}
+
+part_sanitizer() {
+  # GEMVTUNE_NO_POOL=1: every array of the runner is its own allocation, so memcheck sees each one's bounds.
+  # --report-api-errors no: cuda-bindings resolves every driver symbol through cuGetProcAddress at cuInit, and
+  # those the driver lacks come back CUDA_ERROR_INVALID_VALUE, which the sanitizer would count as errors
+  # (gemvtune checks its own API calls).
+  local edge=() s dt tool pc=() clean=0 total=0
+  for s in ${SAN_SHAPES:-1x8 1x72 1x4104 7x8 7x72 7x4104 129x8 129x72 129x4104}; do edge+=(--shape "$s"); done
+  read -r -a pc <<< "${SAN_PERCALL_ARGS:---calls 20 --repeats 1}"
+  local san=(env GEMVTUNE_NO_POOL=1 compute-sanitizer --report-api-errors no --error-exitcode 9)
+  for dt in ${SAN_DTYPES:-fp16 bf16}; do
+    # without the sanitizer first: the results, and the compile cache filled for the runs under it
+    run "verify $dt" python3 -m gemvtune verify "${edge[@]}" --batch 1,3 --dtype "$dt" --configs "$SAN_CONFIGS"
+    for tool in memcheck racecheck; do
+      run "$tool verify $dt" "${san[@]}" --tool "$tool" \
+        python3 -m gemvtune verify "${edge[@]}" --batch 1,3 --dtype "$dt" --configs "$SAN_CONFIGS"
+      total=$((total + 1)); clean=$((clean + $(sanitizer_clean)))
+    done
+  done
+  for dt in ${SAN_DTYPES:-fp16 bf16}; do
+    run "memcheck percall $dt" "${san[@]}" --tool memcheck \
+      python3 -m gemvtune percall --dtype "$dt" "${pc[@]}" --out "$D/percall-$dt"
+    total=$((total + 1)); clean=$((clean + $(sanitizer_clean)))
+  done
+  finish "$clean of $total sanitizer runs clean (rc 0, 0 errors or hazards)"
+}
+
+part_bench() {
+  local dt opts=() got=()
+  read -r -a opts <<< "${BENCH_OPTS---no-inductor}"
+  for dt in ${BENCH_DTYPES:-fp16 bf16}; do
+    run "bench $dt" python3 -m gemvtune bench --suite decode --dtype "$dt" --batch "${BENCH_BATCH:-1,8}" \
+      --rounds "${BENCH_ROUNDS:-3}" "${opts[@]}" --out "$D"
+    got+=("$dt $(grep -m1 '^Geometric means' "$LAST" | grep -o '×cuBLAS [0-9.]* (lowest [0-9.]*)' || echo '-')")
+  done
+  finish "geomean $(joined "${got[@]}")"
+}
+
+part_hf() {
+  local dt args=() got=() e c
+  read -r -a args <<< "${HF_ARGS:---layers 32 --tokens 128 --rounds 2}"
+  for dt in ${HF_DTYPES:-fp16 bf16}; do
+    run "hf $dt" python3 -m gemvtune bench --hf-config "${HF_CONFIG:-$HF_CONFIG_DEFAULT}" "${args[@]}" --dtype "$dt" \
+      --out "$D"
+    # the closing table: mode, stock tok/s, gemvtune tok/s, ratio (gemvtune / stock), ...
+    e=$(awk '$1 == "eager" && $2 ~ /^[0-9.]+$/ && $4 ~ /^[0-9.]+$/ {r = $4} END {print r}' "$LAST")
+    c=$(awk '$1 == "compiled" && $2 ~ /^[0-9.]+$/ && $4 ~ /^[0-9.]+$/ {r = $4} END {print r}' "$LAST")
+    got+=("$dt eager ×${e:--} compiled ×${c:--}")
+  done
+  finish "gemvtune/stock tok/s: $(joined "${got[@]}")"
+}
+
+part_percall() {
+  local dt b got=() r
+  for dt in ${PERCALL_DTYPES:-fp16 bf16}; do
+    for b in ${PERCALL_BATCHES:-1 4}; do
+      run "percall $dt n=$b" python3 -m gemvtune percall --dtype "$dt" --batch "$b" --out "$D"
+      r=$(grep -m1 'GemvLinear / F.linear' "$LAST" | tr '|' ' ' | squeeze | sed 's/^GemvLinear \/ F.linear //')
+      got+=("$dt n=$b ${r:--}")
+    done
+  done
+  finish "GemvLinear/F.linear: $(joined "${got[@]}")"
+}
+
+part_search() {
+  local tmp fam=() w
+  tmp=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check-search.XXXXXX") || return 1
+  trap 'rm -rf "$tmp"; exit 143' TERM   # the temporary folder goes on a timeout too (its files stay under OUT/search only after a full run)
+  [ -n "${SEARCH_FAMILY:-}" ] && fam=(--family "$SEARCH_FAMILY")
+  run search python3 -m gemvtune search --shape "${SEARCH_SHAPE:-4096x4096}" --batch "${SEARCH_BATCH:-1}" \
+    --trials "${SEARCH_TRIALS:-12}" "${fam[@]}" --results "$tmp"
+  w=$(grep -E ' µs .*cuBLAS' "$LAST" | tail -1 | squeeze)
+  run report python3 -m gemvtune report --table "$tmp/table.json"
+  cp -r "$tmp"/. "$D"/ 2>/dev/null
+  rm -rf "$tmp"
+  finish "${w:-no winner line}"
+}
+
+# ---- one part, in its own process (under timeout) ------------------------------------------------
+
+if [ "${1:-}" = __part ]; then
+  part=$2
+  D=$OUTDIR/$part; mkdir -p "$D"
+  LAST=$D/.last-command.out
+  echo "== gpu-check $part | $(date -u +%Y-%m-%dT%H:%M:%SZ) | gpu: $GPU | commit: $COMMIT | cwd: $PWD"
+  case $part in
+    tests) part_tests ;;
+    slow-tests) part_slow_tests ;;
+    sanitizer) part_sanitizer ;;
+    bench) part_bench ;;
+    hf) part_hf ;;
+    percall) part_percall ;;
+    search) part_search ;;
+    *) echo "gpu-check.sh: unknown part '$part'"; exit 2 ;;
+  esac
+  exit $?
+fi
+
+# ---- main ----------------------------------------------------------------------------------------
+
+case "${1:-}" in
+  -h|--help) usage; exit 0 ;;
+  "") echo "gpu-check.sh: no part given (parts: $PARTS; --help)" >&2; exit 2 ;;
+esac
+for p in "$@"; do
+  case " $PARTS " in
+    *" $p "*) ;;
+    *) echo "gpu-check.sh: unknown part '$p' (parts: $PARTS)" >&2; exit 2 ;;
+  esac
+done
+
+SELF=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")
+OUTDIR=${OUT:-./gpu-check-out}
+mkdir -p "$OUTDIR" || exit 2
+OUTDIR=$(cd "$OUTDIR" && pwd)
+cd "$(dirname "$SELF")/.." || exit 2   # the repository root: tests/ and gemvtune/ paths are relative to it
+if ! command -v compute-sanitizer > /dev/null && [ -x /usr/local/cuda/bin/compute-sanitizer ]; then
+  PATH=$PATH:/usr/local/cuda/bin
+fi
+GPU=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | paste -sd ';' -)
+GPU=${GPU:-no nvidia-smi answer}
+COMMIT=${GPU_CHECK_COMMIT:-$(git describe --always --dirty 2>/dev/null || echo "unknown (no git)")}
+export OUTDIR GPU COMMIT PATH PYTHONUNBUFFERED=1 GEMVTUNE_CACHE_DIR="${GEMVTUNE_CACHE_DIR:-${TMPDIR:-/tmp}/gemvtune-cache}"
+
+declare -A LIMIT=([tests]=540 [slow-tests]=540 [sanitizer]=570 [bench]=560 [hf]=570 [percall]=240 [search]=300)
+rows=() failed=0
+for p in "$@"; do
+  var=T_$(echo "${p//-/_}" | tr '[:lower:]' '[:upper:]')
+  limit=${!var:-${LIMIT[$p]}}
+  log=$OUTDIR/$p.log
+  echo "gpu-check: $p (timeout ${limit}s, log $log)" >&2
+  t0=$(date +%s)
+  timeout --kill-after=30 "$limit" "$BASH" "$SELF" __part "$p" > "$log" 2>&1
+  rc=$?
+  wall=$(( $(date +%s) - t0 ))
+  if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+    [ -z "$(tail -c1 "$log")" ] || echo >> "$log"   # the killed command's last line may lack its newline
+    echo "summary: timed out after ${limit}s ($var)" >> "$log"
+  fi
+  summary=$(grep '^summary: ' "$log" | tail -1 | sed 's/^summary: //')
+  [ -n "$summary" ] || summary=$(grep -v '^[[:space:]]*$' "$log" | tail -1)
+  [ "$rc" -eq 0 ] || failed=1
+  rows+=("$(printf '%-10s %4s %7s  %s' "$p" "$rc" "$wall" "${summary:0:160}")")
+done
+{
+  echo "gpu-check $(date -u +%Y-%m-%dT%H:%M:%SZ) | gpu: $GPU | commit: $COMMIT | logs: $OUTDIR"
+  printf '%-10s %4s %7s  %s\n' part rc wall_s summary
+  printf '%s\n' "${rows[@]}"
+} | tee "$OUTDIR/summary.txt"
+exit "$failed"
