@@ -17,12 +17,14 @@ from .kernels.splitk import SPLITK_SEED, SplitKConfig
 __version__ = "0.1.0"
 
 _TABLE_NAMES = ("Table", "load_table")
+_TUNE_NAMES = ("tune",)
 _TORCH_NAMES = ("GemvLinear", "explain", "format_explain", "restore_linears", "swap_linears")
 
 __all__ = [
     "DECODE_SUITE", "DOMAINS", "LLAMA_CPP", "MODELS", "GemvConfig", "GemvtuneError", "NoDeviceError",
     "Shape", "UsageError", "model_shapes", "parse_batches", "parse_config", "parse_shape",
-    "sample_configs", "valid_configs", "SplitKConfig", "SPLITK_SEED", "MmaConfig", "RingConfig", "CublasLtConfig", *_TABLE_NAMES, *_TORCH_NAMES,
+    "sample_configs", "valid_configs", "SplitKConfig", "SPLITK_SEED", "MmaConfig", "RingConfig", "CublasLtConfig",
+    *_TABLE_NAMES, *_TUNE_NAMES, *_TORCH_NAMES,
 ]
 
 
@@ -33,6 +35,10 @@ def __getattr__(name: str):
         from .runtime import table
 
         return getattr(table, name)
+    if name in _TUNE_NAMES:
+        from .tuning import api
+
+        return getattr(api, name)
     if name in _TORCH_NAMES:
         try:
             from .runtime import torch_linear

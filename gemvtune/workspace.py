@@ -69,6 +69,21 @@ class Workspace:
         return self.benchmarks / "transition"
 
 
+def writable_dir(path: str | Path) -> Path:
+    """A results folder, made if missing, that this process can write (probed), before any work."""
+    from .errors import UsageError
+
+    p = Path(path)
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+        probe = p / f".gemvtune-write-test-{os.getpid()}"  # per process: concurrent searches share folders
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise UsageError(f"results directory {p} is not writable: {e.strerror or e}") from None
+    return p
+
+
 def replace_previous(folder: Path, stem: str, stamp: str) -> list[Path]:
     """After a run wrote ``<stem>-<stamp>*`` into a workspace's benchmarks folder: remove that benchmark's
     earlier runs there (files ``<stem>-<other stamp><rest>``, the same stem exactly), so the folder keeps the

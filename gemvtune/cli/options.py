@@ -16,6 +16,7 @@ from typing import TextIO
 import click
 
 from ..errors import UsageError
+from ..workspace import writable_dir  # noqa: F401  (the commands' results folders; defined with the workspace)
 
 log = logging.getLogger("gemvtune")
 
@@ -98,19 +99,6 @@ def sort_shape_lines(text: str) -> str:
         return text
     order = sorted(range(len(body)), key=lambda i: tuple(int(g) for g in keys[i].groups()))
     return "\n".join([head] + [body[i] for i in order])
-
-
-def writable_dir(path: str) -> Path:
-    """A results folder, made if missing, that this process can write (probed), before any work."""
-    p = Path(path)
-    try:
-        p.mkdir(parents=True, exist_ok=True)
-        probe = p / f".gemvtune-write-test-{os.getpid()}"  # per process: concurrent searches share folders
-        probe.write_text("")
-        probe.unlink()
-    except OSError as e:
-        raise UsageError(f"results directory {p} is not writable: {e.strerror or e}") from None
-    return p
 
 
 def gpu_check() -> None:

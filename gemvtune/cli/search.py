@@ -5,38 +5,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import click
 
 from ..errors import UsageError
 from ..kernels.shapes import Shape, parse_shape
+from ..tuning.api import make_runner as _make_runner
 from ..tuning.search_options import click_options, from_cli, from_study, worker_argv
 from .options import gpu_check as _gpu_check
 from .options import writable_dir as _writable_dir
-
-
-def _make_runner(shapes: list[Shape], replay_path: str | None, watchdog_s: float | None) -> tuple[Any, Any, str | None]:
-    """(runner, family -> the domains to search or None, the default results folder or None)."""
-    if replay_path:
-        from ..runners.replay import ReplayRunner
-        from ..workspace import Workspace
-
-        runner = ReplayRunner(replay_path)
-        for s in shapes:
-            runner.sweep(s)  # a shape with no recorded sweep fails before anything is written
-        grids = {json.dumps([runner.sweep(s).family, runner.sweep(s).grid], sort_keys=True) for s in shapes}
-        grid = runner.sweep(shapes[0]).grid if len(grids) == 1 else None
-        domains = {runner.sweep(shapes[0]).family: grid} if grid else None   # the family the sweeps recorded
-        return runner, domains, str(Workspace.for_gpu(runner.device_info().get("name", "gpu")).replay)
-    _gpu_check()
-    from ..runners.cuda import CudaRunner
-
-    if watchdog_s:
-        from ..runners.isolated import IsolatedRunner
-
-        return IsolatedRunner(CudaRunner, timeout_s=watchdog_s), None, None
-    return CudaRunner(), None, None
 
 
 def _parse_devices(text: str | None) -> list[str]:
