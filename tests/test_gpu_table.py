@@ -22,7 +22,7 @@ def runner():
 
 @pytest.fixture(scope="module")
 def table(runner):
-    from gemvtune.reports.report import gpu_slug
+    from gemvtune.workspace import gpu_slug
 
     name = runner.device_info()["name"]
     path = Path(os.environ.get("GEMVTUNE_TEST_TABLE") or ROOT / "results" / gpu_slug(name) / "table.json")

@@ -100,3 +100,14 @@ def test_scripts_holds_only_what_the_product_or_ci_runs():
     assert len(files) <= 8, files
     assert not [f for f in files if "issue" in f.lower()], files
     assert {"gpu-check.sh", "ci_postgres.sh"} <= set(files), files
+
+
+def test_reports_and_tuning_do_not_import_each_other():
+    """The floors: reports turn measurements into files, tuning searches; neither borrows the other's helpers
+    (provenance and the results paths live in gemvtune.provenance and gemvtune.workspace), lazy imports included."""
+    crossing = []
+    for m, p in MODULES.items():
+        for a, b in (("gemvtune.tuning", "gemvtune.reports"), ("gemvtune.reports", "gemvtune.tuning")):
+            if m.startswith(a):
+                crossing += [f"{m} -> {t}" for t in imports_of(m, p) if t.startswith(b)]
+    assert not crossing, crossing

@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from gemvtune.reports.report import gpu_slug, provenance, shape_table, write_csv
+from gemvtune.reports.report import provenance, shape_table, write_csv
 from gemvtune.reports.summary import summarize_bench
 from gemvtune.runners.base import Measurement
 from gemvtune.runners.timing import (
@@ -16,6 +16,7 @@ from gemvtune.runners.timing import (
     launches_for,
     summarize,
 )
+from gemvtune.workspace import gpu_slug
 
 L2 = 60 * 2**20
 

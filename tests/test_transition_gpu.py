@@ -21,9 +21,9 @@ def test_transition_small_shape_writes_csv_and_png(tmp_path, monkeypatch):
 
     from gemvtune.cli.transition import transition
     from gemvtune.clients.transition import TUNED_REASON
-    from gemvtune.reports.report import gpu_slug
     from gemvtune.reports.transition import COLUMNS
     from gemvtune.runners.cuda import CudaRunner
+    from gemvtune.workspace import gpu_slug
 
     name = CudaRunner().device_info()["name"]
     table = ROOT / "results" / gpu_slug(name) / "table.json"

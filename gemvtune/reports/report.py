@@ -2,27 +2,15 @@
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import math
-import shlex
-import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from ..provenance import provenance  # noqa: F401  (re-exported: where every report's provenance comes from)
 from ..runners.base import Measurement
 from ..safefile import write_text
-from ..workspace import gpu_slug  # noqa: F401  (results/<gpu>: one definition, re-exported here)
-
-
-def provenance(device: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
-    return {
-        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "command": " ".join(shlex.quote(a) for a in ["gemvtune", *sys.argv[1:]]),
-        "device": device or {},
-        **extra,
-    }
 
 
 def write_csv(rows: Iterable[Measurement], path: str | Path, meta: dict[str, Any]) -> Path:

@@ -18,7 +18,7 @@ from ..baselines import cublas_of
 from ..cells import write_csv
 from ..errors import GemvtuneError, UsageError
 from ..kernels.shapes import Shape
-from ..reports.report import provenance
+from ..provenance import provenance
 from ..runtime.table import check_updatable, record
 from ..safefile import write_text
 from ..workspace import Workspace, gpu_slug

@@ -17,7 +17,7 @@ from ..errors import UsageError
 from ..kernels.compile import compile_variants
 from ..kernels.families import DEFAULT_FAMILY, get_family
 from ..kernels.shapes import Shape
-from ..reports.report import provenance
+from ..provenance import provenance
 from ..safefile import write_text
 
 __all__ = ["grid_configs", "run_sweep", "sweep_path"]

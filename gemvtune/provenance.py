@@ -1,0 +1,18 @@
+"""What every file gemvtune writes records about where it came from: the date (UTC), the command that made it,
+the device, and what the caller adds (the read ceiling, the table, the shapes)."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import shlex
+import sys
+from typing import Any
+
+
+def provenance(device: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+    return {
+        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "command": " ".join(shlex.quote(a) for a in ["gemvtune", *sys.argv[1:]]),
+        "device": device or {},
+        **extra,
+    }
