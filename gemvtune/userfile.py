@@ -99,6 +99,26 @@ def read_bytes(path: str | Path, what: str, cap: int) -> bytes:
         os.close(fd)
 
 
+def read_maybe_gz(path: str | Path, what: str, cap: int) -> bytes:
+    """read_bytes, and for a name ending in .gz its gzip content, decompressed to at most ``cap`` bytes (a
+    decompression bomb stops at the cap): one UsageError for a file that is not gzip or is truncated."""
+    raw = read_bytes(path, what, cap)
+    if not str(path).endswith(".gz"):
+        return raw
+    import zlib
+
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)   # gzip framing
+    try:
+        out = d.decompress(raw, cap + 1)
+        if len(out) > cap:
+            raise UsageError(f"{what} {path} decompresses to more than the {cap} bytes any such file has")
+        if not d.eof:
+            raise UsageError(f"{what} {path} is a truncated gzip file")
+    except zlib.error as e:
+        raise UsageError(f"{what} {path} is not a gzip file ({e})") from None
+    return out
+
+
 def read_text(path: str | Path, what: str, cap: int, *, encoding: str = "utf-8") -> str:
     """The text of a regular file (see read_bytes); bytes that are not ``encoding`` are one UsageError."""
     raw = read_bytes(path, what, cap)
@@ -129,8 +149,9 @@ def decode_json(text: str | bytes, what: str) -> Any:
 
 
 def read_json(path: str | Path, what: str, cap: int = JSON_BYTES) -> Any:
-    """The JSON value in the regular file ``path``: one UsageError naming the file for anything else."""
-    raw = read_bytes(path, what, cap)
+    """The JSON value in the regular file ``path`` (gzip-compressed where the name ends in .gz): one UsageError
+    naming the file for anything else."""
+    raw = read_maybe_gz(path, what, cap)
     return decode_json(raw, f"{what} {path}")
 
 

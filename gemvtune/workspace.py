@@ -42,7 +42,10 @@ class Workspace:
 
     @property
     def costmodel(self) -> Path:
-        return self.root / "costmodel.json"
+        """costmodel.json, or the costmodel.json.gz there (gemvtune.model.model_beside)."""
+        from .model import model_beside
+
+        return model_beside(self.root)
 
     @property
     def measurements(self) -> Path:

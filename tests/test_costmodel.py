@@ -40,7 +40,7 @@ def small(tmp_path_factory):
     for name in ("search-4096x4096x1-bf16-20261202-065958", "search-4096x4096x1-bf16-20261202-105934",
                  "search-4096x4096x16-20261201-222726", "search-4096x4096x16-20261202-004919"):
         shutil.copy(RESULTS / "measurements" / (name + ".csv.gz"), root / "searches")   # the committed copy, gzipped
-        shutil.copy(RESULTS / "measurements" / (name + ".json"), root / "searches")
+        shutil.copy(RESULTS / "measurements" / (name + ".json.gz"), root / "searches")
     ds = dataset.load(root)
     model = cm.fit(list(zip(ds.frame["config"], ds.frame["shape"])), ds.frame["rel"].to_numpy(), ds.sm_count,
                    ds.gpu, ds.read_gbps, rounds=30)

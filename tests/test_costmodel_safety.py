@@ -8,6 +8,7 @@ loaders (load_table with the model beside the table, a search's warm start, chec
 and go on without it. Every load of a damaged model runs in a child process with a timeout, so that a regression
 fails the test instead of killing pytest."""
 
+import gzip
 import json
 import os
 import re
@@ -30,7 +31,7 @@ from gemvtune.model import costmodel as cm  # noqa: E402
 from gemvtune.model import features  # noqa: E402
 from gemvtune.model.treecheck import check_model_text  # noqa: E402
 
-COMMITTED = ROOT / "results" / "nvidia-h200" / "costmodel.json"
+COMMITTED = ROOT / "results" / "nvidia-h200" / "costmodel.json.gz"   # (gzip-compressed; load reads it)
 TABLE = ROOT / "results" / "nvidia-h200" / "table.json"
 SWEEPS = ROOT / "results" / "nvidia-h200" / "measurements"
 N = len(features.columns())   # 51
@@ -180,7 +181,7 @@ def _same_predictions(text, model_path, X):
 
 
 def test_the_committed_model_and_fresh_ones_pass_and_predict_as_before(tmp_path):
-    committed = json.loads(COMMITTED.read_text())["lightgbm"]
+    committed = json.loads(gzip.decompress(COMMITTED.read_bytes()))["lightgbm"]
     from gemvtune.kernels.gemv import GemvConfig
 
     pts = [(GemvConfig(), Shape(4096, 4096)), (GemvConfig(), Shape(14336, 4096, 4))]
@@ -307,3 +308,46 @@ def test_a_damaged_cost_model_beside_a_table_is_one_warning_line_on_the_command_
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("gemvtune: cost model"), r.stderr
     assert "UserWarning" not in r.stderr and "warnings.warn" not in r.stderr
+
+
+def test_a_gzip_model_is_read_capped_and_a_bomb_or_a_truncated_one_is_one_line(tmp_path):
+    """A cost model may be gzip-compressed (costmodel.json.gz: the committed H200 model is); decompression stops
+    at the model cap (a gzip bomb is one line, never memory), and a truncated or non-gzip .gz is one line."""
+    import gzip as gz
+
+    from gemvtune.userfile import MODEL_BYTES
+
+    m = cm.load(COMMITTED)
+    assert m.sm_count > 0
+    bomb = tmp_path / "bomb.json.gz"
+    bomb.write_bytes(gz.compress(b" " * (MODEL_BYTES + 10), compresslevel=9))
+    assert bomb.stat().st_size < 1_000_000
+    with pytest.raises(UsageError, match="decompresses to more than"):
+        cm.load(bomb)
+    cut = tmp_path / "cut.json.gz"
+    cut.write_bytes(COMMITTED.read_bytes()[:5000])
+    with pytest.raises(UsageError, match="truncated gzip"):
+        cm.load(cut)
+    plain = tmp_path / "plain.json.gz"
+    plain.write_text('{"format": "gemvtune-costmodel"}')
+    with pytest.raises(UsageError, match="not a gzip file"):
+        cm.load(plain)
+    hidden = tmp_path / "costmodel.json"   # gzip bytes under a .json name: refused as binary, never guessed
+    hidden.write_bytes(COMMITTED.read_bytes())
+    with pytest.raises(UsageError, match="binary"):
+        cm.load(hidden)
+
+
+def test_save_writes_gzip_for_a_gz_name_and_it_loads_back_the_same(tmp_path):
+    m = cm.load(COMMITTED)
+    m.save(tmp_path / "m.json.gz")
+    m.save(tmp_path / "m.json")
+    raw = (tmp_path / "m.json.gz").read_bytes()
+    assert raw[:2] == b"\x1f\x8b" and len(raw) < (tmp_path / "m.json").stat().st_size / 2
+    import gzip as gz
+
+    assert gz.decompress(raw) == (tmp_path / "m.json").read_bytes()
+    from gemvtune.kernels.gemv import valid_configs
+
+    pts = [(c, Shape(4096, 4096)) for c in valid_configs(Shape(4096, 4096))[:50]]
+    assert np.array_equal(cm.load(tmp_path / "m.json.gz").predict_rel(pts), m.predict_rel(pts))

@@ -5,6 +5,7 @@ stderr, the exit code, no traceback, every file that was there byte-identical; a
 subprocess has a short timeout, so a regression fails instead of blocking the suite)."""
 
 import csv
+import gzip
 import io
 import json
 import os
@@ -429,7 +430,7 @@ def test_readers_under_random_truncated_and_odd_files(tmp_path):
 
     valid = {"table": TABLE.read_bytes(), "configs": b'[{"vec": "half8"}]',
              "hf config": (ROOT / "gemvtune" / "kernels" / "hf_configs" / "llama-3-8b.json").read_bytes(),
-             "cost model": (ROOT / "results" / "nvidia-h200" / "costmodel.json").read_bytes(),
+             "cost model": gzip.decompress((ROOT / "results" / "nvidia-h200" / "costmodel.json.gz").read_bytes()),
              "sweep sidecar": SWEEP.with_name("sweep-4096x4096x1.json").read_bytes()}
     readers = _readers(tmp_path)
     rng = random.Random(20261202)

@@ -15,7 +15,10 @@ def test_paths_of_a_gpus_workspace(monkeypatch, tmp_path):
     monkeypatch.delenv("GEMVTUNE_RESULTS", raising=False)
     ws = Workspace.for_gpu("NVIDIA H200")
     assert str(ws.root) == "results/nvidia-h200" and gpu_slug("NVIDIA H200") == "nvidia-h200"
-    assert (ws.table.name, ws.costmodel.name) == ("table.json", "costmodel.json")
+    assert ws.table.name == "table.json" and ws.costmodel.name in ("costmodel.json", "costmodel.json.gz")
+    assert Workspace(tmp_path).costmodel == tmp_path / "costmodel.json"   # (neither there: the .json it would be)
+    (tmp_path / "costmodel.json.gz").write_bytes(b"")
+    assert Workspace(tmp_path).costmodel == tmp_path / "costmodel.json.gz"
     assert ws.benchmarks == ws.root / "benchmarks" and ws.transition == ws.benchmarks / "transition"
     assert ws.measurements.name == "measurements" and ws.searches.name == "searches" and ws.sweeps.name == "sweeps"
     monkeypatch.setenv("GEMVTUNE_RESULTS", str(tmp_path))

@@ -10,16 +10,16 @@ import click
 
 from ..errors import UsageError
 from ..kernels.shapes import MAX_BATCH, parse_shape
-from ..model import MODEL_NAME
+from ..model import MODEL_NAME, MODEL_NAMES, model_beside
 from ..safefile import output_target
 from .options import DTYPE
 
 
 def default_model() -> Path:
-    """The one results/<gpu>/costmodel.json under the working folder."""
+    """The one results/<gpu>/costmodel.json (or .json.gz) under the working folder."""
     from ..workspace import results_root
 
-    found = sorted(results_root().glob(f"*/{MODEL_NAME}"))
+    found = sorted({model_beside(p.parent) for name in MODEL_NAMES for p in results_root().glob(f"*/{name}")})
     if not found:
         raise UsageError(f"no cost model under results/*/{MODEL_NAME}: fit one (gemvtune costmodel fit) or "
                          f"pass --model")
@@ -36,7 +36,7 @@ def costmodel() -> None:
 @costmodel.command("fit")
 @click.option("--results", "results_dir", default="results/nvidia-h200", show_default=True,
               help="a GPU's results folder: its measurements/, sweeps/ and searches/ are the training data")
-@click.option("--out", "out_path", default=None, help=f"model file (default RESULTS/{MODEL_NAME})")
+@click.option("--out", "out_path", default=None, help=f"model file (default RESULTS/{MODEL_NAME}, or the {MODEL_NAME}.gz there; a name ending in .gz is written compressed)")
 @click.option("--rounds", default=400, show_default=True, type=click.IntRange(10, 5000), help="boosting rounds")
 def fit_cmd(results_dir: str, out_path: str | None, rounds: int) -> None:
     """Fit the cost model on every verified measurement under RESULTS (sweeps and searches, every template
@@ -51,7 +51,7 @@ def fit_cmd(results_dir: str, out_path: str | None, rounds: int) -> None:
         raise UsageError(f"--results {res} is not a folder")
     if out_path == "":
         raise UsageError("--out: the path is empty")
-    out = Path(out_path) if out_path else res / MODEL_NAME
+    out = Path(out_path) if out_path else model_beside(res)   # (refits the model there, compressed or not)
     output_target(out, "--out")   # a FIFO, a device, a link to one: refused before the fit, never renamed over
     if not out.parent.is_dir():
         raise UsageError(f"--out {out}: no folder {out.parent}")
@@ -78,7 +78,7 @@ def fit_cmd(results_dir: str, out_path: str | None, rounds: int) -> None:
 @click.command("predict")
 @click.option("--shape", "shape_text", required=True, help="M x d, e.g. 5120x4096")
 @click.option("--batch", type=click.IntRange(1, MAX_BATCH), default=1, show_default=True, help="batch n")
-@click.option("--model", "model_path", default=None, help=f"model file (default: the one results/*/{MODEL_NAME})")
+@click.option("--model", "model_path", default=None, help=f"model file (default: the one results/*/{MODEL_NAME}[.gz])")
 @click.option("--family", "family_text", default=None,
               help="template families to rank, comma-separated (default: every template family)")
 @click.option("--top", "top_k", default=10, show_default=True, type=click.IntRange(1, 1000))

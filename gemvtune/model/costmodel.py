@@ -86,7 +86,13 @@ class CostModel:
 
         text = json.dumps(self.to_json(), indent=1, sort_keys=True) + "\n"
         try:
-            atomic_write(Path(path), lambda f: f.write(text))
+            if str(path).endswith(".gz"):   # gzip, reproducible bytes (no name, no time in the header)
+                import gzip
+
+                data = gzip.compress(text.encode("utf-8"), compresslevel=9, mtime=0)
+                atomic_write(Path(path), lambda f: f.write(data), binary=True, what="cost model")
+            else:
+                atomic_write(Path(path), lambda f: f.write(text), what="cost model")
         except OSError as e:   # a full disk, a read-only folder: the old file (if any) is kept whole
             raise UsageError(f"cost model {path}: cannot write it ({e.strerror or e})") from None
 
@@ -111,10 +117,10 @@ def _safe_names() -> list[str]:
 
 def load(path: str | Path) -> CostModel:
     """A cost model file; UsageError (one line) for anything that is not one."""
-    from ..userfile import MODEL_BYTES, decode_json, read_bytes
+    from ..userfile import MODEL_BYTES, decode_json, read_maybe_gz
 
     p = Path(path)
-    raw = read_bytes(p, "cost model", MODEL_BYTES)   # a regular file, capped: a FIFO or /dev/zero is one line
+    raw = read_maybe_gz(p, "cost model", MODEL_BYTES)   # a regular file, capped (gzip: decompressed, capped)
     if raw[:1] == b"\x80" or raw[:2] in (b"PK", b"\x1f\x8b"):
         raise UsageError(f"cost model {p}: a binary file (a serialized Python object or an archive?); a model is JSON text, never code")
     data = decode_json(raw, f"cost model {p}")

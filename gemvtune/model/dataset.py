@@ -80,12 +80,12 @@ FOLDERS = {"sweep": ("measurements", "sweeps"), "search": ("measurements", "sear
 
 
 def _files(results: Path, kind: str, suffix: str = ".csv") -> list[Path]:
-    """A kind's files (``sweep``/``search``; ``.csv`` means .csv or .csv.gz) in its folders, by name (the order
+    """A kind's files (``sweep``/``search``; ``.csv``/``.json`` or gzip-compressed) in its folders, by name (the order
     the fit sees them in), each base name once: the first folder's copy wins (an archived run that a later run
     still keeps uncompressed is one run)."""
     seen: dict[str, Path] = {}
     for folder in FOLDERS[kind]:
-        for pattern in ((f"{kind}-*{suffix}", f"{kind}-*{suffix}.gz") if suffix == ".csv" else (f"{kind}-*{suffix}",)):
+        for pattern in (f"{kind}-*{suffix}", f"{kind}-*{suffix}.gz"):
             for p in sorted((results / folder).glob(pattern)):
                 seen.setdefault(p.name.removesuffix(".gz"), p)
     return [seen[k] for k in sorted(seen)]

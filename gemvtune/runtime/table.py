@@ -341,9 +341,9 @@ def _costmodel(table_path: Path, which: str | Path | None) -> Any:
     if which is None:
         return None
     auto = isinstance(which, str) and which == "auto"
-    from ..model import MODEL_NAME
+    from ..model import model_beside
 
-    p = table_path.parent / MODEL_NAME if auto else Path(which)
+    p = model_beside(table_path.parent) if auto else Path(which)
     if not auto:
         from ..model.costmodel import load
 

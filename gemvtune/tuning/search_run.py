@@ -219,11 +219,11 @@ def _warm(opts: SearchOptions, out: Path, shape: Shape, echo: Callable[[str], No
     """``opts`` with the cost model's warm start for ``shape`` (the model of the results folder, if any)."""
     if not opts.warm_k or opts.warm_start is not None:
         return opts
-    from ..model import MODEL_NAME
+    from ..model import model_beside
     from ..model.warm import warm_start
     from .search import family_domains
 
-    warm = warm_start(out / MODEL_NAME, shape, opts.families, lambda f: family_domains(opts, f), opts.warm_k, echo)
+    warm = warm_start(model_beside(out), shape, opts.families, lambda f: family_domains(opts, f), opts.warm_k, echo)
     return dataclasses.replace(opts, warm_start=warm) if warm else opts
 
 
