@@ -125,3 +125,15 @@ def test_load_table_on_the_gpu_loads_the_shipped_table_of_this_gpu(unpacked, tmp
         pytest.skip(f"gemvtune ships no table for {got['gpu']}")
     assert got["origin"] == "shipped" and got["path"].startswith(str(tmp / "site")), got
     assert got["err"] < 0.5, got
+
+
+def test_predict_outside_the_checkout_uses_the_shipped_cost_model(unpacked, tmp_path):
+    """With no results folder of one's own, `gemvtune predict` answers from the cost model shipped in the wheel."""
+    pytest.importorskip("lightgbm", reason="the cost model needs LightGBM (gemvtune[model])")
+    tmp, _ = unpacked
+    e = {k: v for k, v in os.environ.items() if k != "GEMVTUNE_RESULTS"}
+    e["PYTHONPATH"] = str(tmp / "site")
+    r = subprocess.run([sys.executable, "-m", "gemvtune", "predict", "--shape", "5120x4096"], cwd=tmp_path, env=e,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-1500:]
+    assert "gemv" in r.stdout and "%" in r.stdout, r.stdout[-1500:]

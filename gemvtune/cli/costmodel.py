@@ -16,12 +16,16 @@ from .options import DTYPE
 
 
 def default_model() -> Path:
-    """The one results/<gpu>/costmodel.json (or .json.gz) under the working folder."""
+    """The one results/<gpu>/costmodel.json (or .json.gz) under the working folder, else the one gemvtune ships."""
+    from ..runtime.tables import shipped_root
     from ..workspace import results_root
 
     found = sorted({model_beside(p.parent) for name in MODEL_NAMES for p in results_root().glob(f"*/{name}")})
+    shipped = shipped_root()
+    if not found and shipped is not None:   # none of your own: the one shipped with gemvtune (the H200's)
+        found = sorted({model_beside(p.parent) for name in MODEL_NAMES for p in shipped.glob(f"*/{name}")})
     if not found:
-        raise UsageError(f"no cost model under results/*/{MODEL_NAME}: fit one (gemvtune costmodel fit) or "
+        raise UsageError(f"no cost model under results/*/{MODEL_NAME}[.gz]: fit one (gemvtune costmodel fit) or "
                          f"pass --model")
     if len(found) > 1:
         raise UsageError(f"several cost models ({', '.join(map(str, found))}): pick one with --model")
