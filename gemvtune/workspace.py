@@ -9,6 +9,7 @@ default path a command writes or reads is built here.
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 from dataclasses import dataclass
@@ -93,7 +94,7 @@ def replace_previous(folder: Path, stem: str, stamp: str) -> list[Path]:
     latest summary of each benchmark. Only stamped files of that stem go; a file that cannot be removed stays.
     Returns the removed paths."""
     removed = []
-    for p in sorted(folder.glob(f"{glob_escape(stem)}-*")):
+    for p in sorted(folder.glob(f"{glob.escape(stem)}-*")):
         m = _STAMPED.match(p.name)
         if m is None or m["stem"] != stem or m["stamp"] == stamp or not p.is_file() or p.is_symlink():
             continue
@@ -104,14 +105,3 @@ def replace_previous(folder: Path, stem: str, stamp: str) -> list[Path]:
             continue
     return removed
 
-
-def glob_escape(s: str) -> str:
-    return re.sub(r"([*?\[])", r"[\1]", s)
-
-
-def is_default(folder: Path, ws_folder: Path) -> bool:
-    """Whether a command writes into the workspace's own folder (not a folder the user named)."""
-    try:
-        return folder.resolve() == ws_folder.resolve()
-    except OSError:
-        return False

@@ -20,10 +20,11 @@ def default_model() -> Path:
     from ..runtime.tables import shipped_root
     from ..workspace import results_root
 
-    found = sorted({model_beside(p.parent) for name in MODEL_NAMES for p in results_root().glob(f"*/{name}")})
+    def under(root: Path) -> list[Path]:   # one model per GPU folder (costmodel.json before its .gz)
+        return sorted({model_beside(p.parent) for name in MODEL_NAMES for p in root.glob(f"*/{name}")})
+
     shipped = shipped_root()
-    if not found and shipped is not None:   # none of your own: the one shipped with gemvtune (the H200's)
-        found = sorted({model_beside(p.parent) for name in MODEL_NAMES for p in shipped.glob(f"*/{name}")})
+    found = under(results_root()) or (under(shipped) if shipped is not None else [])   # else the one shipped
     if not found:
         raise UsageError(f"no cost model under results/*/{MODEL_NAME}[.gz]: fit one (gemvtune costmodel fit) or "
                          f"pass --model")

@@ -59,7 +59,7 @@ def percall(shape_texts: tuple[str, ...], n: int, table_path: str | None, calls:
     table, out = _table_and_out(table_path, out_dir)
     rows = [measure_percall(table, s, calls, repeats) for s in shapes]
     _write(out, "percall", pd.DataFrame(rows), {"table": str(table.path), "calls": calls, "repeats": repeats},
-           lambda dev, command: percall_markdown(rows, dev, command), "%.4g")
+           lambda dev, command: percall_markdown(rows, dev, command), "%.4g", out_dir is None)
 
 
 def _table_and_out(table_path: str | None, out_dir: str | None) -> tuple[Any, Path]:
@@ -77,9 +77,10 @@ def _table_and_out(table_path: str | None, out_dir: str | None) -> tuple[Any, Pa
 
 
 def _write(out: Path, prefix: str, df: Any, meta: dict[str, Any], markdown: Callable[[dict, str], str],
-           fmt: str) -> None:
+           fmt: str, keep_latest: bool) -> None:
     """<prefix>-<date>.csv, .json (device, command, date, ``meta``) and .md (``markdown(device, command)``),
-    the markdown echoed."""
+    the markdown echoed; ``keep_latest`` (the workspace's benchmarks, not a folder the user named): the
+    previous run of the same prefix there goes."""
     import torch
 
     from ..runners.cuda import CudaRunner
@@ -95,7 +96,7 @@ def _write(out: Path, prefix: str, df: Any, meta: dict[str, Any], markdown: Call
     write_text(Path(f"{base}.md"), md)
     click.echo(md)
     click.echo(f"wrote {base}.csv, .json, .md")
-    if out.name == "benchmarks":   # the workspace's: the latest run of each benchmark is kept
+    if keep_latest:
         replace_previous(out, prefix, stamp)
 
 
@@ -124,4 +125,5 @@ def _percall_hf(hf_config: str, layers_text: str | None, shape_texts: tuple[str,
     table, out = _table_and_out(table_path, out_dir)
     row = measure_hf_forward(hf_config, table, layers, {"fp16": "float16", "bf16": "bfloat16"}[dtype], calls, repeats)
     _write(out, f"percall-hf-{file_name(name)}-L{row['layers']}-{row['dtype']}", pd.DataFrame([row]),
-           {"table": str(table.path), "row": row}, lambda dev, command: forward_markdown(row, dev, command), "%.5g")
+           {"table": str(table.path), "row": row}, lambda dev, command: forward_markdown(row, dev, command), "%.5g",
+           out_dir is None)

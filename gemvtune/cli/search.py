@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from ..errors import UsageError
-from ..kernels.shapes import Shape, parse_shape
+from ..kernels.shapes import Shape
 from ..tuning.api import make_runner as _make_runner
 from ..tuning.search_options import click_options, from_cli, from_study, worker_argv
 from .options import gpu_check as _gpu_check
@@ -35,21 +35,13 @@ def search(shape_texts, model, hf_configs, fused, sampler, trials, timeout, seed
     from ..tuning.workers import die_with_parent
 
     die_with_parent()   # a worker started by --workers/--devices ends with its parent
-    from ..kernels.hfconfig import model_shapes
-    from ..kernels.shapes import parse_batches
+    from ..tuning.api import tune_shapes
 
-    batches = parse_batches(batch_text)
-    base = [parse_shape(t) for t in shape_texts] + (model_shapes(model, fused=fused) if model else [])
-    if hf_configs:
-        from ..kernels.hfconfig import read_hf_config
-
-        for path in hf_configs:
-            base += read_hf_config(path).shapes(fused=fused)
-    if not base:
+    if not (shape_texts or model or hf_configs):
         raise UsageError("search needs --shape or --model (a preset) or --hf-config (a config.json)")
     if fused and not (model or hf_configs):
         raise UsageError("--fused picks the fused shapes of --model/--hf-config: give one of them")
-    shapes = list(dict.fromkeys(Shape(s.M, s.d, n, dtype) for s in dict.fromkeys(base) for n in batches))
+    shapes = tune_shapes(shape_texts, model, hf_configs, fused, batch_text, dtype)
     opts = from_cli(click.get_current_context().params)
     devices = _parse_devices(devices_text)
     if devices and workers > 1:

@@ -135,7 +135,8 @@ def run_hf_bench(config_path: str, layers: int | None = None, tokens: int = 128,
         with contextlib.suppress(Exception):
             table._check_gpu(env["gpu"])
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
-    stem = f"hf-{name}-L{layers}" + ("" if dtype == "float16" else f"-{dtype}") + f"-{stamp}"
+    bench = f"hf-{name}-L{layers}" + ("" if dtype == "float16" else f"-{dtype}")   # the benchmark; a run adds its stamp
+    stem = f"{bench}-{stamp}"
     result: dict[str, Any] = {  # date and command (unless given) as every gemvtune provenance has them
         **provenance(), "model": name, "config_path": str(config_path), "config_file": str(cfg_file), **cinfo,
         "dtype": dtype, "tokens": tokens, "prompt_tokens": prompt_tokens, "rounds": rounds, "seed": seed,
@@ -199,6 +200,6 @@ def run_hf_bench(config_path: str, layers: int | None = None, tokens: int = 128,
     paths = write_hf_reports(rows, result, out, stem)
     echo(f"wrote {', '.join(p.name for p in paths.values())} in {out}")
     if not out_dir:   # the workspace's benchmarks: the latest run of each benchmark is kept
-        replace_previous(out, stem.removesuffix(f"-{stamp}"), stamp)
+        replace_previous(out, bench, stamp)
     echo(short_table(mode_table(rows)))
     return paths

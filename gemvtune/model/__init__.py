@@ -3,6 +3,7 @@
 evaluation (``loso``), the warm start of a search (``warm``) and the zero-trial pick for shapes a table lacks
 (``zerotrial``). Needs LightGBM (``gemvtune[model]``); nothing here is imported by ``import gemvtune``."""
 
+import os
 from pathlib import Path
 
 MODEL_NAME = "costmodel.json"   # a GPU's model file in its results folder (beside its table.json)
@@ -13,6 +14,6 @@ def model_beside(folder: str | Path) -> Path:
     """The cost model of a results folder: costmodel.json, else costmodel.json.gz, else (neither there) the path
     costmodel.json would have."""
     for name in MODEL_NAMES:
-        if (Path(folder) / name).exists() or (Path(folder) / name).is_symlink():
+        if os.path.lexists(Path(folder) / name):
             return Path(folder) / name
     return Path(folder) / MODEL_NAME

@@ -22,6 +22,7 @@ from ..errors import UsageError
 from ..kernels.families import DEFAULT_FAMILY, FAMILIES, config_from_dict
 from ..kernels.shapes import Shape
 from ..userfile import read_json
+from ..workspace import Workspace
 
 _NAME = re.compile(r"^(?:sweep|search)-(\d+)x(\d+)x(\d+)(?:-(bf16))?(?:-\d{8}-\d{6})?\.csv(?:\.gz)?$", re.ASCII)
 
@@ -74,19 +75,17 @@ def _rows(path: Path, kind: str) -> list[dict[str, Any]]:
     return out
 
 
-# Where a results folder keeps each kind: ``measurements/`` (the committed training data, compressed, in one
-# place) and the folders a run writes (``sweeps/``, ``searches/``).
-FOLDERS = {"sweep": ("measurements", "sweeps"), "search": ("measurements", "searches")}
 
 
 def _files(results: Path, kind: str, suffix: str = ".csv") -> list[Path]:
     """A kind's files (``sweep``/``search``; ``.csv``/``.json`` or gzip-compressed) in its folders, by name (the order
     the fit sees them in), each base name once: the first folder's copy wins (an archived run that a later run
     still keeps uncompressed is one run)."""
+    ws = Workspace(results)   # measurements/ (the committed data, compressed), then the folder a run writes
     seen: dict[str, Path] = {}
-    for folder in FOLDERS[kind]:
+    for folder in (ws.measurements, ws.sweeps if kind == "sweep" else ws.searches):
         for pattern in (f"{kind}-*{suffix}", f"{kind}-*{suffix}.gz"):
-            for p in sorted((results / folder).glob(pattern)):
+            for p in sorted(folder.glob(pattern)):
                 seen.setdefault(p.name.removesuffix(".gz"), p)
     return [seen[k] for k in sorted(seen)]
 

@@ -26,7 +26,6 @@ from ..baselines import CUBLAS_FOR, cublas_of
 
 MARGIN = 0.01            # the tuned kernel must be this much faster than cuBLAS (the timing spread is 1-3%)
 POLICIES = ("fastest", "tuned")
-BASELINE = CUBLAS_FOR   # framework -> its cuBLAS baseline (gemvtune.baselines)
 
 
 @dataclass(frozen=True)
@@ -148,8 +147,8 @@ def choose(table: Any, M: int, d: int, n: int, framework: str = "torch", policy:
     from ..kernels.epilogue import Epilogue
     from ..kernels.shapes import Shape
 
-    if framework not in BASELINE:
-        raise ValueError(f"framework must be one of {', '.join(BASELINE)}, got {framework!r}")
+    if framework not in CUBLAS_FOR:
+        raise ValueError(f"framework must be one of {', '.join(CUBLAS_FOR)}, got {framework!r}")
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
     shape = Shape(M, d, n, dtype)

@@ -10,9 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import NoDeviceError, UsageError
-from ..workspace import Workspace, gpu_slug, results_root
+from ..workspace import Workspace, gpu_slug
 
-TABLE_NAME = "table.json"
 __all__ = ["Found", "current_gpu_name", "find_table", "gpu_slug", "shipped_gpus", "shipped_root"]
 
 
@@ -41,19 +40,18 @@ def shipped_root() -> Path | None:
 def shipped_gpus() -> list[str]:
     """The GPU folders that have a shipped table."""
     root = shipped_root()
-    return sorted(p.parent.name for p in root.glob(f"*/{TABLE_NAME}")) if root is not None else []
+    return sorted(p.parent.name for p in root.glob("*/table.json")) if root is not None else []
 
 
 def find_table(gpu: str) -> Found:
     """The table ``load_table()`` would load on ``gpu`` (its name, as the driver reports it): one UsageError
     naming the GPUs gemvtune ships tables for when there is none."""
-    slug = gpu_slug(gpu)
-    own = Workspace(results_root() / slug).table
+    own = Workspace.for_gpu(gpu).table
     if own.is_file():
         return Found(own, "your results", gpu)
     root = shipped_root()
-    if root is not None and (root / slug / TABLE_NAME).is_file():
-        return Found(root / slug / TABLE_NAME, "shipped", gpu)
+    if root is not None and (shipped := Workspace(root / gpu_slug(gpu)).table).is_file():
+        return Found(shipped, "shipped", gpu)
     have = ", ".join(shipped_gpus()) or "none"
     raise UsageError(f"no table for {gpu}: none at {own}, and gemvtune ships tables only for {have}. Tune one "
                      f"(gemvtune search --shape MxD writes {own}), or load another GPU's table by its path")

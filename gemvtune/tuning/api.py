@@ -49,6 +49,11 @@ def tune_shapes(shapes: Iterable[Shape | str] = (), model: str | None = None,
     """The (M, d, n, dtype) a tune covers: the shapes given (``Shape`` or ``"MxD"``), a preset's, HF configs'."""
     from ..kernels.hfconfig import model_shapes, read_hf_config
 
+    if isinstance(batch, bool) or not isinstance(batch, (int, str)) and not all(
+            isinstance(b, int) and not isinstance(b, bool) for b in batch):
+        raise UsageError(f"batch must be an n, a list of them or a string like '1,4,8', got {batch!r}")
+    batches = parse_batches(batch if isinstance(batch, str) else ",".join(
+        str(b) for b in ([batch] if isinstance(batch, int) else batch)))
     if isinstance(shapes, (str, Shape)):
         shapes = [shapes]
     base = [s if isinstance(s, Shape) else parse_shape(str(s)) for s in shapes]
@@ -61,11 +66,6 @@ def tune_shapes(shapes: Iterable[Shape | str] = (), model: str | None = None,
         raise UsageError("tune needs shapes, a model preset or an HF config")
     if fused and not (model or configs):
         raise UsageError("fused picks the fused shapes of a model preset or an HF config: give one of them")
-    if isinstance(batch, bool) or not isinstance(batch, (int, str)) and not all(
-            isinstance(b, int) and not isinstance(b, bool) for b in batch):
-        raise UsageError(f"batch must be an n, a list of them or a string like '1,4,8', got {batch!r}")
-    batches = parse_batches(batch if isinstance(batch, str) else ",".join(
-        str(b) for b in ([batch] if isinstance(batch, int) else batch)))
     return list(dict.fromkeys(Shape(s.M, s.d, n, dtype) for s in dict.fromkeys(base) for n in batches))
 
 
