@@ -13,8 +13,9 @@ from .kernels.mma import MmaConfig
 from .kernels.ring import RingConfig
 from .kernels.shapes import DECODE_SUITE, Shape, parse_batches, parse_shape
 from .kernels.splitk import SPLITK_SEED, SplitKConfig
+from .provenance import VERSION
 
-__version__ = "0.1.0"
+__version__ = VERSION
 
 _TABLE_NAMES = ("Table", "load_table")
 _TUNE_NAMES = ("tune",)

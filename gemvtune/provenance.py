@@ -8,6 +8,8 @@ import shlex
 import sys
 from typing import Any
 
+VERSION = "0.1.0"   # gemvtune's version (pyproject's, checked by tests/test_package.py); gemvtune.__version__
+
 
 def provenance(device: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
     return {

@@ -15,6 +15,19 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+MODEL_NAME = "costmodel.json"   # a GPU's model file in its results folder (beside its table.json)
+MODEL_NAMES = (MODEL_NAME, MODEL_NAME + ".gz")   # or gzip-compressed (the committed H200 model: 2.4 MB -> 0.75 MB)
+
+
+def model_beside(folder: str | Path) -> Path:
+    """The cost model of a results folder: costmodel.json, else costmodel.json.gz, else (neither there) the path
+    costmodel.json would have."""
+    for name in MODEL_NAMES:
+        if os.path.lexists(Path(folder) / name):
+            return Path(folder) / name
+    return Path(folder) / MODEL_NAME
+
+
 # a file of a stamped run: <stem>-YYYYMMDD-HHMMSS<rest> (rest: .csv, -summary.md, .png, ...)
 _STAMPED = re.compile(r"^(?P<stem>.+)-(?P<stamp>\d{8}-\d{6})(?P<rest>(?:-[a-z]+)*\.[a-z.]+)$", re.ASCII)
 
@@ -43,9 +56,7 @@ class Workspace:
 
     @property
     def costmodel(self) -> Path:
-        """costmodel.json, or the costmodel.json.gz there (gemvtune.model.model_beside)."""
-        from .model import model_beside
-
+        """costmodel.json, or the costmodel.json.gz there (model_beside)."""
         return model_beside(self.root)
 
     @property

@@ -13,7 +13,7 @@ def _cuda_device_reason() -> str | None:
     diagnosis (no CuPy, no driver, a driver too old for the CUDA build, no device). Imported only when
     a collected test is marked gpu (it imports cupy)."""
     try:
-        from gemvtune.runners.cuda._cupy import cuda_available
+        from gemvtune.device._cupy import cuda_available
     except Exception as e:  # pragma: no cover - the CUDA runner package itself does not import
         return f"gemvtune.runners.cuda cannot be imported: {(str(e) or type(e).__name__).splitlines()[0][:200]}"
     return cuda_available()

@@ -24,7 +24,7 @@ def cover(valid: list, seed_config, domains: dict, k: int, rng_seed: int) -> lis
 def verify_failures(runner, cfgs: list, shape, epilogue=None) -> list:
     """(label, status, error) of each config that does not verify on ``shape`` (with ``epilogue``, when given),
     compiled in parallel first; the runner's buffers released after."""
-    from gemvtune.kernels.compile import compile_variants
+    from gemvtune.build.compile import compile_variants
     from gemvtune.kernels.epilogue import DEFAULT
 
     ep = epilogue or DEFAULT

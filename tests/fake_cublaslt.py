@@ -1,4 +1,4 @@
-"""A stand-in for ``nvmath.bindings.cublasLt`` on a machine with no GPU: the calls gemvtune.kernels.ltplan makes,
+"""A stand-in for ``nvmath.bindings.cublasLt`` on a machine with no GPU: the calls gemvtune.device.ltplan makes,
 with the real enums' values and attribute C types, recorded; C memory written and read as the library would
 (heuristic results, algorithm structs, attribute buffers at the addresses given). ``install`` puts it in
 place of the bindings, the device context and the workspace allocation."""
@@ -172,7 +172,7 @@ def _scalar(ptr: int) -> float:
 def install(monkeypatch, lt: FakeLt | None = None) -> FakeLt:
     """The fake in place of the bindings, the device context (none here) and the workspace allocation
     (fake addresses, recorded in ``lt.allocs``)."""
-    from gemvtune.kernels import ltplan
+    from gemvtune.device import ltplan
 
     lt = lt or FakeLt()
     lt.allocs = []

@@ -116,7 +116,7 @@ def tmp(tmp_path_factory):
 @pytest.mark.parametrize("what,args,needle,code", CLI_CASES, ids=[c[0] for c in CLI_CASES])
 def test_cli_catalogue(tmp, what, args, needle, code):
     if code == 3:
-        from gemvtune.runners.cuda._cupy import cuda_available
+        from gemvtune.device._cupy import cuda_available
 
         if not cuda_available():
             pytest.skip("a CUDA device answers here")
@@ -159,8 +159,8 @@ def test_api_catalogue(what, f, needle):
 def test_gemv_without_a_device_is_one_clear_error():
     import numpy as np
 
+    from gemvtune.device._cupy import cuda_available
     from gemvtune.errors import NoDeviceError
-    from gemvtune.runners.cuda._cupy import cuda_available
 
     if not cuda_available():
         pytest.skip("a CUDA device answers here")
@@ -209,7 +209,7 @@ def test_cli_catalogue_17(tmp, what, args, needle, code):
     (13000, 12090, ["cudaErrorNoDevice", "driver supports CUDA 13.0"]),
 ], ids=["no driver", "driver too old for CUDA 13", "driver too old for CUDA 12", "no device"])
 def test_no_device_line_says_which_case(driver, runtime, needles):
-    from gemvtune.runners.cuda._cupy import diagnose
+    from gemvtune.device._cupy import diagnose
 
     line = diagnose("cudaErrorNoDevice: no CUDA-capable device is detected", driver, runtime)
     assert "\n" not in line and line.startswith("no CUDA device answers")

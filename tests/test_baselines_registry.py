@@ -15,8 +15,8 @@ from gemvtune.runtime.route import measured
 def test_every_measured_baseline_kind_is_registered():
     src = (ROOT / "gemvtune" / "runners" / "cuda" / "baselines.py").read_text()
     kinds = set(re.findall(r'Measurement\.of\("[^"]*", "([^"]+)"', src))
-    from gemvtune.kernels.seed import SEED_KIND
     from gemvtune.runners.cuda.inductor import INDUCTOR_KIND
+    from gemvtune.runners.cuda.seed import SEED_KIND
 
     kinds |= {SEED_KIND, INDUCTOR_KIND, "llama.cpp"}
     assert kinds >= {"cublas", "cublas-torch"} and kinds <= set(BASELINES), kinds - set(BASELINES)

@@ -13,9 +13,9 @@ import pytest
 from conftest import ROOT
 
 from gemvtune import Shape
-from gemvtune.kernels.seed import SEED_KERNEL, compile_seed, seed_invalid_reasons, seed_launch, seed_source
-from gemvtune.reports.benchreport import baseline_columns, bench_markdown, geomean, scaling, summary_row
+from gemvtune.bench.report import baseline_columns, bench_markdown, geomean, scaling, summary_row
 from gemvtune.runners.base import Measurement, Status
+from gemvtune.runners.cuda.seed import SEED_KERNEL, compile_seed, seed_invalid_reasons, seed_launch, seed_source
 
 CEIL = {"read_gbps": 4000.0, "launch_floor_us": 0.5}
 
@@ -93,8 +93,8 @@ def test_per_batch_geomeans_name_the_lowest_row_and_the_growth_with_n():
 
 
 def test_summarize_reads_the_new_baselines_and_older_csvs(tmp_path):
-    from gemvtune.reports.report import provenance, write_csv
-    from gemvtune.reports.summary import summarize_bench
+    from gemvtune.bench.summary import summarize_bench
+    from gemvtune.reports.runcsv import provenance, write_csv
 
     ms = []
     for n, t in ((1, 10.0), (2, 11.0)):
@@ -133,7 +133,7 @@ def test_seed_kernel_compiles_for_each_n_and_reads_d_and_m_at_run_time(n):
 
 @pytest.mark.parametrize("shape", [Shape(37, 4097, 3), Shape(1, 1), Shape(4096, 14335, 16)], ids=str)
 def test_seed_kernel_refuses_odd_d_as_llama_cpp_does(shape):
-    from gemvtune.runners.cuda.baselines import Baselines
+    from gemvtune.runners.cuda.libtimers import Baselines
 
     why = seed_invalid_reasons(shape)
     assert len(why) == 1 and f"d = {shape.d} is odd" in why[0] and "ncols % 2 == 0" in why[0]
@@ -275,8 +275,8 @@ def test_measure_inductor_failures_are_measurements(monkeypatch):
 def test_bench_no_inductor_reaches_both_benchmarks(monkeypatch):
     from click.testing import CliRunner
 
+    import gemvtune.bench.kernels as cb
     import gemvtune.cli.main as cm
-    import gemvtune.clients.bench as cb
 
     got = []
     monkeypatch.setattr(cm, "_gpu_check", lambda: None)
@@ -301,7 +301,7 @@ def test_bench_hf_config_refuses_no_inductor_in_one_line(tmp_path):
 
 
 def test_a_contender_wrong_in_its_first_round_is_verified_again_every_round():
-    from gemvtune.clients.bench import _check
+    from gemvtune.bench.kernels import _check
 
     s, first = Shape(64, 64), {}
     assert _check(first, "seed")                                   # its first round

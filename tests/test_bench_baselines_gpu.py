@@ -31,7 +31,7 @@ def test_seed_kernel_matches_the_float64_reference(runner, shape):
     then the runner's own measurement of it: verified and timed."""
     import cupy as cp
 
-    from gemvtune.kernels.seed import SEED_KERNEL, compile_seed, seed_launch
+    from gemvtune.runners.cuda.seed import SEED_KERNEL, compile_seed, seed_launch
 
     rng = np.random.default_rng(shape.M * 7 + shape.d + shape.n)
     W = (rng.random((shape.M, shape.d)) * 2 - 1).astype(np.float16)

@@ -7,7 +7,7 @@ import pytest
 from conftest import ROOT, run_cli
 
 from gemvtune import Shape
-from gemvtune.reports.benchreport import bench_markdown, geomean, plot_bench, summary_row
+from gemvtune.bench.report import bench_markdown, geomean, plot_bench, summary_row
 from gemvtune.runners.base import Measurement, Status
 
 
@@ -53,7 +53,7 @@ def test_bench_cli_bad_table_is_one_line(tmp_path):
 
 def test_bench_cli_no_gpu_exit_3():
     import gemvtune.runners.cuda as rc  # noqa: F401  (cupy importable; the device is what is missing)
-    from gemvtune.runners.cuda._cupy import cuda_available
+    from gemvtune.device._cupy import cuda_available
 
     if not cuda_available():
         pytest.skip("a CUDA device answers here")
@@ -66,9 +66,9 @@ def test_tuned_bench_glue_with_a_fake_runner(tmp_path, monkeypatch):
     files and chart (the runner and the dispatch timing faked; compiles are real)."""
     from fakes import FakeRunner
 
-    import gemvtune.clients.percall as rd
+    import gemvtune.bench.percall as rd
     import gemvtune.runners.cuda as rc
-    from gemvtune.clients.bench import run_tuned_bench
+    from gemvtune.bench.kernels import run_tuned_bench
 
     class Fake(FakeRunner):
         arch = "sm_90"
@@ -127,7 +127,7 @@ def test_percall_names_the_config_of_kernel_and_library_plans():
     config (a cuBLASLt algorithm has no spec and no kernel to launch by hand: no RawKernel row)."""
     import types
 
-    from gemvtune.clients.percall import _plan_config, _rawkernel
+    from gemvtune.bench.percall import _plan_config, _rawkernel
 
     cfg = types.SimpleNamespace(label="lt.a21")
     lib = types.SimpleNamespace(config=cfg)
@@ -137,7 +137,7 @@ def test_percall_names_the_config_of_kernel_and_library_plans():
 
 
 def test_dtype_comparison_pairs_shapes_and_judges_the_ratio_of_ratios():
-    from gemvtune.reports.benchreport import dtype_comparison, dtype_markdown
+    from gemvtune.bench.report import dtype_comparison, dtype_markdown
 
     def summ(dtype, rows):
         return pd.DataFrame([{"M": M, "d": d, "n": n, "dtype": dtype, "tuned": "k", "tuned_us": t, "cublas_us": c,

@@ -9,8 +9,8 @@ import random
 import pytest
 from cover import cover
 
+from gemvtune.build.compile import CompileError, Resources, compile_variants
 from gemvtune.kernels import gemv, mma, ring, splitk
-from gemvtune.kernels.compile import CompileError, Resources, compile_variants
 from gemvtune.kernels.epilogue import Epilogue, epilogues_for
 from gemvtune.kernels.families import FAMILIES
 from gemvtune.kernels.launchspec import launch_spec

@@ -9,18 +9,18 @@ import pytest
 from cover import cover
 
 from gemvtune import UsageError
+from gemvtune.build.compile import compile_variants
+from gemvtune.build.render import DTYPE_VALUES, dtype_values, render
 from gemvtune.kernels import gemv, mma, ring, splitk
-from gemvtune.kernels.compile import compile_variants
 from gemvtune.kernels.epilogue import ALL_EPILOGUES, DEFAULT, EPILOGUES, Epilogue, epilogues_for
 from gemvtune.kernels.families import FAMILIES
 from gemvtune.kernels.gemv import BF16_ACC_REASON, GemvConfig
 from gemvtune.kernels.launchspec import launch_spec
 from gemvtune.kernels.mma import MmaConfig
-from gemvtune.kernels.render import DTYPE_VALUES, dtype_values, render
 from gemvtune.kernels.ring import RingConfig
-from gemvtune.kernels.seed import compile_seed, seed_invalid_reasons, seed_source
 from gemvtune.kernels.shapes import Shape
 from gemvtune.kernels.splitk import SplitKConfig
+from gemvtune.runners.cuda.seed import compile_seed, seed_invalid_reasons, seed_source
 
 MODS = {"gemv": gemv, "splitk": splitk, "mma": mma, "ring": ring}
 BF16_MMA = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"

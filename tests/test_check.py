@@ -10,9 +10,9 @@ from conftest import ROOT
 from fakes import FakeRunner, fake_us
 
 from gemvtune import Shape
-from gemvtune.clients.check import recheck, stale
 from gemvtune.kernels.gemv import GemvConfig
 from gemvtune.runtime.table import Table, winner_config
+from gemvtune.tuning.check import recheck, stale
 
 TABLE = ROOT / "results" / "nvidia-h200" / "table.json"
 KEYS = ("4096x4096x1", "14336x4096x1")

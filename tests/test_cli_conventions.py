@@ -14,7 +14,7 @@ import tomllib
 from conftest import ROOT, run_cli
 from tqdm import tqdm
 
-from gemvtune.kernels import compile as gcompile
+from gemvtune.build import compile as gcompile
 from gemvtune.progress import progress, progress_bar
 
 TABLE = ROOT / "results" / "nvidia-h200" / "table.json"
@@ -97,7 +97,7 @@ def test_compile_check_logs_its_phases_and_draws_no_bar_in_a_pipe():
 
 
 def test_sweep_runner_counts_measurements_and_clears_before_echo(monkeypatch, info_log):
-    from gemvtune.cli.replay import _Ticking
+    from gemvtune.cli.replay_cmd import _Ticking
     from gemvtune.kernels.shapes import Shape
 
     class Runner:
@@ -176,8 +176,8 @@ def test_report_sorts_shapes_numerically(tmp_path):
 # -- summarize: sidecar and CSV strings are escaped --------------------------------------------------------
 
 def test_summarize_escapes_sidecar_and_csv_strings(tmp_path):
-    from gemvtune.reports.report import provenance, write_csv
-    from gemvtune.reports.summary import summarize_bench
+    from gemvtune.bench.summary import summarize_bench
+    from gemvtune.reports.runcsv import provenance, write_csv
     from gemvtune.runners.base import Measurement
 
     def m(name, kind, us):
@@ -226,7 +226,7 @@ def test_nvrtc_missing_names_the_extras(monkeypatch):
 # -- conftest: the GPU skip says why ---------------------------------------------------------------------
 
 def test_gpu_skip_reason_is_gemvtune_diagnosis(monkeypatch):
-    from gemvtune.runners.cuda import _cupy
+    from gemvtune.device import _cupy
 
     monkeypatch.setattr(_cupy, "cuda_available", lambda: "no CUDA device answers: the driver is too old (test)")
     assert conftest._cuda_device_reason() == "no CUDA device answers: the driver is too old (test)"

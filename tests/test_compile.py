@@ -8,9 +8,9 @@ import types
 import pytest
 
 from gemvtune import LLAMA_CPP, GemvConfig, Shape
-from gemvtune.kernels.compile import CompileError, NvrtcUnavailable, Resources, _Nvrtc, compile_many, compile_source
+from gemvtune.build.compile import CompileError, NvrtcUnavailable, Resources, _Nvrtc, compile_many, compile_source
+from gemvtune.build.render import render
 from gemvtune.kernels.gemv import DOMAINS, valid_configs
-from gemvtune.kernels.render import render
 
 
 def representative_subset() -> list[tuple[GemvConfig, Shape]]:
@@ -116,8 +116,8 @@ def batch_and_splitk_subset() -> list[tuple]:
 
 @pytest.mark.slow  # NVRTC compiles the split-K and batch subset (~90 s)
 def test_splitk_and_batch_subset_compiles_for_sm90():
+    from gemvtune.build.compile import compile_variants
     from gemvtune.kernels import splitk as sk
-    from gemvtune.kernels.compile import compile_variants
 
     subset = batch_and_splitk_subset()
     cfgs = [c for c, _ in subset if c.family == "splitk"]
@@ -148,7 +148,7 @@ def test_sanitizer_config_set_covers_both_families_and_compiles():
     at every edge shape it must hold every vector width, pdl on, and split-K GEMMs, and all compile."""
     from pathlib import Path
 
-    from gemvtune.kernels.compile import compile_variants
+    from gemvtune.build.compile import compile_variants
     from gemvtune.kernels.families import load_configs
 
     cfgs = load_configs(str(Path(__file__).parent / "data" / "sanitize_configs.json"))

@@ -91,8 +91,8 @@ def test_table_gemv_on_numpy_arrays_is_one_error_and_no_gpu_warning(torch_and_ta
     """With no device, that is said (exit 3 on the command line; tests/test_bad_input.py); with one, the arrays in
     host memory are one UsageError. Either way before the check of the table's GPU could warn."""
     np = pytest.importorskip("numpy")
+    from gemvtune.device._cupy import cuda_available
     from gemvtune.errors import NoDeviceError
-    from gemvtune.runners.cuda._cupy import cuda_available
 
     table = load_table(TABLE)
     with warnings.catch_warnings(record=True) as w:

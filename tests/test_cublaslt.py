@@ -9,8 +9,8 @@ import warnings
 import pytest
 from fake_cublaslt import FakeLt, install
 
+from gemvtune.device import ltplan
 from gemvtune.errors import UsageError
-from gemvtune.kernels import ltplan
 from gemvtune.kernels.cublaslt import DOMAINS, CublasLtConfig, candidates, runner_problem
 from gemvtune.kernels.epilogue import Epilogue
 from gemvtune.kernels.families import FAMILIES, config_from_dict, config_to_dict, is_library
@@ -60,16 +60,16 @@ def test_rules_of_the_family():
 
 # ---- the registry: a library, not a template -----------------------------------------------------------
 def test_nothing_is_rendered_or_compiled(monkeypatch):
-    from gemvtune.kernels.compile import NothingToCompile, compile_variant, compile_variants, precompile_variant
+    from gemvtune.build.compile import NothingToCompile, compile_variant, compile_variants, precompile_variant
+    from gemvtune.build.render import render
     from gemvtune.kernels.gemv import LLAMA_CPP
-    from gemvtune.kernels.render import render
 
     with pytest.raises(UsageError, match="no CUDA source to render"):
         render(SPLITK, ODD)
     with pytest.raises(NothingToCompile, match="nothing to compile"):
         compile_variant(SPLITK, ODD)
     precompile_variant(SPLITK, ODD)   # a no-op, never an error
-    import gemvtune.kernels.compile as comp
+    import gemvtune.build.compile as comp
 
     monkeypatch.setattr(comp, "compile_many", lambda items, **kw: [f"compiled {it[0]}" for it in items])
     got = compile_variants([(LLAMA_CPP, ODD), (SPLITK, ODD), (LLAMA_CPP, Shape(64, 128))])
@@ -206,7 +206,7 @@ def test_plan_sets_the_bias_pointer_only_when_it_changes(monkeypatch):
 
 
 def test_refused_algorithm_is_recorded_as_data(monkeypatch):
-    from gemvtune.runners.cuda.cublaslt import LtPart
+    from gemvtune.runners.cuda.ltrunner import LtPart
 
     lt = install(monkeypatch)
     lt.refuse = {21}
@@ -229,7 +229,7 @@ def test_refused_algorithm_is_recorded_as_data(monkeypatch):
 def test_dispatch_cache_warns_once_and_answers_cublas(monkeypatch):
     lt = install(monkeypatch)
     lt.refuse = {21}
-    monkeypatch.setattr("gemvtune.kernels.plan.capturing", lambda stream: False)
+    monkeypatch.setattr("gemvtune.device.plan.capturing", lambda stream: False)
     cache = ltplan.LtPlanCache()
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
@@ -242,13 +242,13 @@ def test_dispatch_cache_warns_once_and_answers_cublas(monkeypatch):
     assert ltplan.route_plan(PLAIN, ODD, Epilogue("fp16"), 0, 1) is plan
     from gemvtune.kernels.gemv import LLAMA_CPP
 
-    monkeypatch.setattr("gemvtune.kernels.plan.PLANS.get", lambda *a: ("kernel plan", a))
+    monkeypatch.setattr("gemvtune.device.plan.PLANS.get", lambda *a: ("kernel plan", a))
     assert ltplan.route_plan(LLAMA_CPP, ODD, Epilogue("fp16"), 0, 1) == ("kernel plan", (LLAMA_CPP, ODD, Epilogue("fp16"), 0, 1))
 
 
 def test_capture_before_the_plan_exists_is_one_clear_error(monkeypatch):
     install(monkeypatch)
-    monkeypatch.setattr("gemvtune.kernels.plan.capturing", lambda stream: True)
+    monkeypatch.setattr("gemvtune.device.plan.capturing", lambda stream: True)
     with pytest.raises(ltplan.GemvtuneError, match="run the layer once outside capture"):
         ltplan.LtPlanCache().get(PLAIN, ODD, Epilogue("fp16"), 0, 1)
 
@@ -259,10 +259,10 @@ def test_without_nvmath_one_line_names_the_extra(monkeypatch):
     with pytest.raises(ltplan.LibraryUnavailable) as e:
         ltplan.bindings()
     assert "gemvtune[blas]" in str(e.value) and "\n" not in str(e.value)
-    from gemvtune.runners.cuda.cublaslt import LtPart
+    from gemvtune.runners.cuda.ltrunner import LtPart
 
     assert "gemvtune[blas]" in LtPart(0).problem()
-    monkeypatch.setattr("gemvtune.kernels.plan.capturing", lambda stream: False)
+    monkeypatch.setattr("gemvtune.device.plan.capturing", lambda stream: False)
     with warnings.catch_warnings(record=True) as w:   # a table with an algorithm entry, read without nvmath:
         warnings.simplefilter("always")                # cuBLAS runs the shape, after one warning
         assert ltplan.LtPlanCache().get(PLAIN, ODD, Epilogue("fp16"), 0, 1) is None

@@ -39,7 +39,7 @@ def test_heuristic_gives_candidates(runner, n):
 
 @pytest.mark.parametrize("shape", [Shape(4096, 4096, 1), Shape(4096, 4096, 16), Shape(37, 4104, 3), Shape(64, 4096, 8)])
 def test_every_candidate_is_verified_or_refused_with_its_reason(runner, shape):
-    from gemvtune.kernels.ltplan import LtRefused
+    from gemvtune.device.ltplan import LtRefused
 
     try:
         found = runner.lt_heuristics(shape)

@@ -8,7 +8,7 @@ import pytest
 from conftest import ROOT, run_cli
 
 from gemvtune import MODELS, Shape, UsageError
-from gemvtune.clients.decodestep import (
+from gemvtune.bench.step import (
     IMPLS,
     NOTE,
     check_decode_args,
@@ -154,7 +154,7 @@ def test_markdown_and_files(tmp_path):
 
 @pytest.mark.gpu
 def test_two_layer_step_on_the_gpu(tmp_path):
-    from gemvtune.clients.decodestep import measure_decode_step
+    from gemvtune.bench.step import measure_decode_step
     from gemvtune.runners.cuda import CudaRunner
     from gemvtune.runtime.table import load_table
 
@@ -223,17 +223,17 @@ class _FakeStep:
 def test_orchestration_with_a_fake_gpu(tmp_path, monkeypatch):
     """run_decode_step end to end (lookup, compile list, verification bookkeeping, memory check,
     interleaved rounds, files) with the GPU half replaced by fakes."""
-    import gemvtune.clients.bench
-    import gemvtune.kernels.compile
+    import gemvtune.bench.kernels
+    import gemvtune.build.compile
     import gemvtune.runners.cuda.decode as dec
-    from gemvtune.clients.decodestep import run_decode_step
+    from gemvtune.bench.step import run_decode_step
 
     class Runner:
         arch = "sm_90"
 
     compiled = []
-    monkeypatch.setattr(gemvtune.kernels.compile, "compile_variants", lambda items, arch: compiled.extend(items))
-    monkeypatch.setattr(gemvtune.clients.bench, "_start", lambda echo: (Runner(), {"name": "NVIDIA H200"}, CEIL))
+    monkeypatch.setattr(gemvtune.build.compile, "compile_variants", lambda items, arch: compiled.extend(items))
+    monkeypatch.setattr(gemvtune.bench.kernels, "_start", lambda echo: (Runner(), {"name": "NVIDIA H200"}, CEIL))
     monkeypatch.setattr(dec, "launchers", lambda runner, cs: {s: object() for s in cs})
     monkeypatch.setattr(dec, "verify", lambda runner, cs, launch: {i: [(s, True, 1e-4, "") for s in c] for i, c in cs.items()})
     monkeypatch.setattr(dec, "free_bytes", lambda: 10**12)

@@ -11,8 +11,8 @@ from click.testing import CliRunner
 from conftest import ROOT
 
 from gemvtune import Shape, UsageError
+from gemvtune.device.elems import BF16_NAN, bf16_bits, bf16_values, from_float32, nan_fill, to_float64
 from gemvtune.kernels.shapes import parse_shape
-from gemvtune.runners.elems import BF16_NAN, bf16_bits, bf16_values, from_float32, nan_fill, to_float64
 from gemvtune.runners.timing import error_bound, library_bound
 from gemvtune.runtime.table import Table, entry_key, entry_shape, load_table, record
 from gemvtune.runtime.tableschema import validate_table

@@ -11,9 +11,9 @@ import pytest
 from cover import sample, verify_failures
 
 from gemvtune import LLAMA_CPP, Shape
+from gemvtune.build.render import render
 from gemvtune.kernels.epilogue import Epilogue
 from gemvtune.kernels.families import FAMILIES
-from gemvtune.kernels.render import render
 
 pytestmark = pytest.mark.gpu
 
@@ -119,7 +119,7 @@ def test_torch_bf16_layers_run_bf16_entries_only(monkeypatch):
         pytest.skip("torch has no CUDA here")
     from conftest import ROOT
 
-    from gemvtune.kernels.plan import LaunchPlan
+    from gemvtune.device.plan import LaunchPlan
     from gemvtune.runtime.table import load_table
     from gemvtune.runtime.torch_linear import GemvLinear, explain
 

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 from gemvtune import GemvConfig, Shape, UsageError
+from gemvtune.build.compile import CompileError, Resources, compile_variants
+from gemvtune.build.render import render
 from gemvtune.kernels import splitk as sk
-from gemvtune.kernels.compile import CompileError, Resources, compile_variants
 from gemvtune.kernels.epilogue import DEFAULT, EPILOGUES, Epilogue
 from gemvtune.kernels.gemv import valid_configs
 from gemvtune.kernels.launchspec import launch_spec
-from gemvtune.kernels.render import render
 from gemvtune.runners.timing import error_bound
 
 SHAPES = [Shape(7, 72, 3), Shape(7, 4104, 1)]
@@ -129,7 +129,8 @@ class _Stream:
 
 @pytest.fixture
 def numpy_verifier(monkeypatch):
-    from gemvtune.runners.cuda import _cupy, verify
+    from gemvtune.device import _cupy
+    from gemvtune.runners.cuda import verify
 
     monkeypatch.setattr(_cupy, "cp", np)
     monkeypatch.setattr(verify, "cp", np)

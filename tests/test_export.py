@@ -244,8 +244,8 @@ def _run_and_check(lib, shape: Shape, acc: str, offset: int = 0, calls: int = 2)
     be re-armed in between) and check each against the float64 reference like the runner's verification."""
     import cupy as cp
 
+    from gemvtune.device.elems import from_float32, to_float64
     from gemvtune.runners.cuda.verify import Verifier
-    from gemvtune.runners.elems import from_float32, to_float64
     from gemvtune.runners.timing import error_bound
 
     sfx = "_bf16" if shape.dtype == "bf16" else ""

@@ -1,7 +1,7 @@
 """Issue 18, item 5: the exported header, now rendered from templates/export_header.h.j2, is byte for
 byte what the C++ strings that were in gemvtune/runtime/export.py gave (tests/data/export_*.h.golden, captured
 from the header before the move). A golden file holds the header with each tuned kernel's source, which
-gemvtune.kernels.render gives and which changes with the kernel templates, replaced by ``@KERNEL <key>@``: what
+gemvtune.build.render gives and which changes with the kernel templates, replaced by ``@KERNEL <key>@``: what
 export itself writes around the kernels is pinned, and the kernels must appear in it as rendered (CPU only).
 
 After an intended change to the header, or to the committed table:
@@ -15,8 +15,8 @@ import pytest
 from conftest import ROOT
 from test_export import TABLE, _synthetic_table
 
+from gemvtune.build.render import render
 from gemvtune.kernels.families import is_library
-from gemvtune.kernels.render import render
 from gemvtune.runtime.export import _namespaced, build_header
 from gemvtune.runtime.table import entry_key, load_table
 

@@ -138,7 +138,7 @@ def test_export_header_is_0644_whatever_the_umask(tmp_path):
 
 
 def test_csv_gets_the_umask_default_and_keeps_its_mode(tmp_path, umask_022):
-    from gemvtune.reports.report import write_csv
+    from gemvtune.reports.runcsv import write_csv
     from gemvtune.runners.base import Measurement, Status
 
     rows = [Measurement("v", "variant", 64, 64, 1, Status.OK)]
@@ -151,7 +151,7 @@ def test_csv_gets_the_umask_default_and_keeps_its_mode(tmp_path, umask_022):
 
 
 def test_cubin_cache_files_stay_private(tmp_path, umask_022):
-    from gemvtune.kernels.compile import _atomic_write
+    from gemvtune.build.compile import _atomic_write
 
     p = tmp_path / "k.cubin"
     _atomic_write(p, b"\x7fELF\x00\xff")

@@ -6,9 +6,9 @@ import pytest
 from cover import cover, sample, verify_failures
 
 from gemvtune import LLAMA_CPP, GemvConfig, Shape
+from gemvtune.build.render import render
 from gemvtune.kernels import splitk as space_splitk
 from gemvtune.kernels.gemv import DOMAINS, valid_configs
-from gemvtune.kernels.render import render
 
 pytestmark = pytest.mark.gpu
 

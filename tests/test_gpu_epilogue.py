@@ -4,8 +4,8 @@ against the float64 reference on edge shapes; planted epilogue faults are caught
 import pytest
 
 from gemvtune import GemvConfig, Shape, SplitKConfig
+from gemvtune.build.render import render
 from gemvtune.kernels.epilogue import EPILOGUES, Epilogue
-from gemvtune.kernels.render import render
 
 pytestmark = pytest.mark.gpu
 

@@ -37,7 +37,7 @@ def test_static_cache_generate_matches_stock_and_runs_tuned_kernels(monkeypatch)
               output_logits=True, return_dict_in_generate=True)
     with torch.no_grad():
         stock = model.generate(ids, **kw)
-        from gemvtune.kernels.plan import LaunchPlan
+        from gemvtune.device.plan import LaunchPlan
 
         calls = []
         real = LaunchPlan.launch

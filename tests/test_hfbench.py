@@ -11,9 +11,9 @@ import sys
 import pytest
 from conftest import ROOT, run_cli
 
-from gemvtune.clients.hfmodel import file_name, with_layers
-from gemvtune.clients.hfprofile import classify_kernel, is_gemvtune_kernel, kernel_totals, per_step, top_kernels
-from gemvtune.reports.hfbench_report import (
+from gemvtune.hf.model import file_name, with_layers
+from gemvtune.hf.profile import classify_kernel, is_gemvtune_kernel, kernel_totals, per_step, top_kernels
+from gemvtune.hf.report import (
     ROW_COLUMNS,
     SUMMARY_COLUMNS,
     explain_summary,
@@ -286,7 +286,7 @@ def test_with_layers_cuts_and_repeats_per_layer_lists():
 
 
 def test_read_config_file_and_folder(tmp_path):
-    from gemvtune.clients.hfmodel import read_config
+    from gemvtune.hf.model import read_config
 
     (tmp_path / "Tiny").mkdir()
     _write(tmp_path / "Tiny", TINY)
@@ -300,7 +300,7 @@ def test_read_config_file_and_folder(tmp_path):
 
 def test_build_config_overrides_layers():
     pytest.importorskip("transformers")
-    from gemvtune.clients.hfmodel import build_config
+    from gemvtune.hf.model import build_config
 
     cfg, info = build_config(dict(LLAMA_3_8B, auto_map={"AutoModel": "x.Y"}), 2)
     assert cfg.num_hidden_layers == 2 and info["config_layers"] == 32 and info["layers"] == 2
@@ -382,7 +382,7 @@ def test_whole_bench_on_cpu(tmp_path):
     there, and generate does not compile off CUDA): the orchestration, not the speed."""
     pytest.importorskip("transformers")
     pytest.importorskip("torch")
-    from gemvtune.clients.hfbench import run_hf_bench
+    from gemvtune.hf.bench import run_hf_bench
 
     cfg = _write(tmp_path, TINY)
     lines = []

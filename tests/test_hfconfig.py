@@ -131,7 +131,7 @@ def test_presets_are_package_data_and_feed_models():
 
 
 def test_import_reads_no_config():
-    code = ("import sys, gemvtune, gemvtune.kernels.shapes, gemvtune.clients.decodestep, gemvtune.cli.main\n"
+    code = ("import sys, gemvtune, gemvtune.kernels.shapes, gemvtune.bench.step, gemvtune.cli.main\n"
             "h = sys.modules.get('gemvtune.kernels.hfconfig')\n"
             "print(0 if h is None else h._read_preset.cache_info().currsize)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
@@ -207,7 +207,7 @@ def test_search_hf_config_shapes_reach_the_search(tmp_path, monkeypatch):
     """--hf-config and --fused pick the shapes handed to the search (the search itself stubbed)."""
     from click.testing import CliRunner
 
-    import gemvtune.cli.search as cs
+    import gemvtune.cli.search_cmd as cs
     import gemvtune.tuning.search_run as sc
     from gemvtune.cli.main import cli
 

@@ -8,7 +8,7 @@ import pytest
 from conftest import ROOT, run_cli
 from test_hfbench import TINY
 
-from gemvtune.clients.hfpercall import forward_markdown, forward_summary, time_forwards
+from gemvtune.hf.percall import forward_markdown, forward_summary, time_forwards
 
 TABLE = ROOT / "results" / "nvidia-h200" / "table.json"
 
@@ -59,7 +59,7 @@ def test_forward_markdown_states_the_ratio():
 def test_measure_hf_forward_on_cpu(tmp_path):
     pytest.importorskip("transformers")
     pytest.importorskip("torch")
-    from gemvtune.clients.hfpercall import measure_hf_forward
+    from gemvtune.hf.percall import measure_hf_forward
     from gemvtune.runtime.table import load_table
 
     cfg = tmp_path / "config.json"

@@ -502,7 +502,7 @@ def test_no_reader_opens_a_users_file_without_userfile():
     import re
 
     mods = ["runtime/table.py", "kernels/families.py", "runners/replay.py", "model/costmodel.py",
-            "model/dataset.py", "reports/summary.py", "kernels/hfconfig.py", "tuning/search_run.py"]
+            "model/dataset.py", "bench/summary.py", "kernels/hfconfig.py", "tuning/search_run.py"]
     bad = {}
     for m in mods:
         src = (ROOT / "gemvtune" / m).read_text()

@@ -86,7 +86,7 @@ def test_no_module_over_400_lines():
 def test_every_subpackage_says_what_it_holds_and_is_drawn():
     arch = (ROOT / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
     subs = sorted(p.parent for p in PKG.rglob("__init__.py") if p.parent != PKG)
-    assert {s.name for s in subs} >= {"kernels", "runners", "tuning", "runtime", "clients", "reports", "cli"}
+    assert {s.name for s in subs} >= {"kernels", "build", "device", "runners", "tuning", "runtime", "reports", "bench", "hf", "transition", "cli"}
     for s in subs:
         doc = ast.get_docstring(ast.parse((s / "__init__.py").read_text(encoding="utf-8")))
         assert doc and len(doc) > 40, f"{s} has no docstring saying what it holds"
@@ -111,3 +111,82 @@ def test_reports_and_tuning_do_not_import_each_other():
             if m.startswith(a):
                 crossing += [f"{m} -> {t}" for t in imports_of(m, p) if t.startswith(b)]
     assert not crossing, crossing
+
+
+# The floors, lowest first. A module may import its own package and the floors below it, never one above, never a
+# sibling on its own floor (reports and tuning; bench, hf and transition; build and model). The top-level modules
+# (errors, settings, userfile, safefile, workspace, ...) are the ground floor; ``gemvtune`` itself (lazy names) and
+# ``__main__`` are the roof.
+FLOORS = [
+    ("",),                                    # gemvtune.errors, .settings, .userfile, .safefile, .workspace, ...
+    ("kernels",),                             # the pure space
+    ("build", "model"),                       # render + NVRTC; the cost model (pure)
+    ("device",),                              # plan, ltplan, cupy glue, dispatch
+    ("runtime",),                             # the table, routes, torch op, export
+    ("runners",),                             # measuring: cuda, replay, isolated
+    ("reports", "tuning"),
+    ("bench", "hf", "transition"),            # the client benchmarks, one room each
+    ("cli",),
+]
+
+
+def floor_of(mod: str) -> tuple[int, str]:
+    """(floor, package) of a gemvtune module; the roof is past the last floor."""
+    parts = mod.split(".")
+    if mod in ("gemvtune", "gemvtune.__main__"):
+        return len(FLOORS), "gemvtune"
+    if len(parts) == 2 and not (PKG / parts[1]).is_dir():
+        return 0, ""
+    for i, pkgs in enumerate(FLOORS):
+        if parts[1] in pkgs:
+            return i, parts[1]
+    raise AssertionError(f"{mod}: a package on no floor (add it to FLOORS and to docs/ARCHITECTURE.md)")
+
+
+def test_no_package_imports_one_above_it_or_beside_it():
+    wrong = []
+    for m, p in MODULES.items():
+        fm, pm = floor_of(m)
+        for t in imports_of(m, p):
+            ft, pt = floor_of(t)
+            if ft > fm or (ft == fm and pt != pm and fm > 0):
+                wrong.append(f"{m} -> {t}")
+    assert not wrong, wrong
+
+
+def test_runtime_never_imports_runners_and_kernels_are_pure():
+    """runtime launches through gemvtune.device (runners use runtime, one way); kernels/ imports no NVRTC, no cupy,
+    no cuda-bindings, and no gemvtune package above it."""
+    for m, p in MODULES.items():
+        deps = imports_of(m, p)
+        if m.startswith("gemvtune.runtime"):
+            assert not [t for t in deps if t.startswith("gemvtune.runners")], m
+        if m.startswith("gemvtune.kernels"):
+            assert all(floor_of(t)[0] <= 1 for t in deps), (m, deps)
+            text = p.read_text(encoding="utf-8")
+            for lib in ("cupy", "cuda.bindings", "cuda.core", "nvrtc", "nvmath", "torch"):
+                assert f"import {lib}" not in text and f"from {lib}" not in text, (m, lib)
+
+
+def test_floor_test_would_catch_a_wrong_import():
+    assert floor_of("gemvtune.runtime.table") > floor_of("gemvtune.device.dispatch")
+    assert floor_of("gemvtune.runners.replay") > floor_of("gemvtune.runtime.table")
+    assert floor_of("gemvtune.reports.tablereport")[0] == floor_of("gemvtune.tuning.search")[0]
+
+
+# A basename may repeat only where its folder says the difference: the rooms' own ``report``, ``percall`` and
+# ``check`` (a benchmark's summary, the per-call cost of ops or of an HF model, table upkeep or an HF model's
+# outputs) and the packages' __init__.
+REPEATS_ALLOWED = {"__init__": None, "report": {"bench", "hf", "transition"}, "percall": {"bench", "hf"},
+                   "check": {"tuning", "hf"}}
+
+
+def test_no_basename_twice_unless_its_folder_says_the_difference():
+    by: dict[str, list[Path]] = {}
+    for p in PKG.rglob("*.py"):
+        by.setdefault(p.stem, []).append(p)
+    for stem, paths in by.items():
+        if len(paths) < 2 or REPEATS_ALLOWED.get(stem, 0) is None:
+            continue
+        folders = {q.parent.name for q in paths}
+        assert stem in REPEATS_ALLOWED and folders <= REPEATS_ALLOWED[stem], (stem, sorted(map(str, paths)))

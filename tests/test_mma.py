@@ -4,13 +4,13 @@ on edge shapes (CPU), and verification against float64 on odd shapes at n = 1, 3
 import pytest
 from cover import cover, verify_failures
 
+from gemvtune.build.compile import CompileError, compile_variants
+from gemvtune.build.render import render
 from gemvtune.kernels import mma
-from gemvtune.kernels.compile import CompileError, compile_variants
 from gemvtune.kernels.epilogue import Epilogue
 from gemvtune.kernels.families import FAMILIES, config_from_dict, config_to_dict
 from gemvtune.kernels.launchspec import launch_spec
 from gemvtune.kernels.mma import MmaConfig
-from gemvtune.kernels.render import render
 from gemvtune.kernels.shapes import Shape
 
 # M not a multiple of any row tile, d not a multiple of the 32-wide chunk (4104) or of 8 (4101), tiny d (72), and d = 4360 where a 16-way split keeps every split busy

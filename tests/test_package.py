@@ -23,11 +23,20 @@ def test_wheel_carries_templates(tmp_path):
     with zipfile.ZipFile(whl) as z:
         names = set(z.namelist())
         z.extractall(tmp_path / "site")
-    assert {"gemvtune/templates/gemv.cu.j2", "gemvtune/templates/_common.cuh.j2"} <= names
+    assert {"gemvtune/build/templates/gemv.cu.j2", "gemvtune/build/templates/_common.cuh.j2"} <= names
     # Rendered from the unpacked wheel, away from the checkout: the packaged templates are found.
-    code = ("import gemvtune.kernels.render as r, gemvtune; print(r.templates_dir()); "
+    code = ("import gemvtune.build.render as r, gemvtune; print(r.templates_dir()); "
             "print(len(r.render(gemvtune.LLAMA_CPP, gemvtune.Shape(8, 8))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=tmp_path, env={"PYTHONPATH": str(tmp_path / "site")})
     assert out.returncode == 0, out.stderr
     assert str(tmp_path / "site") in out.stdout.splitlines()[0]
+
+
+def test_version_is_pyprojects():
+    import tomllib
+
+    import gemvtune
+
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert gemvtune.__version__ == meta["project"]["version"]

@@ -3,9 +3,9 @@ griddepcontrol (its launch, cuLaunchKernelEx with programmatic stream serializat
 cuda-bindings, is checked with a fake driver in tests/test_plan.py)."""
 
 from gemvtune import GemvConfig, Shape
-from gemvtune.kernels.compile import compile_variant
+from gemvtune.build.compile import compile_variant
+from gemvtune.build.render import render
 from gemvtune.kernels.launchspec import launch_spec
-from gemvtune.kernels.render import render
 
 
 def test_pdl_variant_renders_and_compiles():

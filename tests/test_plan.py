@@ -12,8 +12,8 @@ pytest.importorskip("cuda.bindings.driver", reason="cuda-bindings is not install
 import cuda.bindings.driver as real  # noqa: E402
 
 from gemvtune import GemvConfig, Shape, SplitKConfig  # noqa: E402
+from gemvtune.device import plan as planmod  # noqa: E402
 from gemvtune.errors import GemvtuneError  # noqa: E402
-from gemvtune.kernels import plan as planmod  # noqa: E402
 from gemvtune.kernels.epilogue import Epilogue  # noqa: E402
 from gemvtune.kernels.launchspec import launch_spec  # noqa: E402
 
@@ -127,7 +127,7 @@ def test_invalid_context_is_retried_inside_the_devices_context(fake):
 
 
 def test_plan_cache_refuses_to_build_during_capture(fake, monkeypatch):
-    monkeypatch.setattr("gemvtune.kernels.compile.compile_variant",
+    monkeypatch.setattr("gemvtune.build.compile.compile_variant",
                         lambda *a, **k: pytest.fail("must not compile during capture"))
     fake.is_capturing = True
     cache = planmod.PlanCache()

@@ -4,7 +4,7 @@ import jinja2
 import pytest
 
 from gemvtune import LLAMA_CPP, GemvConfig, Shape, UsageError
-from gemvtune.kernels.render import _env, render, source_hash, templates_dir
+from gemvtune.build.render import _env, render, source_hash, templates_dir
 
 
 def test_deterministic():
@@ -67,7 +67,7 @@ def test_fp16_sources_are_byte_identical_to_before_bf16():
 
     from gemvtune.kernels.epilogue import Epilogue
     from gemvtune.kernels.families import config_from_dict
-    from gemvtune.kernels.seed import seed_source
+    from gemvtune.runners.cuda.seed import seed_source
 
     data = json.loads((Path(__file__).parent / "data" / "fp16_render_hashes.json").read_text())
     assert len(data["entries"]) > 400 and {e["config"]["family"] for e in data["entries"]} == {"gemv", "splitk", "mma", "ring"}

@@ -5,12 +5,12 @@ and verification against float64 on odd shapes at n = 1, 3, 8, 16 (GPU)."""
 import pytest
 from cover import cover, verify_failures
 
+from gemvtune.build.compile import CompileError, compile_variants
+from gemvtune.build.render import render
 from gemvtune.kernels import ring
-from gemvtune.kernels.compile import CompileError, compile_variants
 from gemvtune.kernels.epilogue import Epilogue
 from gemvtune.kernels.families import FAMILIES, config_from_dict, config_to_dict
 from gemvtune.kernels.launchspec import launch_spec
-from gemvtune.kernels.render import render
 from gemvtune.kernels.ring import RingConfig
 from gemvtune.kernels.shapes import Shape
 

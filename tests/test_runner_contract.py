@@ -11,7 +11,7 @@ from conftest import ROOT
 from fakes import FakeRunner, HangRunner
 
 from gemvtune import Shape
-from gemvtune.kernels.compile import DEFAULT_ARCH
+from gemvtune.build.compile import DEFAULT_ARCH
 from gemvtune.kernels.gemv import DOMAINS
 from gemvtune.runners.base import CompilesAhead, DeviceRunner, Runner, RunnerBase, contract_members, missing_members
 from gemvtune.runners.isolated import IsolatedRunner
@@ -61,7 +61,7 @@ def test_isolated_runner_satisfies_the_contract_without_a_child():
 
 
 def test_cuda_runner_class_defines_the_device_contract():
-    from gemvtune.runners.cuda.baselines import Harness
+    from gemvtune.runners.cuda.libtimers import Harness
     from gemvtune.runners.cuda.runner import CudaRunner
     from gemvtune.runners.cuda.verify import Verifier
 
@@ -136,7 +136,7 @@ def test_scope_enters_device_stream_and_allocator_and_leaves_them(monkeypatch, n
     global allocator is never set."""
     from types import SimpleNamespace
 
-    from gemvtune.runners.cuda import _cupy
+    from gemvtune.device import _cupy
 
     log = []
 
@@ -175,7 +175,8 @@ class _Stream:
 
 
 def test_verifier_is_a_part_given_its_stream_and_generator(monkeypatch):
-    from gemvtune.runners.cuda import _cupy, verify
+    from gemvtune.device import _cupy
+    from gemvtune.runners.cuda import verify
     from gemvtune.runners.timing import error_bound
 
     monkeypatch.setattr(_cupy, "cp", np)
@@ -254,7 +255,7 @@ def test_l2_flush_part_writes_three_l2s_then_discards_them(monkeypatch):
 def test_cublas_torch_baseline_graph_lengths():
     """cuBLAS's torch baseline is timed at the runner's length and at about 96 calls in whole passes
     (issue 19: it runs fastest near 96 calls per graph); one flushed pass stays one length."""
-    from gemvtune.runners.cuda.baselines import SHORT_GRAPH, graph_lengths
+    from gemvtune.runners.cuda.libtimers import SHORT_GRAPH, graph_lengths
 
     assert graph_lengths(240, 6, False) == [240, 96]
     assert graph_lengths(74, 2, False) == [74]            # already shorter than 96 calls

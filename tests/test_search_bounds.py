@@ -94,7 +94,7 @@ def test_a_run_of_fruitless_proposals_ends_the_search():
 
 def test_optuna_logging_is_left_as_found():
     code = ("import optuna, logging; optuna.logging.set_verbosity(optuna.logging.INFO); "
-            "import gemvtune.tuning.search, gemvtune.tuning.study, gemvtune.reports.studyplots, gemvtune.cli.search; "
+            "import gemvtune.tuning.search, gemvtune.tuning.study, gemvtune.reports.studyplots, gemvtune.cli.search_cmd; "
             "print(logging.getLogger('optuna').level)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert r.stdout.strip() == str(logging.INFO), r.stderr   # importing does not change it

@@ -11,7 +11,7 @@ import pytest
 from fakes import FakeRunner
 
 from gemvtune import Shape, UsageError
-from gemvtune.cli.search import search, worker
+from gemvtune.cli.search_cmd import search, worker
 from gemvtune.kernels.gemv import DOMAINS
 from gemvtune.tuning.search import run_search
 from gemvtune.tuning.search_options import (

@@ -20,7 +20,7 @@ def test_defaults_and_values(monkeypatch, tmp_path):
 
 
 def test_compile_cache_follows_the_setting(monkeypatch, tmp_path):
-    from gemvtune.kernels.compile import _cache_dir
+    from gemvtune.build.compile import _cache_dir
 
     monkeypatch.setenv("GEMVTUNE_CACHE_DIR", str(tmp_path))
     assert _cache_dir() == tmp_path / "cubin" and (tmp_path / "cubin").is_dir()

@@ -131,7 +131,7 @@ def _sk_entry(cfg, us, gemv_us):
 
 def test_batch_entries_dispatch_by_n_and_crossover(tmp_path):
     from gemvtune.kernels.splitk import SplitKConfig
-    from gemvtune.reports.crossover import crossover_frame, crossovers, plot_crossover
+    from gemvtune.transition.crossover import crossover_frame, crossovers, plot_crossover
 
     p = tmp_path / "t.json"
     sk = SplitKConfig(mt=1, warps=2, split=8)

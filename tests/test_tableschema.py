@@ -11,11 +11,11 @@ import pytest
 from conftest import ROOT, run_cli
 
 from gemvtune import UsageError
-from gemvtune.reports.crossover import crossover_frame
 from gemvtune.reports.tablereport import table_frame, table_summary
 from gemvtune.runtime.export import build_header
 from gemvtune.runtime.route import choose
 from gemvtune.runtime.table import load_table
+from gemvtune.transition.crossover import crossover_frame
 
 TABLE = ROOT / "results" / "nvidia-h200" / "table.json"
 GEMV_KEY, SK_KEY = "1024x16384x2", "1024x16384x4"   # a gemv winner with a splitk best; a splitk winner

@@ -3,8 +3,8 @@ import math
 
 import pytest
 
-from gemvtune.reports.report import provenance, shape_table, write_csv
-from gemvtune.reports.summary import summarize_bench
+from gemvtune.bench.summary import summarize_bench
+from gemvtune.reports.runcsv import provenance, shape_table, write_csv
 from gemvtune.runners.base import Measurement
 from gemvtune.runners.timing import (
     MAX_COPIES,

@@ -172,7 +172,7 @@ class _HostPlan:
 
         import numpy as np
 
-        from gemvtune.runners.elems import from_float32, to_float64
+        from gemvtune.device.elems import from_float32, to_float64
 
         def view(ptr, count):
             a = np.ctypeslib.as_array((ctypes.c_uint16 * count).from_address(ptr))
@@ -295,7 +295,7 @@ def block():
 
 def _spy(monkeypatch):
     """Records every launch of a tuned kernel (any LaunchPlan) by (M, d, n)."""
-    from gemvtune.kernels.plan import LaunchPlan
+    from gemvtune.device.plan import LaunchPlan
 
     calls = []
     real = LaunchPlan.launch

@@ -9,11 +9,11 @@ import math
 
 import pytest
 
-from gemvtune.clients import transition as tr
 from gemvtune.errors import NoDeviceError, UsageError
 from gemvtune.kernels.shapes import MAX_BATCH, Shape
-from gemvtune.reports import transition as rt
 from gemvtune.runners.base import Measurement
+from gemvtune.transition import measure as tr
+from gemvtune.transition import report as rt
 
 
 # ---- the batch list -------------------------------------------------------------------------------
@@ -271,7 +271,7 @@ def test_check_linear_catches_a_wrong_row():
 # ---- the command's bad input -------------------------------------------------------------------------------
 def _run(monkeypatch, capsys, *args, gpu=None):
     from gemvtune.cli import main as climain
-    from gemvtune.cli import transition as cmd
+    from gemvtune.cli import transition_cmd as cmd
 
     monkeypatch.setitem(climain.cli.commands, "transition", cmd.transition)   # registered by main.py or not
     called: list[bool] = []
@@ -387,10 +387,10 @@ def test_run_transition_loads_the_default_table_for_small_batches(monkeypatch, t
 def test_cublaslt_series_is_skipped_with_the_reason_without_the_bindings(monkeypatch):
     """Without nvmath-python's cuBLASLt bindings the series refuses every n with the library's one line
     (a skipped row), never an exception; WideShape names a batch past 16 like Shape does."""
-    from gemvtune.clients import transition as tr
-    from gemvtune.clients.transition_lt import WideShape
+    from gemvtune.device import ltplan
     from gemvtune.errors import GemvtuneError
-    from gemvtune.kernels import ltplan
+    from gemvtune.transition import measure as tr
+    from gemvtune.transition.lt import WideShape
 
     def missing():
         raise GemvtuneError("nvmath-python is not installed: pip install 'gemvtune[blas]'")
@@ -410,8 +410,9 @@ def test_wide_shape_carries_every_attribute_the_cublaslt_plans_read_of_a_shape()
     series once failed on the GPU with "'WideShape' object has no attribute 'dtype'" after Shape gained dtype."""
     import re
 
-    from gemvtune.clients.transition_lt import WideShape
-    from gemvtune.kernels import cublaslt, ltplan
+    from gemvtune.device import ltplan
+    from gemvtune.kernels import cublaslt
+    from gemvtune.transition.lt import WideShape
 
     read = set()
     for mod in (ltplan, cublaslt):

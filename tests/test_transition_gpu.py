@@ -19,10 +19,10 @@ def test_transition_small_shape_writes_csv_and_png(tmp_path, monkeypatch):
     import pandas as pd
     from click.testing import CliRunner
 
-    from gemvtune.cli.transition import transition
-    from gemvtune.clients.transition import TUNED_REASON
-    from gemvtune.reports.transition import COLUMNS
+    from gemvtune.cli.transition_cmd import transition
     from gemvtune.runners.cuda import CudaRunner
+    from gemvtune.transition.measure import TUNED_REASON
+    from gemvtune.transition.report import COLUMNS
     from gemvtune.workspace import gpu_slug
 
     name = CudaRunner().device_info()["name"]

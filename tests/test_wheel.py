@@ -58,7 +58,7 @@ def test_the_wheel_holds_the_h200_table_and_cost_model_byte_for_byte(unpacked):
         assert f"gemvtune/tables/nvidia-h200/{name}" in names
         assert (tmp / "site" / "gemvtune" / "tables" / "nvidia-h200" / name).read_bytes() == \
             (RESULTS / "nvidia-h200" / name).read_bytes()
-    assert any(n.startswith("gemvtune/templates/") for n in names)
+    assert any(n.startswith("gemvtune/build/templates/") for n in names)
     assert not any(n.startswith(("results/", "tests/", "scripts/")) for n in names), sorted(names)[:20]
 
 

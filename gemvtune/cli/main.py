@@ -76,7 +76,7 @@ def space(shape_text: str, batch: str) -> None:
               help="preset (llama), JSON object, or key=value,... over the llama.cpp point")
 def render(shape_text: str, config_text: str) -> None:
     """Print the CUDA source of one variant."""
-    from ..kernels.render import render as render_source
+    from ..build.render import render as render_source
 
     click.echo(render_source(sp.parse_config(config_text), parse_shape(shape_text)), nl=False)
 
@@ -90,7 +90,7 @@ def render(shape_text: str, config_text: str) -> None:
 @click.option("--seed", default=0, show_default=True, type=SEED, help="seed of sample:N")
 def compile_check(shape_text: str, spec: str, arch: str, jobs: int | None, seed: int) -> None:
     """Compile variants with NVRTC (no GPU needed) and print their resources."""
-    from ..kernels.compile import CompileError, compile_variants
+    from ..build.compile import CompileError, compile_variants
 
     shape = parse_shape(shape_text)
     configs = select_configs(spec, shape, seed)
@@ -175,7 +175,7 @@ def bench(shape_texts: tuple[str, ...], suite: str | None, model: str | None, sp
             raise UsageError(f"{opt} needs --hf-config")
     layers = None
     if layers_text is not None:
-        from ..clients.decodestep import check_decode_args
+        from ..bench.step import check_decode_args
 
         layers = check_decode_args(model, layers_text, shape_texts, suite, spec, batch_text)
     batches = parse_batches(batch_text)
@@ -199,19 +199,19 @@ def bench(shape_texts: tuple[str, ...], suite: str | None, model: str | None, sp
         load_table(table_path)  # a missing or corrupt table fails before any GPU work
         _gpu_check()
         if layers is not None:
-            from ..clients.decodestep import run_decode_step
+            from ..bench.step import run_decode_step
 
             assert model is not None   # (check_decode_args refused --layers without --model)
             run_decode_step(model, layers, table_path, out_dir, echo=click.echo, rounds=rounds)
             return
-        from ..clients.bench import run_tuned_bench
+        from ..bench.kernels import run_tuned_bench
 
         run_tuned_bench(shapes, table_path, out_dir, echo=click.echo, rounds=rounds, inductor=not no_inductor)
         return
     for s in shapes:
         select_configs(spec, s, seed)  # bad --configs fails before any GPU work
     _gpu_check()
-    from ..clients.bench import run_bench
+    from ..bench.kernels import run_bench
 
     run_bench(shapes, lambda s: select_configs(spec, s, seed), out_dir, echo=click.echo,
               spin_check=not no_spin_check, inductor=not no_inductor)
@@ -221,8 +221,8 @@ def _bench_hf(hf_config: str, layers_text: str | None, tokens_text: str | None, 
               table_path: str | None, out_dir: str | None, rounds: int, seed: int, shape_texts: tuple[str, ...],
               suite: str | None, model: str | None, spec: str, batch_text: str, skips: dict[str, bool], dtype: str) -> None:
     """bench --hf-config: every check that needs no GPU first (options, the config file, transformers,
-    the table), then the GPU check, then gemvtune.clients.hfbench."""
-    from ..clients.hfbench import build_config, check_transformers, positive_int, read_config, run_hf_bench
+    the table), then the GPU check, then gemvtune.hf.bench."""
+    from ..hf.bench import build_config, check_transformers, positive_int, read_config, run_hf_bench
 
     clash = [opt for opt, given in (("--shape", shape_texts), ("--suite", suite), ("--model", model),
                                     ("--configs", spec != "tuned"), ("--batch", str(batch_text).strip() != "1"),
@@ -241,7 +241,7 @@ def _bench_hf(hf_config: str, layers_text: str | None, tokens_text: str | None, 
         load_table(table_path)                          # a missing or corrupt table fails before any GPU work
     _gpu_check()
     if table_path is None:
-        from ..clients.hfbench import default_table_path
+        from ..hf.bench import default_table_path
         from ..runtime.table import load_table
 
         table_path = default_table_path()               # results/<gpu>/table.json, named as torch sees the GPU
@@ -263,7 +263,7 @@ def verify(shape_texts: tuple[str, ...], spec: str, seed: int, batch: str, dtype
     shapes = [parse_shape(t, n, dtype) for t in shape_texts for n in parse_batches(batch)]
     picks = {s: select_configs(spec, s, seed) for s in shapes}
     _gpu_check()
-    from ..kernels.compile import compile_variants
+    from ..build.compile import compile_variants
     from ..runners.cuda import CudaRunner
 
     r = CudaRunner()
@@ -284,14 +284,14 @@ def verify(shape_texts: tuple[str, ...], spec: str, seed: int, batch: str, dtype
 
 # The one registration point of the commands defined in the other cli_* modules (they import nothing
 # from here: no import loop).
-from . import check as cli_check  # noqa: E402
-from . import costmodel as cli_costmodel  # noqa: E402
-from . import export as cli_export  # noqa: E402
-from . import percall as cli_percall  # noqa: E402
-from . import replay as cli_replay  # noqa: E402
+from . import check_cmd as cli_check  # noqa: E402
+from . import costmodel_cmd as cli_costmodel  # noqa: E402
+from . import export_cmd as cli_export  # noqa: E402
+from . import percall_cmd as cli_percall  # noqa: E402
+from . import replay_cmd as cli_replay  # noqa: E402
 from . import reporting as cli_reporting  # noqa: E402
-from . import search as cli_search  # noqa: E402
-from . import transition as cli_transition  # noqa: E402
+from . import search_cmd as cli_search  # noqa: E402
+from . import transition_cmd as cli_transition  # noqa: E402
 
 for _cmd in (cli_search.search, cli_search.worker, cli_replay.sweep, cli_replay.study, cli_replay.study_report,
              cli_replay.plot_study, cli_export.export, cli_percall.percall, cli_transition.transition,

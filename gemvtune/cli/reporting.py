@@ -19,7 +19,7 @@ from .options import writable_dir as _writable_dir
 @click.option("--md", "md_path", default=None, help="also write the markdown here")
 def summarize(csv_path: str, md_path: str | None) -> None:
     """Summarize a bench CSV (baselines, best variant per shape, spin vs graph, reference numbers)."""
-    from ..reports.summary import summarize_bench
+    from ..bench.summary import summarize_bench
 
     if md_path is not None:
         writable_file(md_path, "--md file")
@@ -62,7 +62,7 @@ def report(table_path: str, csv_path: str | None, cross_dir: str | None) -> None
             raise UsageError(f"cannot write --csv file {csv_path}: {e.strerror or e}") from None
         click.echo(f"wrote {csv_path}")
     if out is not None:
-        from ..reports.crossover import crossover_frame, crossover_markdown, crossovers, plot_crossover
+        from ..transition.crossover import crossover_frame, crossover_markdown, crossovers, plot_crossover
 
         df = crossover_frame(t)
         write_csv(df, out / "crossover.csv", float_format="%.6g")

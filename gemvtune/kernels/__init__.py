@@ -1,5 +1,5 @@
-"""The kernel space: shapes (and the model presets they come from), each family's configs and their
-validity (``gemv``, ``splitk``, ``mma``, ``ring`` with their shared tensor-core tiling in ``tctiles``, the library family ``cublaslt`` with its
-cuBLASLt plans in ``ltplan``, registered in ``families``; the seed kernel as written in ``seed``), epilogues, the launches of one call
-(``launchspec``), CUDA source from the Jinja2 templates (``render``), NVRTC (``compile``) and a
-compiled variant ready to launch (``plan``). Pure Python except ``compile`` and ``plan``; no cupy."""
+"""The kernel space, pure Python: shapes (and the model presets they come from, ``shapes``, ``census``, HF configs in
+``hfconfig``), each family's configs and their validity (``gemv``, ``splitk``, ``mma``, ``ring`` with their shared
+tensor-core tiling in ``tctiles``, the library family ``cublaslt``), registered in ``families``, epilogues
+(``epilogue``) and the launches of one call (``launchspec``). No NVRTC, no GPU: the build is ``gemvtune.build``,
+launching is ``gemvtune.device``."""

@@ -5,7 +5,7 @@ custom option, inner shape and cluster shape, as the integers cuBLASLt's enums g
 
 The space of a shape is what cuBLASLt's heuristic (``cublasLtMatmulAlgoGetHeuristic``) returns for it on
 the GPU, split-K algorithms included: nothing here can list it without a GPU. A search measures the
-heuristic's top algorithms like every other variant (``gemvtune.kernels.ltplan`` builds and launches them;
+heuristic's top algorithms like every other variant (``gemvtune.device.ltplan`` builds and launches them;
 a runner offers them through ``HasCublasLt``); an algorithm the library refuses is a measurement with its
 reason, never an exception out of a search.
 

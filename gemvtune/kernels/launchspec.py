@@ -1,7 +1,7 @@
 """The launches of one call of a variant, as data (pure: no GPU): kernels in order with grid and block,
 the workspace, the alignment its loads need and whether it uses programmatic dependent launch.
 
-Every place that launches a variant reads it from here: the run-time plan (``gemvtune.kernels.plan``: the
+Every place that launches a variant reads it from here: the run-time plan (``gemvtune.device.plan``: the
 runner, the dispatcher, the PyTorch op and the decode-step benchmark) and the exported C++ header.
 
 Kernel ABI, shared by every kernel of every family (the main kernel and its helpers):

@@ -9,7 +9,7 @@ from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from ..kernels.compile import DEFAULT_ARCH
+from ..build.compile import DEFAULT_ARCH
 from ..kernels.families import DEFAULT_FAMILY
 from ..kernels.shapes import Shape
 
@@ -134,7 +134,7 @@ class CompilesAhead(Runner, Protocol):
 
 @runtime_checkable
 class DeviceRunner(CompilesAhead, Protocol):
-    """A runner on a real device (CudaRunner): what the benchmarks (gemvtune.clients.bench, decodestep and
+    """A runner on a real device (CudaRunner): what the benchmarks (gemvtune.bench.kernels, decodestep and
     runners.cuda.decode), the sweep, ``gemvtune ceiling``/``compile-check``, scripts/ and the GPU tests
     use besides the Runner contract. Every method that enqueues GPU work does it on the runner's
     device and stream (``on_stream``) and leaves the caller's current device and stream as they were.

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..kernels.compile import precompile_variant
+from ..build.compile import precompile_variant
 from ..kernels.shapes import Shape
 from .base import Measurement, RunnerBase, Status
 

@@ -6,7 +6,7 @@ dispatch is exact: ``gemvtune_gemv`` for FP16 W and X, and, where the table has 
 shape whose winner is a library's algorithm (cuBLASLt) is marked "use your BLAS" with the algorithm's
 attributes and description (``gemvtune_blas_algorithm``), and no source. The C++
 text is templates/export_header.h.j2; this module gives it only validated numbers, identifiers and labels,
-the GPU name's safe ASCII subset, and each tuned kernel as gemvtune.kernels.render renders it."""
+the GPU name's safe ASCII subset, and each tuned kernel as gemvtune.build.render renders it."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ import re
 from pathlib import Path
 from typing import Any
 
+from ..build.render import render, templates_dir
 from ..errors import UsageError
 from ..kernels.families import is_library
 from ..kernels.launchspec import launch_spec
-from ..kernels.render import render, templates_dir
 from ..kernels.shapes import Shape
 from .table import Table, entry_key
 from .tableschema import ascii_words
@@ -66,7 +66,7 @@ def _ints(values: Any) -> list[int]:
 
 def _entry(config: Any, shape: Shape, spec: Any) -> dict[str, Any]:
     """One tuned shape's values for the template: its rendered kernel(s) (the family's template, through
-    gemvtune.kernels.render) and the launches of its ``run``."""
+    gemvtune.build.render) and the launches of its ``run``."""
     body, macros = _namespaced(render(config, shape))
     return {"key": entry_key(shape), "family": _label(config.family), "label": _label(config.label),
             "ns": _ident(namespace_of(shape)), "body": body.strip(), "M": int(shape.M),
@@ -91,7 +91,7 @@ def _blas(config: Any, shape: Shape) -> dict[str, Any]:
 
 @functools.lru_cache(maxsize=1)
 def _env() -> Any:
-    """Like gemvtune.kernels.render's (StrictUndefined, no autoescape: C++, not HTML), with block tags that leave no line."""
+    """Like gemvtune.build.render's (StrictUndefined, no autoescape: C++, not HTML), with block tags that leave no line."""
     import jinja2
 
     return jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir())), undefined=jinja2.StrictUndefined,

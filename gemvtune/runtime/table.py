@@ -22,7 +22,7 @@ from .keys import entry_key, entry_shape
 log = logging.getLogger("gemvtune")
 
 if TYPE_CHECKING:
-    from ..runners.cuda import Dispatcher
+    from ..device.dispatch import Dispatcher
 
 SCHEMA_VERSION = 1
 
@@ -276,7 +276,7 @@ class Table:
         if self._dispatch is None or not self._gpu_checked:
             # no device at all is said first (exit 3 on the command line), then arrays in host memory, and only
             # then could the check of the table's GPU warn
-            from ..runners.cuda.dispatch import Dispatcher, check_arrays
+            from ..device.dispatch import Dispatcher, check_arrays
 
             if self._dispatch is None:
                 self._dispatch = Dispatcher()

@@ -67,7 +67,7 @@ def current_gpu_name() -> str:
                 return str(torch.cuda.get_device_name(torch.cuda.current_device()))
         except Exception:   # (a broken CUDA build of torch): ask CuPy
             pass
-    from ..runners.cuda._cupy import cp, cuda_available
+    from ..device._cupy import cp, cuda_available
 
     why = cuda_available()
     if why or cp is None:

@@ -22,9 +22,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from ..device.ltplan import route_plan
 from ..errors import UsageError
 from ..kernels.epilogue import Epilogue
-from ..kernels.ltplan import route_plan
 from ..kernels.shapes import MAX_BATCH, Shape
 
 _ALIGN = 16          # bytes: the widest load of any kernel (half8 / 16-byte W and x loads)

@@ -3,4 +3,4 @@ trials, stopping: ``spacebound``), ``confirm`` (the top configs re-measured in r
 (the command's driver: trial CSVs and table entries), ``search_options`` (every search option declared
 once), ``samplers``, ``storage``/``journal`` (Optuna storages kept readable), ``coord``/``workers``
 (many workers sharing a study), ``sweep`` (whole grids recorded for replay) and ``study`` (search
-quality on recorded sweeps)."""
+quality on recorded sweeps). ``check`` keeps a table right: its entries re-measured, the stale ones listed."""

@@ -12,9 +12,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..build.compile import compile_variants
 from ..cells import write_csv
 from ..errors import UsageError
-from ..kernels.compile import compile_variants
 from ..kernels.families import DEFAULT_FAMILY, get_family
 from ..kernels.shapes import Shape
 from ..provenance import provenance

@@ -1,13 +1,12 @@
-"""The CUDA runner: the only package that imports cupy. ``CudaRunner`` measures variants;
-``Dispatcher`` runs a table's tuned kernels.
+"""The CUDA runner: ``CudaRunner`` measures variants on a GPU through ``gemvtune.device``.
 
-``runner`` (CudaRunner) is made of parts, each given what it uses: ``verify`` (Verifier), ``timer``
-(Timer: graph and spin timing), ``auxkernels`` (the auxiliary kernels and the L2 flush), ``buffers``
-(one shape's rotating copies), ``device`` (device info, the read ceiling) and ``baselines`` (cuBLAS);
-``_cupy`` holds cupy and ``scope`` (device, stream and allocator for a block, the caller's back after)."""
+``runner`` (CudaRunner) is made of parts, each given what it uses: ``verify`` (Verifier), ``timer`` (Timer: graph
+and spin timing), ``auxkernels`` (the auxiliary kernels and the L2 flush), ``buffers`` (one shape's rotating
+copies), ``device`` (device info, the read ceiling), ``ltrunner`` (the cuBLASLt family) and ``libtimers`` (the
+baselines timed in the same harness: cuBLAS, Inductor in ``inductor``, the llama.cpp ``seed`` kernel); ``decode``
+is the decode-step benchmark's GPU half."""
 
-from ._cupy import cuda_available
-from .dispatch import Dispatcher
+from ...device._cupy import cuda_available
 from .runner import CudaRunner
 
-__all__ = ["CudaRunner", "Dispatcher", "cuda_available"]
+__all__ = ["CudaRunner", "cuda_available"]

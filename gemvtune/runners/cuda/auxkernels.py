@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from ...kernels.compile import compile_source
-from ._cupy import cp
+from ...build.compile import compile_source
+from ...device._cupy import cp
 
 AUX_SRC = r"""
 extern "C" __global__ void read_stream(const uint4* __restrict__ p, unsigned long long n, unsigned int* out) {

@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ...device._cupy import cp, rand_elems
 from ...kernels.shapes import Shape
 from ..timing import copies_for, flushes_l2
-from ._cupy import cp, rand_elems
 from .verify import x_shape, y_shape
 
 

@@ -5,7 +5,7 @@ captured in ONE CUDA graph per implementation, replays timed between CUDA events
 Each linear reads its own fixed random x (the chain is not numerically connected: only the memory
 traffic and the launch sequence of a real step are reproduced). All of it runs on the runner's device and
 stream (``runner.on_stream()``); the caller's current ones are left alone. Orchestration and reports:
-gemvtune.clients.decodestep."""
+gemvtune.bench.step."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from ...device._cupy import cp, rand_elems
 from ...kernels.shapes import Shape
 from ..timing import error_bound
-from ._cupy import cp, rand_elems
-from .baselines import torch_graph, torch_replay_times
+from .libtimers import torch_graph, torch_replay_times
 
 
 def free_bytes(device: int | None = None) -> int:

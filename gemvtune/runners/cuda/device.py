@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
+from ...device._cupy import cp
 from ..timing import summarize
-from ._cupy import cp
 
 
 def pci_bus_id(props: dict[str, Any]) -> str:

@@ -18,10 +18,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...device._cupy import as_torch, from_torch
 from ...kernels.shapes import Shape
 from ..base import Measurement, Status
 from ..timing import library_bound
-from ._cupy import as_torch, from_torch
 
 INDUCTOR_KIND = "inductor"
 INDUCTOR_MODE = "max-autotune-no-cudagraphs"

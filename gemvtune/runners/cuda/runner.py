@@ -1,7 +1,7 @@
 """The CUDA runner's measuring half (this package is the only place that imports cupy).
 
-Compiles with NVRTC (gemvtune.kernels.compile, cached on disk by source hash) and launches every variant
-through its ``LaunchPlan`` (gemvtune.kernels.plan: cuda-bindings, raw pointers, the current CuPy stream), the
+Compiles with NVRTC (gemvtune.build.compile, cached on disk by source hash) and launches every variant
+through its ``LaunchPlan`` (gemvtune.device.plan: cuda-bindings, raw pointers, the current CuPy stream), the
 same launch path users get; all of the runner's work runs on its own device and stream (``on_stream``),
 never changing the caller's current device or stream; verifies every variant on fresh random inputs against a float64 reference before
 timing it; times like real decode: CUDA graphs of many launches over rotating weight copies whose
@@ -18,23 +18,23 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from ...build.compile import CompileError, compile_variant, precompile_variant
+from ...device._cupy import cp, cuda_available, rand_elems, scope
+from ...device.plan import LaunchPlan
 from ...errors import NoDeviceError
-from ...kernels.compile import CompileError, compile_variant, precompile_variant
 from ...kernels.cublaslt import HEURISTIC_TOP
 from ...kernels.epilogue import DEFAULT, Epilogue
 from ...kernels.families import config_to_dict, is_library
 from ...kernels.launchspec import launch_spec
-from ...kernels.plan import LaunchPlan
 from ...kernels.shapes import Shape
 from ..base import Measurement, RunnerBase, Status
 from ..timing import error_bound, gbps, launch_bound, launches_for, summarize
-from ._cupy import cp, cuda_available, rand_elems, scope
 from .auxkernels import AuxKernels, L2Flush, load_aux
-from .baselines import Baselines
 from .buffers import ShapeBuffers, make_buffers
-from .cublaslt import LtPart
 from .device import device_info, pci_bus_id, read_ceiling
 from .gpulock import GpuLock
+from .libtimers import Baselines
+from .ltrunner import LtPart
 from .timer import Before, Timer
 from .verify import Verifier
 from .verify import x_shape as _x_shape

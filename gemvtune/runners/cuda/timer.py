@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ._cupy import cp, scope
+from ...device._cupy import cp, scope
 
 Before = Callable[[Any], None]   # before(stream): enqueues untimed work ahead of a timed sample
 

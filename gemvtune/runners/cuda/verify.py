@@ -9,11 +9,11 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
+from ...device._cupy import cp, rand_elems, scope
+from ...device.elems import nan_fill, to_float64
 from ...kernels.epilogue import DEFAULT, Epilogue
 from ...kernels.shapes import Shape
-from ..elems import nan_fill, to_float64
 from ..timing import ROW_FACTOR
-from ._cupy import cp, rand_elems, scope
 
 
 def x_shape(shape: Shape) -> tuple[int, ...]:

@@ -1,0 +1,91 @@
+"""The check command: is a table still right on this GPU? Re-measures every entry's winner and its cuBLAS
+baselines in one process and flags drift past 3% or a loss to cuBLAS; ``--stale-only`` (no GPU) lists the entries
+worth re-tuning (searched with less than the default budget, or beaten by the cost model's predicted best)."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from pathlib import Path
+
+import click
+
+from ..cells import write_csv
+from ..errors import GemvtuneError, UsageError
+from ..kernels.shapes import parse_shape
+from ..safefile import write_text
+from .options import DTYPE
+from .options import gpu_check as _gpu_check
+from .options import writable_dir as _writable_dir
+
+
+def _write(rows: list[dict], out: Path, tag: str, meta: dict) -> Path:
+    import pandas as pd
+
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
+    path = out / f"{tag}-{stamp}.csv"
+    try:
+        write_csv(pd.DataFrame(rows), path, float_format="%.6g")
+        write_text(path.with_suffix(".json"), json.dumps(meta, indent=1, sort_keys=True, default=str) + "\n")
+    except OSError as e:
+        raise UsageError(f"cannot write {path}: {e.strerror or e}") from None
+    return path
+
+
+@click.command("check")
+@click.option("--table", "table_path", required=True, help="the table to check, e.g. results/nvidia-h200/table.json")
+@click.option("--shape", "shape_texts", multiple=True, help="M x d[@n] entries to check (default: every entry)")
+@click.option("--rounds", default=2, show_default=True, type=click.IntRange(1, 20), help="interleaved re-measurements")
+@click.option("--framework", type=click.Choice(["torch", "cupy"]), default="torch", show_default=True,
+              help="whose cuBLAS path the winner must beat (torch F.linear, or cupy.matmul)")
+@click.option("--stale-only", is_flag=True, default=False,
+              help="no GPU: list the entries to re-tune (budget below the default, or the cost model beside the "
+                   "table predicts a config more than 3% faster than the winner)")
+@click.option("--out", "out_dir", default=None, help="folder for the CSV (default: <table folder>/check)")
+@click.option("--strict", is_flag=True, default=False, help="exit 1 when an entry is flagged (or stale)")
+@DTYPE
+def check(table_path: str, shape_texts: tuple[str, ...], rounds: int, framework: str, stale_only: bool,
+          out_dir: str | None, strict: bool, dtype: str) -> None:
+    """Re-measure a table's winners and baselines on this GPU (one process, interleaved) and flag every entry
+    whose winner drifted more than 3% from its record or lost to cuBLAS; with --stale-only, list the entries
+    worth re-tuning, without a GPU."""
+    from ..reports.runcsv import provenance
+    from ..runtime.table import load_table
+    from ..tuning.check import recheck, stale
+
+    table = load_table(table_path)
+    keys = set(table.keys())
+    shapes = []
+    for t in shape_texts:
+        base, _, n = t.partition("@n")
+        if n and not n.isdigit():
+            raise UsageError(f"malformed --shape {t!r}: expected MxD or MxD@nN, e.g. 4096x4096@n8")
+        shapes.append(parse_shape(base, int(n) if n else 1, dtype))
+    missing = [str(s) for s in shapes if (s.M, s.d, s.n, s.dtype) not in keys]
+    if missing:
+        raise UsageError(f"not in the table {table_path}: {', '.join(missing)}")
+    from ..kernels.shapes import Shape
+
+    shapes = shapes or [Shape(*k) for k in sorted(keys)]
+    out = _writable_dir(out_dir or str(Path(table_path).parent / "check"))
+    if stale_only:
+        rows = [r for r in stale(table, table.costmodel) if any(str(s) == r["shape"] for s in shapes)]
+        for r in rows:
+            click.echo(f"{r['shape']:>16s} {r['winner']:<44s} {r['why']}")
+        path = _write(rows, out, "stale", provenance(None, table=str(table_path)))
+        click.echo(f"{len(rows)} of {len(shapes)} entries to re-tune; wrote {path}")
+        if strict and rows:
+            raise GemvtuneError(f"{len(rows)} stale entries (--strict)")
+        return
+    _gpu_check()
+    from ..bench.kernels import _start
+
+    runner, dev, ceil = _start(click.echo)
+    table._check_gpu(dev["name"])
+    rows = recheck(runner, table, shapes, rounds, framework, echo=click.echo)
+    path = _write(rows, out, "check", provenance(dev, ceiling=ceil, table=str(table_path), rounds=rounds,
+                                                  framework=framework))
+    flagged = [r for r in rows if r["flags"]]
+    click.echo(f"{len(flagged)} of {len(rows)} entries flagged (drift > 3% or lost to cuBLAS); wrote {path}")
+    if strict and flagged:
+        raise GemvtuneError(f"{len(flagged)} flagged entries (--strict)")
