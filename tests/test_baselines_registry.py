@@ -13,7 +13,7 @@ from gemvtune.runtime.route import measured
 
 
 def test_every_measured_baseline_kind_is_registered():
-    src = (ROOT / "gemvtune" / "runners" / "cuda" / "baselines.py").read_text()
+    src = (ROOT / "gemvtune" / "runners" / "cuda" / "libtimers.py").read_text()
     kinds = set(re.findall(r'Measurement\.of\("[^"]*", "([^"]+)"', src))
     from gemvtune.runners.cuda.inductor import INDUCTOR_KIND
     from gemvtune.runners.cuda.seed import SEED_KIND
