@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import io
 import os
 import stat
 import tempfile
@@ -182,9 +183,23 @@ def write_text(path: str | Path, text: str, what: str = "output") -> None:
     write_with(path, lambda f: f.write(text), what)
 
 
+def palette_png(raw: bytes) -> bytes:
+    """A plot's PNG in 256 colours (Pillow, matplotlib's own dependency): a line plot's few colours and their
+    antialiasing look the same, in a third of the bytes (the H200's 35 committed plots: 1.87 MB -> 0.65 MB)."""
+    from PIL import Image
+
+    out = io.BytesIO()
+    with Image.open(io.BytesIO(raw)) as im:
+        im.convert("RGB").quantize(256).save(out, "PNG", optimize=True)
+    return out.getvalue()
+
+
 def savefig(fig: Any, path: str | Path, dpi: int = 110, what: str = "plot") -> None:
-    """A matplotlib figure saved as PNG whole or not at all."""
-    write_with(path, lambda f: fig.savefig(f, format="png", dpi=dpi), what, binary=True)
+    """A matplotlib figure saved as a 256-colour PNG (``palette_png``), whole or not at all."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    png = palette_png(buf.getvalue())
+    write_with(path, lambda f: f.write(png), what, binary=True)
 
 
 def probe_folder(folder: Path, what: str) -> None:

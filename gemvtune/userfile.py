@@ -100,10 +100,14 @@ def read_bytes(path: str | Path, what: str, cap: int) -> bytes:
 
 
 def read_maybe_gz(path: str | Path, what: str, cap: int) -> bytes:
-    """read_bytes, and for a name ending in .gz its gzip content, decompressed to at most ``cap`` bytes (a
-    decompression bomb stops at the cap): one UsageError for a file that is not gzip or is truncated."""
+    """read_bytes, and for a name ending in .gz (gzip) or .xz (xz) its content, decompressed to at most ``cap``
+    bytes (a decompression bomb stops at the cap): one UsageError for a file that is not what its name says or
+    is truncated."""
     raw = read_bytes(path, what, cap)
-    if not str(path).endswith(".gz"):
+    name = str(path)
+    if name.endswith(".xz"):
+        return _unxz(raw, path, what, cap)
+    if not name.endswith(".gz"):
         return raw
     import zlib
 
@@ -116,6 +120,21 @@ def read_maybe_gz(path: str | Path, what: str, cap: int) -> bytes:
             raise UsageError(f"{what} {path} is a truncated gzip file")
     except zlib.error as e:
         raise UsageError(f"{what} {path} is not a gzip file ({e})") from None
+    return out
+
+
+def _unxz(raw: bytes, path: str | Path, what: str, cap: int) -> bytes:
+    import lzma
+
+    d = lzma.LZMADecompressor(format=lzma.FORMAT_XZ)
+    try:
+        out = d.decompress(raw, max_length=cap + 1)
+    except lzma.LZMAError as e:
+        raise UsageError(f"{what} {path} is not an xz file ({e})") from None
+    if len(out) > cap:
+        raise UsageError(f"{what} {path} decompresses to more than the {cap} bytes any such file has")
+    if not d.eof:
+        raise UsageError(f"{what} {path} is a truncated xz file")
     return out
 
 

@@ -22,9 +22,12 @@ from gemvtune.kernels.splitk import SplitKConfig
 pytest.importorskip("lightgbm", reason="the cost model needs LightGBM (gemvtune[model])")
 
 from gemvtune.model import costmodel as cm  # noqa: E402
-from gemvtune.model import dataset, features, loso  # noqa: E402
+from gemvtune.model import archive, dataset, features, loso  # noqa: E402
 
 RESULTS = ROOT / "results" / "nvidia-h200"
+
+
+COMMITTED = archive.read_archive(RESULTS / "measurements" / archive.ARCHIVE)
 
 
 @pytest.fixture(scope="module")
@@ -39,8 +42,8 @@ def small(tmp_path_factory):
     # named, not globbed: a later search of the same shape must not change what this fixture reads
     for name in ("search-4096x4096x1-bf16-20261202-065958", "search-4096x4096x1-bf16-20261202-105934",
                  "search-4096x4096x16-20261201-222726", "search-4096x4096x16-20261202-004919"):
-        shutil.copy(RESULTS / "measurements" / (name + ".csv.gz"), root / "searches")   # the committed copy, gzipped
-        shutil.copy(RESULTS / "measurements" / (name + ".json.gz"), root / "searches")
+        for ext in (".csv", ".json"):   # the committed bytes (packed in measurements/searches.json.xz)
+            (root / "searches" / (name + ext)).write_bytes(COMMITTED[name + ext])
     ds = dataset.load(root)
     model = cm.fit(list(zip(ds.frame["config"], ds.frame["shape"])), ds.frame["rel"].to_numpy(), ds.sm_count,
                    ds.gpu, ds.read_gbps, rounds=30)

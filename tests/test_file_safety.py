@@ -193,3 +193,29 @@ def test_table_lock_through_a_read_only_lock_file(tmp_path, monkeypatch):
     with locked(p):
         assert not flock_free(tmp_path / "table.json.lock")
     assert flock_free(tmp_path / "table.json.lock")
+
+
+def test_plots_are_written_as_256_colour_pngs(tmp_path):
+    """safefile.savefig: a PNG in palette mode, the same size in pixels, at most a third of the RGBA bytes."""
+    import io
+
+    import pytest
+
+    mpl = pytest.importorskip("matplotlib")
+    mpl.use("Agg")
+    import matplotlib.pyplot as plt
+    from PIL import Image
+
+    from gemvtune.safefile import savefig
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for k in range(6):
+        ax.plot(range(50), [((i * (k + 1)) % 17) / (k + 1) for i in range(50)], label=f"s{k}")
+    ax.legend()
+    rgba = io.BytesIO()
+    fig.savefig(rgba, format="png", dpi=110)
+    savefig(fig, tmp_path / "p.png")
+    plt.close(fig)
+    with Image.open(tmp_path / "p.png") as im, Image.open(io.BytesIO(rgba.getvalue())) as ref:
+        assert im.mode == "P" and im.size == ref.size
+    assert (tmp_path / "p.png").stat().st_size * 2 < len(rgba.getvalue())

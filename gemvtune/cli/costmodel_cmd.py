@@ -80,6 +80,20 @@ def fit_cmd(results_dir: str, out_path: str | None, rounds: int) -> None:
                f"of {len(ds.shapes)} shapes from {len(files)} files in {time.time() - t:.1f} s; wrote {out}")
 
 
+@costmodel.command("pack")
+@click.argument("folder")
+def pack_cmd(folder: str) -> None:
+    """Move a folder's search files (search-*.csv and .json, gzipped or not) into its searches.json.xz, the one
+    file the training data keeps them in (byte for byte; `costmodel fit` reads it as it reads the files)."""
+    from ..model.archive import ARCHIVE, pack
+
+    if not Path(folder).is_dir():
+        raise UsageError(f"pack: no folder {folder}")
+    names = pack(folder)
+    click.echo(f"packed {len(names)} search files into {Path(folder) / ARCHIVE}" if names
+               else f"no search files in {folder} to pack")
+
+
 @click.command("predict")
 @click.option("--shape", "shape_text", required=True, help="M x d, e.g. 5120x4096")
 @click.option("--batch", type=click.IntRange(1, MAX_BATCH), default=1, show_default=True, help="batch n")

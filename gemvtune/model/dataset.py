@@ -1,7 +1,7 @@
 """The cost model's training data: every verified, timed measurement a GPU's results folder records, from
 the sweeps (``sweep-*.csv.gz``, the GEMV family's grids at n = 1) and the searches
-(``search-*.csv[.gz]``, every family and batch), in ``measurements/`` (the committed data, compressed) and in the
-``sweeps/`` and ``searches/`` folders runs write. One row per (source, config, shape): the config (any
+(``search-*.csv[.gz]``, every family and batch), in ``measurements/`` (the committed data, compressed; the searches
+packed in one archive, ``model.archive``) and in the ``sweeps/`` and ``searches/`` folders runs write. One row per (source, config, shape): the config (any
 template family), the shape, the µs and the time relative to that run's read floor (``100 / pct_ceiling``:
 the floor is the weight bytes over the read ceiling measured in the same run), and where it came from.
 Rows that failed (compile, launch, wrong answer), were pruned as invalid, or hold a library's algorithm are
@@ -10,8 +10,10 @@ left out; a file that cannot be read is skipped with its reason, never half-read
 from __future__ import annotations
 
 import io
+import json
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,7 +23,6 @@ import pandas as pd
 from ..errors import UsageError
 from ..kernels.families import DEFAULT_FAMILY, FAMILIES, config_from_dict
 from ..kernels.shapes import Shape
-from ..userfile import read_json
 from ..workspace import Workspace
 
 _NAME = re.compile(r"^(?:sweep|search)-(\d+)x(\d+)x(\d+)(?:-(bf16))?(?:-\d{8}-\d{6})?\.csv(?:\.gz)?$", re.ASCII)
@@ -42,15 +43,12 @@ class Dataset:
         return sorted(set(self.frame["shape"]), key=lambda s: (s.n, s.M, s.d))
 
 
-def _rows(path: Path, kind: str) -> list[dict[str, Any]]:
-    m = _NAME.match(path.name)
+def _rows(name: str, raw: bytes, kind: str) -> list[dict[str, Any]]:
+    m = _NAME.match(name)
     if m is None:
         raise ValueError("not a sweep or search CSV name")
     shape = Shape(int(m.group(1)), int(m.group(2)), int(m.group(3)), m.group(4) or "fp16")
-    from ..userfile import SWEEP_BYTES, read_bytes
-
-    raw = read_bytes(path, kind, SWEEP_BYTES)   # a regular file, capped (a UsageError is a ValueError: skipped)
-    df = pd.read_csv(io.BytesIO(raw), low_memory=False, compression="gzip" if path.name.endswith(".gz") else None)
+    df = pd.read_csv(io.BytesIO(raw), low_memory=False)
     if "status" not in df or "pct_ceiling" not in df or "us_median" not in df:
         raise ValueError("no status, us_median or pct_ceiling column")
     df = df[(df["status"] == "ok") & (df["pct_ceiling"] > 0) & (df["us_median"] > 0)]
@@ -71,33 +69,53 @@ def _rows(path: Path, kind: str) -> list[dict[str, Any]]:
         if not cfg.is_valid(shape):
             continue
         out.append({"config": cfg, "shape": shape, "family": fam, "us": float(rec["us_median"]),
-                    "rel": 100.0 / float(rec["pct_ceiling"]), "source": path.name, "kind": kind})
+                    "rel": 100.0 / float(rec["pct_ceiling"]), "source": name, "kind": kind})
     return out
 
 
 
 
-def _files(results: Path, kind: str, suffix: str = ".csv") -> list[Path]:
-    """A kind's files (``sweep``/``search``; ``.csv``/``.json`` or gzip-compressed) in its folders, by name (the order
-    the fit sees them in), each base name once: the first folder's copy wins (an archived run that a later run
-    still keeps uncompressed is one run)."""
+Source = tuple[str, Callable[[], bytes]]   # a file's name (no .gz) and how to read its bytes (decompressed)
+
+
+def _reader(p: Path, what: str) -> Callable[[], bytes]:
+    from ..userfile import SWEEP_BYTES, read_maybe_gz
+
+    return lambda: read_maybe_gz(p, what, SWEEP_BYTES)   # a regular file, capped (a UsageError is a ValueError)
+
+
+def _files(results: Path, kind: str, suffix: str = ".csv", skipped: list[str] | None = None) -> list[Source]:
+    """A kind's files (``sweep``/``search``; ``.csv``/``.json`` or gzip-compressed) in its folders, and the
+    searches packed in ``measurements/searches.json.xz``, by name (the order the fit sees them in), each base name
+    once: the first copy wins (the archive, then measurements/, then the folder runs write). An archive that
+    cannot be read is skipped whole, with its reason in ``skipped``."""
+    from .archive import ARCHIVE, read_archive
+
     ws = Workspace(results)   # measurements/ (the committed data, compressed), then the folder a run writes
-    seen: dict[str, Path] = {}
+    seen: dict[str, Callable[[], bytes]] = {}
+    if kind == "search" and (ws.measurements / ARCHIVE).exists():
+        try:
+            for name, data in read_archive(ws.measurements / ARCHIVE).items():
+                if name.endswith(suffix):
+                    seen.setdefault(name, lambda data=data: data)
+        except UsageError as e:
+            if skipped is not None:
+                skipped.append(f"{ARCHIVE}: {e}")
     for folder in (ws.measurements, ws.sweeps if kind == "sweep" else ws.searches):
         for pattern in (f"{kind}-*{suffix}", f"{kind}-*{suffix}.gz"):
             for p in sorted(folder.glob(pattern)):
-                seen.setdefault(p.name.removesuffix(".gz"), p)
-    return [seen[k] for k in sorted(seen)]
+                seen.setdefault(p.name.removesuffix(".gz"), _reader(p, kind))
+    return [(k, seen[k]) for k in sorted(seen)]
 
 
 def _gpu(results: Path) -> tuple[int, str, float]:
     """The GPU's SM count and name (the first sidecar that records them, sweeps first) and the median of the
     read ceilings the sidecars record."""
     sm, name, ceilings = 0, "", []
-    for p in _files(results, "sweep", ".json") + _files(results, "search", ".json"):
+    for _name, read in _files(results, "sweep", ".json") + _files(results, "search", ".json"):
         try:
-            data = read_json(p, "sidecar")
-        except UsageError:   # not a regular file, too large, not JSON: not a sidecar to learn from
+            data = json.loads(read())
+        except (UsageError, ValueError):   # not a regular file, too large, not JSON: not a sidecar to learn from
             continue
         dev = data.get("device") if isinstance(data, dict) else None
         if not sm and isinstance(dev, dict) and isinstance(dev.get("sm_count"), int) and dev["sm_count"] > 0:
@@ -118,15 +136,15 @@ def load(results: str | Path, sweeps: bool = True, searches: bool = True, dtype:
     sm, gpu, gbps = _gpu(results)
     rows: list[dict[str, Any]] = []
     skipped: list[str] = []
-    files = ([(p, "sweep") for p in _files(results, "sweep")] if sweeps else []) + \
-            ([(p, "search") for p in _files(results, "search")] if searches else [])
-    for p, kind in files:
-        m = _NAME.match(p.name)
+    files = ([(src, "sweep") for src in _files(results, "sweep", skipped=skipped)] if sweeps else []) + \
+            ([(src, "search") for src in _files(results, "search", skipped=skipped)] if searches else [])
+    for (name, read), kind in files:
+        m = _NAME.match(name)
         if m is not None and (m.group(4) or "fp16") != dtype:
             continue
         try:
-            rows += _rows(p, kind)
+            rows += _rows(name, read(), kind)
         except (OSError, ValueError, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as e:
-            skipped.append(f"{p.name}: {e}")
+            skipped.append(f"{name}: {e}")
     frame = pd.DataFrame(rows, columns=["config", "shape", "family", "us", "rel", "source", "kind"])
     return Dataset(frame, sm, gpu, gbps, skipped)
