@@ -42,3 +42,16 @@ def test_the_route_measures_against_the_frameworks_own_cublas_then_the_other():
     assert measured(entry, "cupy")[1] == 2.0     # CuPy's failed: torch's stands in
     entry["baselines"]["cublas"] = {"us": 3.0}
     assert measured(entry, "cupy")[1] == 3.0
+
+
+def test_transition_and_decode_step_name_their_contenders_from_the_registry():
+    """One vocabulary: every contender of the transition and of the decode step that is not gemvtune's own table is
+    a registered baseline (the step's cuBLAS is the registry's chain: torch's F.linear, else cupy.matmul)."""
+    from gemvtune.baselines import BASELINES, CUBLAS_FOR
+    from gemvtune.bench.step import IMPLS, LABELS
+    from gemvtune.transition import measure as tr
+
+    assert [i for i in IMPLS if i != "tuned"] and all(i in BASELINES for i in IMPLS if i != "tuned")
+    assert all(LABELS[i] == BASELINES[i].label for i in IMPLS if i != "tuned")
+    ctx = tr.SeriesContext(None, None, 64, 128, 1000.0, 100.0)
+    assert tr.cublas_series(ctx).name == CUBLAS_FOR["torch"] in BASELINES

@@ -21,8 +21,8 @@ from gemvtune.kernels.splitk import SplitKConfig
 
 pytest.importorskip("lightgbm", reason="the cost model needs LightGBM (gemvtune[model])")
 
-from gemvtune.model import costmodel as cm  # noqa: E402
 from gemvtune.model import archive, dataset, features, loso  # noqa: E402
+from gemvtune.model import costmodel as cm  # noqa: E402
 
 RESULTS = ROOT / "results" / "nvidia-h200"
 

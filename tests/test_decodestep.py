@@ -8,6 +8,7 @@ import pytest
 from conftest import ROOT, run_cli
 
 from gemvtune import MODELS, Shape, UsageError
+from gemvtune.baselines import BASELINES
 from gemvtune.bench.step import (
     IMPLS,
     NOTE,
@@ -113,7 +114,8 @@ CEIL = {"read_gbps": 4500.0, "launch_floor_us": 0.5}
 
 def test_summary_frame_and_ratios():
     df = summary_frame(_synthetic(), META["step_bytes"], CEIL["read_gbps"], {"cublas": "graph (torch F.linear)"})
-    assert list(df.impl) == list(IMPLS)
+    assert list(df.impl) == ["tuned", "llama.cpp", "cublas"]   # the step's order; every name the registry's
+    assert all(i in BASELINES for i in IMPLS if i != "tuned")
     t = df.set_index("impl")
     assert t.loc["tuned", "us_median"] == pytest.approx(3000 * 1.002)
     assert t.loc["tuned", "us_min"] == pytest.approx(3000 * 0.998) and t.loc["tuned", "samples"] == 15
@@ -164,14 +166,16 @@ def test_two_layer_step_on_the_gpu(tmp_path):
     try:
         assert info["verified"] == {"tuned": True, "llama.cpp": True}, info["verify"]
         assert not info["not_tuned"]
-        for impl in IMPLS:
+        cublas = next(i for i in info["methods"] if i.startswith("cublas"))
+        assert set(info["methods"]) == {"tuned", "llama.cpp", cublas} and set(info["methods"]) <= set(IMPLS)
+        for impl in info["methods"]:
             t = samples[samples.impl == impl].us
             assert len(t) == 8 and (t > 0).all() and t.notna().all(), impl
             assert info["written"][impl], impl                       # every op of the step wrote its output
         for i in range(4):                                              # layer 0, after the graph replays
             ok, rel, why = bench.check_op("tuned", i)
             assert ok, (ops[i], why)
-        ok, _, why = bench.check_op("cublas", 0)
+        ok, _, why = bench.check_op(cublas, 0)
         assert ok, why
         assert info["max_rel_diff_vs_cublas"]["tuned"] < 1e-2
         assert info["methods"]["tuned"] == "graph"
@@ -204,11 +208,11 @@ class _FakeStep:
         self.methods[impl] = "graph"
 
     def capture_cublas(self):
-        self.captured.append("cublas")
-        return "graph (torch F.linear)"
+        self.captured.append("cublas-torch")
+        return "cublas-torch", "graph (torch F.linear)"
 
     def time(self, impl, replays):
-        return [{"tuned": 100.0, "llama.cpp": 110.0, "cublas": 120.0}[impl] + k for k in range(replays)]
+        return [{"tuned": 100.0, "llama.cpp": 110.0, "cublas-torch": 120.0}[impl] + k for k in range(replays)]
 
     def written(self, impl):
         return True

@@ -39,10 +39,10 @@ def test_transition_small_shape_writes_csv_and_png(tmp_path, monkeypatch):
     df = pd.read_csv(csv, keep_default_na=False, na_values=[""])
     assert list(df.columns) == COLUMNS
     by = {(r.series, r.n): r for r in df.itertuples(index=False)}
-    assert set(by) == {(s, n) for s in ("tuned", "cublas", "cublaslt") for n in (1, 2, 32)}
+    assert set(by) == {(s, n) for s in ("tuned", "cublas-torch", "cublaslt") for n in (1, 2, 32)}
     assert by["tuned", 32].status == "skipped" and by["tuned", 32].reason == TUNED_REASON
     lt = ("cublaslt",) if importlib.util.find_spec("nvmath") else ()   # (without nvmath-python: skipped rows)
-    for key in (("tuned", 1), ("tuned", 2), ("cublas", 1), ("cublas", 2), ("cublas", 32)) + tuple((s, n) for s in lt for n in (1, 2, 32)):
+    for key in (("tuned", 1), ("tuned", 2), ("cublas-torch", 1), ("cublas-torch", 2), ("cublas-torch", 32)) + tuple((s, n) for s in lt for n in (1, 2, 32)):
         r = by[key]
         assert r.status == "ok", (key, r.reason)
         assert r.verified == "verified" and r.samples > 0

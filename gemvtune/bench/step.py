@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..baselines import BASELINES, CUBLAS_FOR, cublas_of
 from ..cells import write_csv
 from ..errors import UsageError
 from ..kernels.hfconfig import MODELS, model_shapes
@@ -22,8 +23,11 @@ from ..kernels.shapes import Shape
 from ..safefile import savefig, write_text
 from ..workspace import Workspace, replace_previous
 
-IMPLS = ("tuned", "llama.cpp", "cublas")
-LABELS = {"tuned": "gemvtune tuned", "llama.cpp": "llama.cpp config", "cublas": "cuBLAS"}
+# the step's implementations: the table's kernels, then the baselines by their names in gemvtune.baselines (cuBLAS
+# is torch's F.linear where torch is installed, else cupy.matmul: the registry's fallback chain)
+BASELINE_IMPLS = ("llama.cpp", CUBLAS_FOR["torch"], CUBLAS_FOR["cupy"])
+IMPLS = ("tuned", *BASELINE_IMPLS)
+LABELS = {"tuned": "gemvtune tuned", **{b: BASELINES[b].label for b in BASELINE_IMPLS}}
 NOTE = ("Linear layers only (no attention, norms, rotary, sampling); every linear reads its own fixed "
         "random x, so the chain is not numerically connected: the memory traffic and launch sequence of "
         "a real batch-1 step are what is reproduced.")
@@ -93,7 +97,9 @@ def ratios(df: Any) -> dict[str, float]:
     """Speed-ups of the tuned step: cuBLAS time / tuned time and llama.cpp-config time / tuned time."""
     t = dict(zip(df.impl, df.us_median))
     tu = t.get("tuned", math.nan)
-    return {"tuned_vs_cublas": t.get("cublas", math.nan) / tu, "tuned_vs_llama": t.get("llama.cpp", math.nan) / tu}
+    cublas = cublas_of(t, ok=math.isfinite)   # the registry's chain: torch's F.linear, else cupy.matmul
+    return {"tuned_vs_cublas": (cublas if cublas is not None else math.nan) / tu,
+            "tuned_vs_llama": t.get("llama.cpp", math.nan) / tu}
 
 
 def decode_markdown(df: Any, meta: dict[str, Any]) -> str:
@@ -192,18 +198,20 @@ def measure_decode_step(runner: Any, ops: list[tuple[str, Shape]], table: Any, r
     echo(f"allocated {bench.weight_bytes / 1e9:.2f} GB of FP16 weights for {len(ops)} linears")
     for impl in ("tuned", "llama.cpp"):
         bench.capture_kernels(impl, configs[impl], launch[impl])
-    info["methods"] = {**{i: bench.methods[i] for i in ("tuned", "llama.cpp")}, "cublas": bench.capture_cublas()}
+    cublas, method = bench.capture_cublas()
+    info["methods"] = {**{i: bench.methods[i] for i in ("tuned", "llama.cpp")}, cublas: method}
+    impls = ("tuned", "llama.cpp", cublas)
     rows = []
     for r in range(rounds):
         line = []
-        for impl in IMPLS:
+        for impl in impls:
             t = bench.time(impl, replays)
             rows += [{"impl": impl, "method": info["methods"][impl], "round": r, "replay": k, "us": v}
                      for k, v in enumerate(t)]
             line.append(f"{impl} {statistics.median(t):.1f} µs")
         echo(f"round {r + 1}/{rounds}: " + ", ".join(line))
-    info["written"] = {impl: bench.written(impl) for impl in IMPLS}
-    info["max_rel_diff_vs_cublas"] = {i: bench.max_rel_diff(i, "cublas") for i in ("tuned", "llama.cpp")}
+    info["written"] = {impl: bench.written(impl) for impl in impls}
+    info["max_rel_diff_vs_cublas"] = {i: bench.max_rel_diff(i, cublas) for i in ("tuned", "llama.cpp")}
     return pd.DataFrame(rows), bench, info
 
 

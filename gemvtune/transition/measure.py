@@ -21,6 +21,7 @@ from pathlib import Path
 from statistics import median
 from typing import Any, Protocol
 
+from ..baselines import CUBLAS_FOR
 from ..errors import UsageError
 from ..intparse import is_int_text
 from ..kernels.shapes import MAX_BATCH, Shape
@@ -201,8 +202,8 @@ def tuned_series(ctx: SeriesContext) -> Series:
 
 def cublas_series(ctx: SeriesContext) -> Series:
     """cuBLAS through torch.nn.functional.linear(x[n, d], W[M, d]) in a torch CUDA graph over the
-    runner's rotating weight copies (``time_torch_linear``)."""
-    return FnSeries("cublas", lambda n: None, lambda n: time_torch_linear(ctx.runner, ctx.M, ctx.d, n, ctx.est_us(n)))
+    runner's rotating weight copies (``time_torch_linear``): the registry's ``cublas-torch`` baseline."""
+    return FnSeries(CUBLAS_FOR["torch"], lambda n: None, lambda n: time_torch_linear(ctx.runner, ctx.M, ctx.d, n, ctx.est_us(n)))
 
 
 def cublaslt_series(ctx: SeriesContext) -> Series:

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from ...baselines import CUBLAS_FOR
 from ...device._cupy import cp, rand_elems
 from ...kernels.shapes import Shape
 from ..timing import error_bound
@@ -93,15 +94,16 @@ class DecodeStepBench:
         self._timers[impl] = lambda replays: self.runner.replay_times(g, replays)
 
     # ---- cuBLAS ---------------------------------------------------------------------------------
-    def capture_cublas(self, impl: str = "cublas") -> str:
+    def capture_cublas(self) -> tuple[str, str]:
         """cuBLAS for every op: torch F.linear captured in one torch CUDA graph (as the baselines do);
         without torch, cupy.matmul enqueued op by op behind a spin kernel (CuPy refuses cuBLAS in
-        capture). Returns the method."""
+        capture). Returns its name in the baseline registry (``cublas-torch`` or ``cublas``) and the method."""
         try:
             import torch
             have_torch = True
         except Exception:
             have_torch = False
+        impl = CUBLAS_FOR["torch" if have_torch else "cupy"]
         if not have_torch:
             ys = self.y[impl] = [None] * len(self.ops)
 
@@ -110,7 +112,7 @@ class DecodeStepBench:
                     ys[i] = cp.matmul(self.W[i], self.x[i])
             self._timers[impl] = lambda replays: self._spin(step, replays)
             self.methods[impl] = "spin (cupy.matmul)"
-            return self.methods[impl]
+            return impl, self.methods[impl]
         with self.runner.on_stream():   # the runner's device (torch's too) and stream (the DLPack hand-overs)
             Wt = [torch.from_dlpack(w) for w in self.W]
             xt = [torch.from_dlpack(x).view(1, -1) for x in self.x]
@@ -122,7 +124,7 @@ class DecodeStepBench:
         self._keep += [g, Wt, xt, outs]
         self.methods[impl] = "graph (torch F.linear)"
         self._timers[impl] = lambda replays: torch_replay_times(torch, g, replays)
-        return self.methods[impl]
+        return impl, self.methods[impl]
 
     def _spin(self, step: Callable[[int], None], replays: int) -> list[float]:
         out: list[float] = []
