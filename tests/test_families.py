@@ -42,6 +42,47 @@ def test_registry_order_and_default():
     assert len({f.study_suffix for f in FAMILIES.values()}) == len(FAMILIES)   # study names never collide
 
 
+def test_a_family_is_its_module_and_one_line_in_the_registry():
+    """Each entry is built from the names its module declares (keyword fields only); the module's config class
+    answers complexity and render values; a module missing a name, or whose config is another family's, fails at
+    registration with one line naming the module."""
+    import types
+
+    assert tuple(FAMILIES) == tuple(m.NAME for m in families.MODULES)
+    for m in families.MODULES:
+        fam = families.Family.from_module(m)
+        assert fam == FAMILIES[m.NAME] and fam.config_cls is m.CONFIG and fam.seed is m.SEED
+        assert (fam.template, fam.main_kernel) == ((m.TEMPLATE, m.MAIN_KERNEL) if not fam.library else ("", ""))
+        for c in [fam.seed, *(c for c, _ in fam.fallbacks)] if fam.seed is not None else [fam.config_cls()]:
+            assert isinstance(c.complexity(), tuple) and isinstance(c.render_values(Shape(64, 4096)), dict)
+    with pytest.raises(TypeError):
+        families.Family(*(getattr(FAMILIES["gemv"], f.name) for f in dataclasses.fields(families.Family)))   # keywords only
+    fake = types.ModuleType("fake_family")
+    fake.__dict__.update({k: v for k, v in vars(families.gemv).items() if not k.startswith("__") and k != "SWEEP_NOTE"})
+    with pytest.raises(TypeError, match="fake_family does not declare SWEEP_NOTE"):
+        families.Family.from_module(fake)
+    fake.SWEEP_NOTE, fake.NAME = "", "gemv2"   # gemv's config under another name
+    with pytest.raises(TypeError, match="GemvConfig is not the config of family 'gemv2'"):
+        families.Family.from_module(fake)
+    with pytest.raises(TypeError, match="is another family's"):
+        families._registry([families.gemv, families.gemv])
+
+
+def test_split_is_one_name_on_every_config():
+    """``config.split`` (slices of d across blocks: grid.y) on every family; gemv and cuBLASLt keep their persisted
+    field ``split_k`` (tables, CSVs, Optuna params, the cost model's columns and users' --config name it so)."""
+    from gemvtune.kernels.cublaslt import CublasLtConfig
+    from gemvtune.kernels.gemv import GemvConfig
+
+    s = Shape(4096, 4096, 2)
+    assert GemvConfig(split_k=4).split == 4 and CublasLtConfig(split_k=8).split == 8
+    assert GemvConfig(split_k=4).to_dict()["split_k"] == 4 and "split" not in GemvConfig().to_dict()
+    for fam in TEMPLATED.values():
+        for c in list(fam.all_configs())[::211]:
+            if c.is_valid(s):
+                assert c.grid(s)[1] == c.split
+
+
 def test_space_does_not_load_the_registry():
     """families imports the config modules; they never import families back (no import loop)."""
     import subprocess
@@ -186,8 +227,8 @@ def test_family_names_live_in_the_registry_and_the_config_modules():
 
     root = Path(gemvtune.__file__).parent
     names = set(FAMILIES) | {f.study_suffix for f in FAMILIES.values() if f.study_suffix}
-    own = {"kernels/families.py"} | {Path(sys.modules[f.config_cls.__module__].__file__).relative_to(root).as_posix()
-                             for f in FAMILIES.values()}   # the registry and each family's config module
+    own = {Path(sys.modules[f.config_cls.__module__].__file__).relative_to(root).as_posix()
+           for f in FAMILIES.values()}   # each family's own module (the registry lists modules, never names)
     found = []
     for p in sorted(root.rglob("*.py")):
         rel = p.relative_to(root).as_posix()

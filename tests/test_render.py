@@ -85,3 +85,33 @@ def test_fp16_sources_are_byte_identical_to_before_bf16():
         if hashlib.sha256(seed_source(int(n)).encode()).hexdigest() != want:
             changed.append(f"seed n={n}")
     assert checked > 700 and not changed, changed[:5]
+
+
+# Every template family's seed, fallbacks and 8 seeded valid configs on 3 shapes, with every epilogue each can fuse:
+# the digest of their sources as rendered before the family modules declared their own registry entries (render
+# values and complexity moved onto the config classes). A change here changes the compile cache, the committed
+# measurements' sources and exported headers.
+SAMPLE_SOURCES, SAMPLE_DIGEST = 424, "e6c14706c7592e3930740342fd6cd79aa2878aed7a589be4a21dd217a3e07686"
+
+
+def test_a_sample_of_every_family_renders_the_same_bytes():
+    import hashlib
+    import random
+
+    from gemvtune.kernels.epilogue import ALL_EPILOGUES
+    from gemvtune.kernels.families import FAMILIES
+
+    h, count = hashlib.sha256(), 0
+    for name, fam in FAMILIES.items():
+        if fam.library:
+            continue
+        rng = random.Random(name)
+        for s in (Shape(4096, 4096, 1), Shape(100, 4104, 5, "bf16"), Shape(14336, 4096, 16)):
+            pool = list(fam.all_configs())
+            valid = [c for c in rng.sample(pool, min(len(pool), 600)) if c.is_valid(s)][:8]
+            for c in [fam.seed, *(c for c, _ in fam.fallbacks), *valid]:
+                for e in ALL_EPILOGUES:
+                    if c.is_valid(s) and not e.shape_reasons(s) and not e.invalid_reasons(c):
+                        h.update(hashlib.sha256(render(c, s, e).encode()).digest())
+                        count += 1
+    assert (count, h.hexdigest()) == (SAMPLE_SOURCES, SAMPLE_DIGEST)

@@ -95,7 +95,7 @@ def render(config: Any, shape: Shape, epilogue: Epilogue = DEFAULT) -> str:
     values.update(label=config.label + epilogue.label, d=int(shape.d), n=int(shape.n),
                   out_t=epilogue.out_ctype, out_name=epilogue.out_name, bias=bool(epilogue.bias))
     values.update(dtype_values(getattr(shape, "dtype", "fp16")))
-    values.update(fam.render_values(config, shape))
+    values.update(config.render_values(shape))
     return _env().get_template(fam.template).render(**values)
 
 

@@ -1,4 +1,5 @@
-"""What every family's config shares: domain checks and JSON (de)serialization with clear errors."""
+"""What every family's config shares: domain checks and JSON (de)serialization with clear errors, and the hooks each
+family's config class answers for the rest of gemvtune (its complexity, its template values, its workspace rule)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,11 @@ from ..errors import UsageError
 
 
 class ConfigBase:
-    """Mixin for the frozen config dataclasses; subclasses set ``family`` and ``DOMAINS``."""
+    """Mixin for the frozen config dataclasses; subclasses set ``family`` and ``DOMAINS``.
+
+    Every config has ``split``: the slices of d across blocks (grid.y; 1: none). It is the code's one name for
+    that parameter; a family whose persisted field is spelled otherwise (``split_k``: gemv, as users and the
+    recorded tables, CSVs and cost model name it, and cuBLASLt, after its SPLITK_NUM) reads it through a property."""
 
     family = ""
     DOMAINS: dict[str, tuple[Any, ...]] = {}
@@ -17,6 +22,9 @@ class ConfigBase:
     if TYPE_CHECKING:   # what every family's config defines (declared for the type checker only)
         @property
         def label(self) -> str: ...
+
+        @property
+        def split(self) -> int: ...
 
         def invalid_reasons(self, shape: Any) -> list[str]: ...
 
@@ -35,6 +43,16 @@ class ConfigBase:
         """Whether a kernel of one call of ``shape`` reads the workspace (``ws`` or ``counters``): the
         family's rule, so launches and the exported header allocate one only where it is read."""
         raise NotImplementedError(f"{type(self).__name__} does not say when it needs a workspace")
+
+    def complexity(self) -> tuple:
+        """The family's order of simplicity (smaller is simpler): a confirmation's tie goes to the simplest config
+        (``gemvtune.tuning.confirm``), and a search queues a small space's configs simplest first."""
+        raise NotImplementedError(f"{type(self).__name__} does not say how complex it is")
+
+    def render_values(self, shape: Any) -> dict[str, Any]:
+        """The family's own template values for ``shape``, beyond its fields, the shape, dtype and epilogue that
+        ``gemvtune.build.render`` always passes; none by default."""
+        return {}
 
     def epilogue_reasons(self, epilogue: Any) -> list[str]:
         """Why this config cannot fuse ``epilogue`` (output dtype, bias) into its store; none by default."""

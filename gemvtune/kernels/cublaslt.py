@@ -12,7 +12,10 @@ reason, never an exception out of a search.
 The call, in cuBLASLt's column-major terms: our row-major Y[n, M] = X[n, d] . W[M, d]^T is
 D[M, n] = op(A) B with A = W as a column-major [d, M] matrix (lda = d) and op(A) = A^T, B = X as a
 column-major [d, n] matrix (ldb = d), D = Y as a column-major [M, n] matrix (ldd = M); FP16 A and B,
-FP32 compute and scale (CUBLAS_COMPUTE_32F, CUDA_R_32F), D in FP32 or FP16 (the epilogue's output)."""
+FP32 compute and scale (CUBLAS_COMPUTE_32F, CUDA_R_32F), D in FP32 or FP16 (the epilogue's output).
+
+The names its registry entry is built from (``gemvtune.kernels.families.Family.from_module``) include ``KIND =
+"library"``, its ``candidates`` and ``runner_problem`` hooks and ``CENSUS_NOTE``; it has no template."""
 
 from __future__ import annotations
 
@@ -21,6 +24,10 @@ from typing import Any, Protocol, runtime_checkable
 
 from .configbase import ConfigBase
 from .shapes import Shape
+
+NAME = "cublaslt"             # the family's name in tables, CSVs and studies
+KIND = "library"              # measured and launched through the library: no template, source, census or sweep
+STUDY_SUFFIX = "-cublaslt"
 
 # The attributes of an algorithm, in the order ``cublasLtMatmulAlgoConfigAttributes_t`` names them
 # (CUBLASLT_ALGO_CONFIG_<NAME>), with the inclusive range a stored value may take: the library's enums
@@ -58,7 +65,7 @@ class CublasLtConfig(ConfigBase):
     inner_shape: int = 0
     cluster_shape: int = 0
 
-    family = "cublaslt"
+    family = NAME
     DOMAINS = DOMAINS
     acc = "fp32"          # CUBLAS_COMPUTE_32F: FP32 accumulation (sets the error bound)
     vec_elems = 8         # pointers must be 16-byte aligned (the alignment the heuristic is told)
@@ -91,6 +98,14 @@ class CublasLtConfig(ConfigBase):
                     "16-bit type, so it needs a 16-bit output"]
         return []
 
+    @property
+    def split(self) -> int:
+        """The slices of d across blocks (``split_k``: the persisted name, after CUBLASLT_ALGO_CONFIG_SPLITK_NUM)."""
+        return self.split_k
+
+    def complexity(self) -> tuple:
+        return (self.split > 1, self.split, self.reduction, self.algo_id, self.tile, self.stages)
+
     def attributes(self) -> list[tuple[str, int]]:
         """(CUBLASLT_ALGO_CONFIG_ name, value) of every attribute after the id, in the order they are set."""
         return [(name, int(getattr(self, f))) for f, name, _ in ATTRIBUTES[1:]]
@@ -107,6 +122,10 @@ class CublasLtConfig(ConfigBase):
         attrs = ", ".join(f"{name} {v}" for name, v in self.attributes())
         return (f"cuBLASLt algo id {self.algo_id} with {attrs} (CUBLASLT_ALGO_CONFIG_*: split-K {self.split_k}, "
                 f"reduction {red}); CUBLAS_COMPUTE_32F, FP16 A = W (op T, lda = d), B = X (ldb = d), D = Y (ldd = M)")
+
+
+CONFIG = CublasLtConfig
+SEED, SEED_NAME = None, "the heuristic's first"   # no seed of its own: a study's first trial is the library's first
 
 
 def all_configs() -> tuple[CublasLtConfig, ...]:

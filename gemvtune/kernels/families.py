@@ -1,36 +1,40 @@
-"""The kernel families gemvtune searches, by name: their config class, domains, seed point, template
-and the values it renders with, study naming, complexity order, every config (the census), a table's
-fallbacks and the grid a sweep measures. Everything that handles "a config of some family" goes through
-here; a new family is its config module (its config class says when it needs a workspace and which
-epilogues it can fuse), its template and one entry."""
+"""The kernel families gemvtune searches, by name: the registry. A family is one module of ``gemvtune.kernels``
+(its config class, whose methods say how complex a config is, which values its template renders with, when it
+needs a workspace and which epilogues it can fuse; its domains, seed, template, study suffix, census, a table's
+fallbacks and its sweep grid, as module names ``Family.from_module`` reads) and its template; registering it is one
+line in ``MODULES``. Everything that handles "a config of some family" goes through here."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 from ..errors import UsageError
-from . import cublaslt as space_lt
-from . import gemv as space
-from . import mma as space_mma
-from . import ring as space_ring
-from . import splitk as space_splitk
+from . import cublaslt, gemv, mma, ring, splitk
 from .configbase import ConfigBase
 
+# Families in registry order: the order of a search, and of a confirmation's tie-break (the gemv family first, its
+# seed the llama.cpp config; cuBLASLt last, so a tie within the spread goes to gemvtune's own kernels).
+MODULES: tuple[ModuleType, ...] = (gemv, splitk, mma, ring, cublaslt)
 
-@dataclass(frozen=True)
+# The names a family's module declares, by the Family field each fills: those of every family, then those of its kind.
+MODULE_NAMES = {"name": "NAME", "config_cls": "CONFIG", "domains": "DOMAINS", "seed": "SEED", "seed_name": "SEED_NAME",
+                "study_suffix": "STUDY_SUFFIX", "all_configs": "all_configs", "fallbacks": "FALLBACKS",
+                "sweep_grid": "SWEEP_GRID", "sweep_note": "SWEEP_NOTE"}
+KIND_NAMES = {"template": {"template": "TEMPLATE", "main_kernel": "MAIN_KERNEL"},
+              "library": {"candidates": "candidates", "runner_problem": "runner_problem", "census_note": "CENSUS_NOTE"}}
+
+
+@dataclass(frozen=True, kw_only=True)
 class Family:
     name: str
     config_cls: type[ConfigBase]
     domains: dict[str, tuple[Any, ...]]
     seed: Any                       # the first trial of every study of this family (None: a library's)
     seed_name: str                  # what a study calls that trial ("llama.cpp")
-    template: str                   # under templates/ ("" for a library family)
-    main_kernel: str                # ("" for a library family)
-    complexity: Callable[[Any], tuple]   # smaller is simpler: ties go to the simplest
-    render_values: Callable[[Any, Any], dict[str, Any]]   # (config, shape) -> the family's own template values
     study_suffix: str               # appended to a shape's study name ("" for the first family)
     all_configs: Callable[[], Iterable[Any]]   # every point of the space, valid or not (the census)
     fallbacks: tuple[tuple[Any, str], ...]     # (config, why) a table runs for a shape it lacks, in order
@@ -41,9 +45,31 @@ class Family:
     # its space for a shape is ``candidates(runner, shape)``, asked of the runner on its device, and
     # ``runner_problem(runner)`` says (one line) why a runner cannot give them, or None.
     kind: str = "template"
+    template: str = ""              # under build/templates/ (a template family's)
+    main_kernel: str = ""           # the kernel whose registers a measurement reports (a template family's)
     candidates: Callable[[Any, Any], list[Any]] | None = None
     runner_problem: Callable[[Any], str | None] | None = None
     census_note: str = ""           # a library family's line in ``gemvtune space`` (what stands for its census)
+
+    @classmethod
+    def from_module(cls, module: ModuleType) -> Family:
+        """The family a module declares (``KIND`` defaults to "template"); a missing or inconsistent name is one
+        line naming the module."""
+        kind = getattr(module, "KIND", "template")
+        if kind not in KIND_NAMES:
+            raise TypeError(f"{module.__name__}: KIND={kind!r} is not one of {', '.join(KIND_NAMES)}")
+        names = {**MODULE_NAMES, **KIND_NAMES[kind]}
+        missing = [n for n in names.values() if not hasattr(module, n)]
+        if missing:
+            raise TypeError(f"{module.__name__} does not declare {', '.join(missing)} (a {kind} family's names)")
+        fam = cls(kind=kind, **{f: getattr(module, n) for f, n in names.items()})
+        config = fam.config_cls
+        if config.family != fam.name or config.DOMAINS is not fam.domains:
+            raise TypeError(f"{module.__name__}: {config.__name__} is not the config of family {fam.name!r} "
+                            "(its family and DOMAINS are the module's NAME and DOMAINS)")
+        if (fam.seed is None) != fam.library or (fam.seed is not None and not isinstance(fam.seed, config)):
+            raise TypeError(f"{module.__name__}: SEED is a {config.__name__} (None for a library family only)")
+        return fam
 
     @property
     def library(self) -> bool:
@@ -53,76 +79,16 @@ class Family:
         return base + self.study_suffix
 
 
-def _gemv_complexity(c: space.GemvConfig) -> tuple:
-    levers = (c.split_k > 1) + (c.unroll > 1) + (c.hint != "default") + (c.x_load != "ldg") + (c.acc != "fp32")
-    return (levers, c.split_k, c.unroll, c != space.LLAMA_CPP)
+def _registry(modules: Iterable[ModuleType]) -> dict[str, Family]:
+    out: dict[str, Family] = {}
+    for fam in map(Family.from_module, modules):
+        if fam.name in out or fam.study_suffix in {f.study_suffix for f in out.values()}:
+            raise TypeError(f"family {fam.name!r}: its name or study suffix {fam.study_suffix!r} is another family's")
+        out[fam.name] = fam
+    return out
 
 
-def _splitk_complexity(c: space_splitk.SplitKConfig) -> tuple:
-    levers = (c.split > 1) + (c.w_load != "reg") + (c.x_load != "ldg") + (c.combine != "atomic")
-    return (levers, c.split, c.depth, c.warps, c.mt)
-
-
-def _mma_complexity(c: space_mma.MmaConfig) -> tuple:
-    levers = (c.split > 1) + (c.kw > 1) + (c.kv > 1) + (c.x_load != "ldg") + (c.hint != "nc") + (c.pdl != "off")
-    return (levers, c.split, c.kw, c.rw, c.depth, c.mt)
-
-
-def _ring_complexity(c: space_ring.RingConfig) -> tuple:
-    levers = (c.split > 1) + (c.kw > 1) + (c.ipb > 1) + (c.x_load != "ring") + (c.prefetch != "none")
-    return (levers, c.split, c.kw, c.ipb, c.rw, c.stages, c.mt, c.bk)
-
-
-def _lt_complexity(c: space_lt.CublasLtConfig) -> tuple:
-    return (c.split_k > 1, c.split_k, c.reduction, c.algo_id, c.tile, c.stages)
-
-
-def _ring_values(c: space_ring.RingConfig, shape: Any) -> dict[str, Any]:
-    return {"n_tiles": c.n_tiles(shape.n), "w_hint": "nc", "x_rows": c.x_rows(shape.n),
-            "stage_bytes": c.stage_bytes(shape.n)}
-
-
-def _no_values(c: Any, shape: Any) -> dict[str, Any]:
-    return {}   # (a library family renders nothing)
-
-
-def _gemv_values(c: space.GemvConfig, shape: Any) -> dict[str, Any]:
-    return {"vec_elems": c.vec_elems, "rows": c.rows_per_block, "min_blocks": c.min_blocks}
-
-
-def _splitk_values(c: space_splitk.SplitKConfig, shape: Any) -> dict[str, Any]:
-    return {"n_tiles": c.n_tiles(shape.n), "x_row": c.x_row_halves(shape.d), "w_hint": "nc"}
-
-
-def _mma_values(c: space_mma.MmaConfig, shape: Any) -> dict[str, Any]:
-    return {"n_tiles": c.n_tiles(shape.n), "w_hint": c.hint, "x_row": c.x_row_halves(shape.d)}
-
-
-FAMILIES: dict[str, Family] = {
-    # CUDA-core GEMV, each W load used for all n columns (llama.cpp's kernel is a point)
-    "gemv": Family("gemv", space.GemvConfig, space.DOMAINS, space.LLAMA_CPP, "llama.cpp", "gemv.cu.j2", "gemv",
-                   _gemv_complexity, _gemv_values, "", space.all_configs, space.FALLBACKS, space.SWEEP_GRID,
-                   space.SWEEP_NOTE),
-    # tensor-core GEMM (mma.sync m16n8k16) with d split across blocks
-    "splitk": Family("splitk", space_splitk.SplitKConfig, space_splitk.DOMAINS, space_splitk.SPLITK_SEED,
-                     "splitk seed", "splitk_gemm.cu.j2", "splitk_gemm", _splitk_complexity, _splitk_values, "-splitk",
-                     space_splitk.all_configs, space_splitk.FALLBACKS, space_splitk.SWEEP_GRID,
-                     space_splitk.SWEEP_NOTE),
-    # tensor-core GEMV streaming W once for every n <= 16 (row warps share X, register ring, in-kernel split)
-    "mma": Family("mma", space_mma.MmaConfig, space_mma.DOMAINS, space_mma.MMA_SEED, "mma seed", "mma_gemv.cu.j2",
-                  "mma_gemv", _mma_complexity, _mma_values, "-mma", space_mma.all_configs, space_mma.FALLBACKS,
-                  space_mma.SWEEP_GRID, space_mma.SWEEP_NOTE),
-    # tensor-core GEMV streaming W through a cp.async shared-memory ring (long row runs, tiles per block)
-    "ring": Family("ring", space_ring.RingConfig, space_ring.DOMAINS, space_ring.RING_SEED, "ring seed",
-                   "ring_gemv.cu.j2", "ring_gemv", _ring_complexity, _ring_values, "-ring", space_ring.all_configs,
-                   space_ring.FALLBACKS, space_ring.SWEEP_GRID, space_ring.SWEEP_NOTE),
-}
-# cuBLASLt's algorithms (nvmath-python's bindings): the heuristic's top ones per (M, d, n), split-K included.
-# Last in the registry: a tie within the spread goes to gemvtune's own kernels (gemvtune.tuning.confirm).
-FAMILIES["cublaslt"] = Family("cublaslt", space_lt.CublasLtConfig, space_lt.DOMAINS, None, "the heuristic's first", "", "",
-                              _lt_complexity, _no_values, "-cublaslt", space_lt.all_configs, space_lt.FALLBACKS,
-                              space_lt.SWEEP_GRID, space_lt.SWEEP_NOTE, kind="library", candidates=space_lt.candidates,
-                              runner_problem=space_lt.runner_problem, census_note=space_lt.CENSUS_NOTE)
+FAMILIES: dict[str, Family] = _registry(MODULES)
 # Order of families in a search; the gemv family first (its seed is the llama.cpp config).
 FAMILY_NAMES = tuple(FAMILIES)
 DEFAULT_FAMILY = FAMILY_NAMES[0]   # a config or table record that names no family is of this one

@@ -1,4 +1,6 @@
-"""The GEMV family's parameter space: a frozen config, its domains, and validity with reasons."""
+"""The GEMV family: CUDA-core GEMV, each W load used for all n columns (llama.cpp's kernel is a point). Its parameter
+space (a frozen config, its domains, validity with reasons) and the names its registry entry is built from
+(``gemvtune.kernels.families.Family.from_module``)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,11 @@ from ..errors import UsageError
 from ..intparse import is_int_text
 from .configbase import ConfigBase
 from .shapes import Shape
+
+NAME = "gemv"                 # the family's name in tables, CSVs, studies and the cost model
+TEMPLATE = "gemv.cu.j2"       # under gemvtune/build/templates/
+MAIN_KERNEL = "gemv"          # the kernel of one call whose registers and spills a measurement reports
+STUDY_SUFFIX = ""             # the first family's studies are the shape's own
 
 VEC_ELEMS = {"half": 1, "half2": 2, "half4": 4, "half8": 8}
 SMEM_X_LIMIT = 48 * 1024  # static shared memory a block may take without an opt-in
@@ -60,10 +67,15 @@ class GemvConfig(ConfigBase):
     pdl: str = "off"
     occ: str = "auto"
 
-    family = "gemv"
+    family = NAME
     DOMAINS = DOMAINS
 
     # ---- derived values -------------------------------------------------------------------
+    @property
+    def split(self) -> int:
+        """The slices of d across blocks (``split_k``: the parameter's persisted and user-facing name)."""
+        return self.split_k
+
     @property
     def vec_elems(self) -> int:
         return VEC_ELEMS[self.vec]
@@ -89,24 +101,24 @@ class GemvConfig(ConfigBase):
 
     def grid(self, shape: Shape) -> tuple[int, int, int]:
         rows = self.rows_per_block
-        return ((shape.M + rows - 1) // rows, self.split_k, 1)
+        return ((shape.M + rows - 1) // rows, self.split, 1)
 
     def vectors_per_split(self, d: int) -> int:
         nvec = d // self.vec_elems
-        return (nvec + self.split_k - 1) // self.split_k
+        return (nvec + self.split - 1) // self.split
 
     def kernels(self, shape: Shape) -> list[tuple[str, tuple[int, int, int], tuple[int, int, int]]]:
         """The launches of one call, in order: (kernel name, grid, block)."""
-        return [("gemv", self.grid(shape), (self.block, 1, 1))]
+        return [(MAIN_KERNEL, self.grid(shape), (self.block, 1, 1))]
 
     def workspace(self, shape: Shape) -> tuple[int, int]:
         """(float workspace elements, counters) one call needs."""
-        return max(1, self.split_k * shape.n * shape.M), max(1, self.grid(shape)[0])
+        return max(1, self.split * shape.n * shape.M), max(1, self.grid(shape)[0])
 
     def needs_workspace(self, shape: Shape) -> bool:
         """Whether a kernel of one call reads ``ws`` or ``counters``: only split-K (partial sums, then
         the last block of each row group adds them up)."""
-        return self.split_k > 1
+        return self.split > 1
 
     def fp16_chain(self, d: int, n: int = 1) -> int:
         """Most sequential additions into one accumulator lane (what sets the FP16 error).
@@ -137,11 +149,11 @@ class GemvConfig(ConfigBase):
             r.append(f"tpr={self.tpr} threads per row exceed the block of {self.block}")
             return r
         nvec = shape.d // ve
-        if self.split_k > nvec:
+        if self.split > nvec:
             r.append(f"split_k={self.split_k} exceeds the {nvec} {self.vec} vectors of a row")
             return r
         vps = self.vectors_per_split(shape.d)
-        if self.split_k > 1 and vps < self.tpr:
+        if self.split > 1 and vps < self.tpr:
             r.append(f"split_k={self.split_k} leaves {vps} vectors per split for {self.tpr} threads per row")
         if self.unroll > 1 and self.unroll * self.tpr > vps:
             r.append(
@@ -158,6 +170,15 @@ class GemvConfig(ConfigBase):
             r.append(f"x slice of {shape.n * vps * ve * 2} B ({shape.n} column(s)) does not fit the {SMEM_X_LIMIT // 1024} KiB of shared memory")
         return r
 
+    # ---- what the rest of gemvtune asks of a family's config ---------------------------------
+    def complexity(self) -> tuple:
+        """Levers away from the llama.cpp point, then the split, the unroll, and the point itself first."""
+        levers = (self.split > 1) + (self.unroll > 1) + (self.hint != "default") + (self.x_load != "ldg") + (self.acc != "fp32")
+        return (levers, self.split, self.unroll, self != LLAMA_CPP)
+
+    def render_values(self, shape: Shape) -> dict[str, Any]:
+        return {"vec_elems": self.vec_elems, "rows": self.rows_per_block, "min_blocks": self.min_blocks}
+
     @property
     def label(self) -> str:
         return (
@@ -171,6 +192,8 @@ class GemvConfig(ConfigBase):
 LLAMA_CPP = GemvConfig(block=256, vec="half2", acc="fp32", tpr=256, unroll=1, split_k=1,
                        hint="default", x_load="ldg")
 PRESETS = {"llama": LLAMA_CPP, "llama.cpp": LLAMA_CPP}
+CONFIG = GemvConfig
+SEED, SEED_NAME = LLAMA_CPP, "llama.cpp"   # the first trial of every study of this family, and what a study calls it
 # What a table runs for a shape it has no entry for (and no tuned config can run), tried in order:
 # the llama.cpp config, then scalar-half configs that run any d (one warp of a block per row; two
 # threads per row in blocks of 32).

@@ -1,7 +1,8 @@
 """The mma GEMV family: Y[n, M] = X[n, d] . W^T on tensor cores (mma.sync m16n8k16, FP16 or BF16 in, FP32
 accumulate), built so that its time is the time of reading W for every n <= 16: warps along rows share
 each X fragment through L1, a register ring per warp keeps W loads in flight, an optional split of d
-is combined inside the kernel (no second launch). A frozen config, its domains, and validity with reasons."""
+is combined inside the kernel (no second launch). A frozen config, its domains, validity with reasons, and the names
+its registry entry is built from (``gemvtune.kernels.families.Family.from_module``)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,11 @@ from typing import Any
 from .configbase import ConfigBase
 from .shapes import Shape
 from .tctiles import LastBlockCombine, TensorCoreTiles
+
+NAME = "mma"                  # the family's name in tables, CSVs, studies and the cost model
+TEMPLATE = "mma_gemv.cu.j2"
+MAIN_KERNEL = "mma_gemv"
+STUDY_SUFFIX = "-mma"
 
 SMEM_LIMIT = 48 * 1024   # static shared memory a block may take without an opt-in
 MAX_WARPS = 16           # warps per block (rw x kw)
@@ -45,9 +51,9 @@ class MmaConfig(LastBlockCombine, TensorCoreTiles, ConfigBase):
     hint: str = "nc"
     pdl: str = "off"
 
-    family = "mma"
+    family = NAME
     DOMAINS = DOMAINS
-    kernel_name = "mma_gemv"
+    kernel_name = MAIN_KERNEL
 
     # ---- derived values (the tiles, chunks, grid and staged X rows: TensorCoreTiles) ---------
     @property
@@ -67,6 +73,15 @@ class MmaConfig(LastBlockCombine, TensorCoreTiles, ConfigBase):
         red = self.kw * self.rows_per_block * 8 * self.n_tiles(shape.n) * 4 if self.kw > 1 else 0
         x = shape.n * self.x_row_halves(shape.d) * 2 if self.x_load == "smem" else 0
         return red + x
+
+    # ---- what the rest of gemvtune asks of a family's config ---------------------------------
+    def complexity(self) -> tuple:
+        levers = ((self.split > 1) + (self.kw > 1) + (self.kv > 1) + (self.x_load != "ldg") + (self.hint != "nc")
+                  + (self.pdl != "off"))
+        return (levers, self.split, self.kw, self.rw, self.depth, self.mt)
+
+    def render_values(self, shape: Shape) -> dict[str, Any]:
+        return {"n_tiles": self.n_tiles(shape.n), "w_hint": self.hint, "x_row": self.x_row_halves(shape.d)}
 
     # ---- validity -------------------------------------------------------------------------
     def invalid_reasons(self, shape: Shape) -> list[str]:
@@ -104,6 +119,8 @@ class MmaConfig(LastBlockCombine, TensorCoreTiles, ConfigBase):
 
 # The point tried first: 16 rows per warp, 4 row warps x 2 d warps, no split, 4 chunks in flight.
 MMA_SEED = MmaConfig()
+CONFIG = MmaConfig
+SEED, SEED_NAME = MMA_SEED, "mma seed"
 # A table's fallbacks for a shape it lacks: none (the GEMV family's run any shape).
 FALLBACKS: tuple[tuple[MmaConfig, str], ...] = ()
 # A sweep measures the tiling and the ring (3,840 points before validity); a search also tries the rest.

@@ -5,7 +5,8 @@ copies whole row runs of ``bk`` halves (128-512 contiguous bytes per row, as the
 ``stages`` deep without holding a register, and walks ``ipb`` consecutive row tiles in one continuous
 pipeline (the ring never drains between tiles; the grid is ``ipb`` times smaller). X comes through L1
 (``ldg``) or rides in the same ring stages (``ring``). An optional split of d is combined inside the
-kernel by the last block of each row tile. A frozen config, its domains, and validity with reasons."""
+kernel by the last block of each row tile. A frozen config, its domains, validity with reasons, and the names its
+registry entry is built from (``gemvtune.kernels.families.Family.from_module``)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,11 @@ from typing import Any
 from .configbase import ConfigBase
 from .shapes import Shape
 from .tctiles import LastBlockCombine, TensorCoreTiles
+
+NAME = "ring"                 # the family's name in tables, CSVs, studies and the cost model
+TEMPLATE = "ring_gemv.cu.j2"
+MAIN_KERNEL = "ring_gemv"
+STUDY_SUFFIX = "-ring"
 
 SMEM_LIMIT = 227 * 1024  # shared memory one block may opt in to on sm_90 (the ring is dynamic shared memory)
 MAX_WARPS = 16           # warps per block (rw x kw)
@@ -49,9 +55,9 @@ class RingConfig(LastBlockCombine, TensorCoreTiles, ConfigBase):
     x_load: str = "ring"
     prefetch: str = "none"
 
-    family = "ring"
+    family = NAME
     DOMAINS = DOMAINS
-    kernel_name = "ring_gemv"
+    kernel_name = MAIN_KERNEL
 
     # ---- derived values ------------------------------------------------------------------
     @property
@@ -95,6 +101,15 @@ class RingConfig(LastBlockCombine, TensorCoreTiles, ConfigBase):
         red = self.kw * self.rows_per_block * 8 * self.n_tiles(shape.n) * 4 if self.kw > 1 else 0
         return self.dynamic_smem(shape) + red
 
+    # ---- what the rest of gemvtune asks of a family's config ---------------------------------
+    def complexity(self) -> tuple:
+        levers = (self.split > 1) + (self.kw > 1) + (self.ipb > 1) + (self.x_load != "ring") + (self.prefetch != "none")
+        return (levers, self.split, self.kw, self.ipb, self.rw, self.stages, self.mt, self.bk)
+
+    def render_values(self, shape: Shape) -> dict[str, Any]:
+        return {"n_tiles": self.n_tiles(shape.n), "w_hint": "nc", "x_rows": self.x_rows(shape.n),
+                "stage_bytes": self.stage_bytes(shape.n)}
+
     # ---- validity -------------------------------------------------------------------------
     def invalid_reasons(self, shape: Shape) -> list[str]:
         errs = self.domain_errors()
@@ -133,6 +148,8 @@ class RingConfig(LastBlockCombine, TensorCoreTiles, ConfigBase):
 # The point tried first: 32 rows per tile (2 row warps x 4 d warps), 512-byte row runs, 4 stages, X in the ring
 # (the best one-at-a-time change of the first seed, kw=1, at 4096x4096 n = 1: runs/issue19b/ring-first/).
 RING_SEED = RingConfig()
+CONFIG = RingConfig
+SEED, SEED_NAME = RING_SEED, "ring seed"
 # A table's fallbacks for a shape it lacks: none (the GEMV family's run any shape).
 FALLBACKS: tuple[tuple[RingConfig, str], ...] = ()
 # A sweep measures the tiling, the ring and the grid; a search also tries the L2 prefetch sizes. (No evict-first

@@ -1,6 +1,7 @@
 """The split-K GEMM family: Y[n, M] = X[n, d] . W^T on tensor cores (mma.sync m16n8k16, FP16 or BF16 in, FP32
 accumulate), d split across blocks. Its partial sums are FP32 whatever the combine (FP32 atomics into y, or an
-FP32 workspace added by a second kernel), so no option accumulates in 16 bits. A frozen config, its domains, and validity with reasons."""
+FP32 workspace added by a second kernel), so no option accumulates in 16 bits. A frozen config, its domains, validity
+with reasons, and the names its registry entry is built from (``gemvtune.kernels.families.Family.from_module``)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,11 @@ from typing import Any
 from .configbase import ConfigBase
 from .shapes import Shape
 from .tctiles import TensorCoreTiles
+
+NAME = "splitk"               # the family's name in tables, CSVs, studies and the cost model
+TEMPLATE = "splitk_gemm.cu.j2"
+MAIN_KERNEL = "splitk_gemm"
+STUDY_SUFFIX = "-splitk"
 
 SMEM_LIMIT = 48 * 1024   # static shared memory a block may take without an opt-in
 MAX_GRID_Y = 65535
@@ -39,7 +45,7 @@ class SplitKConfig(TensorCoreTiles, ConfigBase):
     depth: int = 2
     x_load: str = "ldg"
 
-    family = "splitk"
+    family = NAME
     DOMAINS = DOMAINS
 
     # ---- derived values (the tiles, chunks, grid and staged X rows: TensorCoreTiles) ---------
@@ -54,7 +60,7 @@ class SplitKConfig(TensorCoreTiles, ConfigBase):
 
     def kernels(self, shape: Shape) -> list[tuple[str, tuple[int, int, int], tuple[int, int, int]]]:
         """The launches of one call, in order: (kernel name, grid, block)."""
-        main = ("splitk_gemm", self.grid(shape), (self.block, 1, 1))
+        main = (MAIN_KERNEL, self.grid(shape), (self.block, 1, 1))
         if self.split == 1:
             return [main]
         total = shape.n * shape.M
@@ -86,6 +92,14 @@ class SplitKConfig(TensorCoreTiles, ConfigBase):
         w = self.depth * self.warps * 32 * self.mt * 2 * 16 if self.w_load == "cpasync" else 0
         x = shape.n * self.x_row_halves(shape.d) * 2 if self.x_load == "smem" else 0
         return red + w + x
+
+    # ---- what the rest of gemvtune asks of a family's config ---------------------------------
+    def complexity(self) -> tuple:
+        levers = (self.split > 1) + (self.w_load != "reg") + (self.x_load != "ldg") + (self.combine != "atomic")
+        return (levers, self.split, self.depth, self.warps, self.mt)
+
+    def render_values(self, shape: Shape) -> dict[str, Any]:
+        return {"n_tiles": self.n_tiles(shape.n), "x_row": self.x_row_halves(shape.d), "w_hint": "nc"}
 
     # ---- validity -------------------------------------------------------------------------
     def invalid_reasons(self, shape: Shape) -> list[str]:
@@ -121,6 +135,8 @@ class SplitKConfig(TensorCoreTiles, ConfigBase):
 
 # The point tried first: 32 rows per block, 4 warps, d split 4 ways, atomics, 2 chunks in flight.
 SPLITK_SEED = SplitKConfig()
+CONFIG = SplitKConfig
+SEED, SEED_NAME = SPLITK_SEED, "splitk seed"
 # A table's fallbacks for a shape it lacks: none (the GEMV family's run any shape).
 FALLBACKS: tuple[tuple[SplitKConfig, str], ...] = ()
 # A sweep measures the whole space (1,728 points before validity).

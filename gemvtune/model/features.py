@@ -40,10 +40,6 @@ def _code(value: Any, domain: Sequence[Any]) -> float:
     return float(list(domain).index(value))
 
 
-def _split(c: Any) -> float:
-    return float(getattr(c, "split_k", getattr(c, "split", 1)))
-
-
 def row(config: Any, shape: Shape, sm_count: int) -> dict[str, float]:
     """The feature values of one point (a dict keyed by ``columns()``)."""
     fam = family_of(config)
@@ -61,7 +57,7 @@ def row(config: Any, shape: Shape, sm_count: int) -> dict[str, float]:
     dyn = getattr(config, "dynamic_smem", None)
     out.update(threads=float(threads), blocks=float(blocks), blocks_per_sm=per_sm,
                last_wave_fill=per_sm - math.floor(per_sm) if per_sm > 1 else per_sm,
-               rows_per_block=float(config.rows_per_block), split=_split(config),
+               rows_per_block=float(config.rows_per_block), split=float(config.split),
                bytes_per_load=float(config.vec_elems * 2), loads_in_flight=float(config.loads_in_flight),
                w_bytes_per_thread=shape.weight_bytes / (blocks * threads),
                dyn_smem=float(dyn(shape)) if dyn is not None else 0.0, n_tiles=float(-(-shape.n // 8)))

@@ -12,7 +12,7 @@ from typing import Any, cast
 import optuna
 
 from ..errors import UsageError
-from ..kernels.families import DEFAULT_FAMILY, FAMILIES, FAMILY_NAMES, config_to_dict, family_of
+from ..kernels.families import DEFAULT_FAMILY, FAMILIES, FAMILY_NAMES, config_to_dict
 from ..kernels.gemv import LLAMA_CPP
 from ..kernels.shapes import Shape
 from ..runners.base import Measurement, Status
@@ -38,7 +38,7 @@ TIE_MAX = 0.01   # configs within the fastest one's spread, and within 1%, tie (
 
 def complexity(c: Any) -> tuple:
     """Smaller is simpler: the gemv family first, then fewer levers away from its seed point."""
-    return (FAMILY_NAMES.index(c.family),) + family_of(c).complexity(c)
+    return (FAMILY_NAMES.index(c.family),) + c.complexity()
 
 
 def _summary(ms: list[Measurement]) -> dict[str, Any]:

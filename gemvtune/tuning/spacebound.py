@@ -48,7 +48,7 @@ def enqueue_rest(study: optuna.Study, space: dict[str, dict[str, Any]], known: d
     waiting = {tuple(sorted(t.params.items())) for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))}
     fam = FAMILIES[family]
     rest = [p for label, p in space.items() if label not in known and tuple(sorted(p.items())) not in waiting]
-    rest.sort(key=lambda p: fam.complexity(fam.config_cls(**p)))
+    rest.sort(key=lambda p: fam.config_cls(**p).complexity())
     for p in rest:
         study.enqueue_trial(p, user_attrs={"enqueued": "space"}, skip_if_exists=False)
     return len(rest)

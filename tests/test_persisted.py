@@ -1,0 +1,68 @@
+"""Files already written read as before: the committed H200 table, and the cost model's training set and its
+features (``model.dataset`` and ``model.features`` on ``results/nvidia-h200``), load to the content recorded when
+each parameter's persisted name was fixed (the digests below were taken on the code before the family modules
+took their own registry entries; one config field name on disk differs per family: ``split_k`` for gemv and
+cublaslt, ``split`` for the tensor-core families, while code reads ``config.split`` everywhere)."""
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from gemvtune.kernels.families import config_to_dict, record_config
+
+RESULTS = Path(__file__).resolve().parents[1] / "results" / "nvidia-h200"
+TABLE_RECORDS, TABLE_DIGEST = 727, "c05a7f216194b65a1bce09804cd1f1622f8c19a62740dba65dcc70c2099664e6"
+DATASET_ROWS = 37221
+DATASET_DIGEST = "e75ce87f8b9c7e4e67233f4389c45ec79d94202b4b7e2ae21b699b753a28f71a"
+FEATURES_DIGEST = "ab50852ebad6be825515d22cc6fb6a68b03e48c5e062f2b591e96e7fdb590f7a"
+
+
+def _digest(obj) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def test_committed_table_reads_the_same_configs():
+    from gemvtune.runtime.table import load_table
+
+    path = RESULTS / "table.json"
+    raw = json.loads(path.read_text())
+    recs = []
+    for key, e in sorted(raw["entries"].items()):
+        recs.append((key, "winner", config_to_dict(record_config(e["winner"]))))
+        recs += [(key, f"cand{i}", config_to_dict(record_config(c))) for i, c in enumerate(e.get("candidates", []))]
+        recs += [(key, f"best.{f}", config_to_dict(record_config(b))) for f, b in sorted(e.get("family_best", {}).items())]
+    t = load_table(path)
+    for s in t.shapes:
+        c, why = t.lookup(s)
+        recs.append((str(s), "lookup", c.label, config_to_dict(c), why))
+    assert (len(recs), _digest(recs)) == (TABLE_RECORDS, TABLE_DIGEST)
+
+
+@pytest.fixture(scope="module")
+def training_set():
+    pytest.importorskip("pandas")
+    from gemvtune.model import dataset
+
+    return dataset.load(RESULTS)
+
+
+def test_training_set_reads_the_same_rows(training_set):
+    ds = training_set
+    rows = [(config_to_dict(r.config), r.config.label, str(r.shape), r.family, repr(r.us), repr(r.rel), r.source, r.kind)
+            for r in ds.frame.itertuples()]
+    assert (ds.sm_count, ds.gpu, ds.skipped) == (132, "NVIDIA H200", [])
+    assert (len(rows), _digest(rows)) == (DATASET_ROWS, DATASET_DIGEST)
+
+
+def test_training_set_features_and_the_committed_model_columns(training_set):
+    import gzip
+
+    from gemvtune.model import features
+
+    model = json.loads(gzip.decompress((RESULTS / "costmodel.json.gz").read_bytes()))
+    assert model["columns"] == features.columns()   # the shipped model's trees read these columns, in this order
+    ds = training_set
+    fr = features.frame(zip(ds.frame["config"], ds.frame["shape"]), ds.sm_count)
+    assert hashlib.sha256(fr.to_numpy().tobytes()).hexdigest() == FEATURES_DIGEST
