@@ -22,12 +22,12 @@ parts (run in the order given):
   slow-tests  python3 -m pytest -q -m "gpu and slow" (pytest's exit 5, no test selected, counts as a pass)
   sanitizer   compute-sanitizer memcheck and racecheck (--report-api-errors no) over gemvtune verify of
               $SAN_CONFIGS on the edge shapes at n = 1 and 3, fp16 and bf16;
-              then memcheck of gemvtune percall in fp16 and bf16
-  bench       gemvtune bench --suite decode (tuned table against cuBLAS, llama.cpp config, seed kernel),
+              then memcheck of gemvtune percall ops in fp16 and bf16
+  bench       gemvtune bench kernels --suite decode (tuned table against cuBLAS, llama.cpp config, seed kernel),
               fp16 then bf16, in one process each
-  hf          gemvtune bench --hf-config (Llama-3-8B, 32 layers, 128 tokens; stock against gemvtune, eager
+  hf          gemvtune bench hf CONFIG (Llama-3-8B, 32 layers, 128 tokens; stock against gemvtune, eager
               and compiled), fp16 then bf16
-  percall     gemvtune percall (per-call cost of each launch path), fp16 and bf16 at n = 1 and 4
+  percall     gemvtune percall ops (per-call cost of each launch path), fp16 and bf16 at n = 1 and 4
   search      a short gemvtune search of one shape into a temporary results folder, then its report
 
 output: OUT/PART.log, OUT/PART/, OUT/summary.txt   (OUT: \$OUT if set, else ./gpu-check-out)
@@ -148,7 +148,7 @@ part_sanitizer() {
   done
   for dt in ${SAN_DTYPES:-fp16 bf16}; do
     run "memcheck percall $dt" "${san[@]}" --tool memcheck \
-      python3 -m gemvtune percall --dtype "$dt" "${pc[@]}" --out "$D/percall-$dt"
+      python3 -m gemvtune percall ops --dtype "$dt" "${pc[@]}" --out "$D/percall-$dt"
     total=$((total + 1)); clean=$((clean + $(sanitizer_clean)))
   done
   finish "$clean of $total sanitizer runs clean (rc 0, 0 errors or hazards)"
@@ -158,7 +158,7 @@ part_bench() {
   local dt opts=() got=()
   read -r -a opts <<< "${BENCH_OPTS---no-inductor}"
   for dt in ${BENCH_DTYPES:-fp16 bf16}; do
-    run "bench $dt" python3 -m gemvtune bench --suite decode --dtype "$dt" --batch "${BENCH_BATCH:-1,8}" \
+    run "bench $dt" python3 -m gemvtune bench kernels --suite decode --dtype "$dt" --batch "${BENCH_BATCH:-1,8}" \
       --rounds "${BENCH_ROUNDS:-3}" "${opts[@]}" --out "$D"
     got+=("$dt $(grep -m1 '^Geometric means' "$LAST" | grep -o '×cuBLAS [0-9.]* (lowest [0-9.]*)' || echo '-')")
   done
@@ -169,7 +169,7 @@ part_hf() {
   local dt args=() got=() e c
   read -r -a args <<< "${HF_ARGS:---layers 32 --tokens 128 --rounds 2}"
   for dt in ${HF_DTYPES:-fp16 bf16}; do
-    run "hf $dt" python3 -m gemvtune bench --hf-config "${HF_CONFIG:-$HF_CONFIG_DEFAULT}" "${args[@]}" --dtype "$dt" \
+    run "hf $dt" python3 -m gemvtune bench hf "${HF_CONFIG:-$HF_CONFIG_DEFAULT}" "${args[@]}" --dtype "$dt" \
       --out "$D"
     # the closing table: mode, stock tok/s, gemvtune tok/s, ratio (gemvtune / stock), ...
     e=$(awk '$1 == "eager" && $2 ~ /^[0-9.]+$/ && $4 ~ /^[0-9.]+$/ {r = $4} END {print r}' "$LAST")
@@ -183,7 +183,7 @@ part_percall() {
   local dt b got=() r
   for dt in ${PERCALL_DTYPES:-fp16 bf16}; do
     for b in ${PERCALL_BATCHES:-1 4}; do
-      run "percall $dt n=$b" python3 -m gemvtune percall --dtype "$dt" --batch "$b" --out "$D"
+      run "percall $dt n=$b" python3 -m gemvtune percall ops --dtype "$dt" --batch "$b" --out "$D"
       r=$(grep -m1 'GemvLinear / F.linear' "$LAST" | tr '|' ' ' | squeeze | sed 's/^GemvLinear \/ F.linear //')
       got+=("$dt n=$b ${r:--}")
     done

@@ -182,9 +182,9 @@ BENCH_CSV = str(ROOT / "tests" / "data" / "bench-20261129-121850.csv")
 CLI_CASES_17 = [
     ("negative seed", ["compile-check", "--shape", "64x64", "--seed", "-1"], "-1 is not in the range x>=0", 2),
     ("negative seed, verify", ["verify", "--shape", "64x64", "--seed", "-1"], "-1 is not in the range x>=0", 2),
-    ("negative seed, bench", ["bench", "--shape", "64x64", "--configs", "sample:2", "--seed", "-3"],
+    ("negative seed, bench", ["bench", "kernels", "--shape", "64x64", "--configs", "sample:2", "--seed", "-3"],
      "-3 is not in the range x>=0", 2),
-    ("unknown model preset, bench", ["bench", "--model", "gpt-9"], "unknown model preset 'gpt-9'; known: llama-3-8b", 2),
+    ("unknown model preset, bench", ["bench", "kernels", "--model", "gpt-9"], "unknown model preset 'gpt-9'; known: llama-3-8b", 2),
     ("option value out of range", ["compile-check", "--shape", "64x64", "--jobs", "0"], "not in the range", 2),
     ("unknown option", ["space", "--shape", "64x64", "--colour", "red"], "No such option '--colour'", 2),
     ("missing option", ["render"], "Missing option '--shape'", 2),

@@ -276,28 +276,31 @@ def test_bench_no_inductor_reaches_both_benchmarks(monkeypatch):
     from click.testing import CliRunner
 
     import gemvtune.bench.kernels as cb
+    import gemvtune.cli.bench_cmd as bc
     import gemvtune.cli.main as cm
 
     got = []
-    monkeypatch.setattr(cm, "_gpu_check", lambda: None)
+    monkeypatch.setattr(bc, "_gpu_check", lambda: None)
     monkeypatch.setattr(cb, "run_tuned_bench", lambda shapes, table, out, **kw: got.append(("tuned", kw["inductor"])))
     monkeypatch.setattr(cb, "run_bench", lambda shapes, pick, out, **kw: got.append(("configs", kw["inductor"])))
     table = str(ROOT / "results" / "nvidia-h200" / "table.json")
     for args in ([], ["--no-inductor"]):
-        r = CliRunner().invoke(cm.cli, ["bench", "--shape", "4096x4096", "--table", table, *args])
+        r = CliRunner().invoke(cm.cli, ["bench", "kernels", "--shape", "4096x4096", "--table", table, *args])
         assert r.exit_code == 0, r.output
-        r = CliRunner().invoke(cm.cli, ["bench", "--shape", "4096x4096", "--configs", "llama", *args])
+        r = CliRunner().invoke(cm.cli, ["bench", "kernels", "--shape", "4096x4096", "--configs", "llama", *args])
         assert r.exit_code == 0, r.output
     assert got == [("tuned", True), ("configs", True), ("tuned", False), ("configs", False)]
-    r = CliRunner().invoke(cm.cli, ["bench", "--help"])
-    assert "--no-inductor" in r.output and "--hf-config" in r.output and "--layers" in r.output
+    r = CliRunner().invoke(cm.cli, ["bench", "kernels", "--help"])
+    assert "--no-inductor" in r.output and "--hf-config" not in r.output and "--layers" not in r.output
 
 
-def test_bench_hf_config_refuses_no_inductor_in_one_line(tmp_path):
+def test_bench_hf_refuses_no_inductor_in_one_line(tmp_path):
     from conftest import run_cli
 
-    r = run_cli("bench", "--hf-config", str(tmp_path), "--no-inductor")
-    assert r.returncode == 2 and "drop --no-inductor" in r.stderr and "Traceback" not in r.stderr
+    r = run_cli("bench", "hf", str(tmp_path), "--no-inductor")
+    assert r.returncode == 2 and "No such option '--no-inductor'" in r.stderr and "Traceback" not in r.stderr
+    r = run_cli("bench", "--hf-config", str(tmp_path), "--no-inductor")     # the old spelling, as it refused
+    assert r.returncode == 2 and "drop --no-inductor" in r.stderr.splitlines()[-1] and "Traceback" not in r.stderr
 
 
 def test_a_contender_wrong_in_its_first_round_is_verified_again_every_round():

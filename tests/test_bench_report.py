@@ -44,10 +44,10 @@ def test_markdown_and_chart(tmp_path):
 
 
 def test_bench_cli_bad_table_is_one_line(tmp_path):
-    r = run_cli("bench", "--shape", "4096x4096", "--table", str(tmp_path / "none.json"))
+    r = run_cli("bench", "kernels", "--shape", "4096x4096", "--table", str(tmp_path / "none.json"))
     assert r.returncode == 2 and "does not exist" in r.stderr and "Traceback" not in r.stderr
     (tmp_path / "bad.json").write_text("{not json")
-    r = run_cli("bench", "--suite", "decode", "--table", str(tmp_path / "bad.json"))
+    r = run_cli("bench", "kernels", "--suite", "decode", "--table", str(tmp_path / "bad.json"))
     assert r.returncode == 2 and "not valid JSON" in r.stderr
 
 
@@ -57,7 +57,7 @@ def test_bench_cli_no_gpu_exit_3():
 
     if not cuda_available():
         pytest.skip("a CUDA device answers here")
-    r = run_cli("bench", "--shape", "4096x4096", "--table", str(ROOT / "results" / "nvidia-h200" / "table.json"))
+    r = run_cli("bench", "kernels", "--shape", "4096x4096", "--table", str(ROOT / "results" / "nvidia-h200" / "table.json"))
     assert r.returncode == 3 and "Traceback" not in r.stderr
 
 

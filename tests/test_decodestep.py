@@ -1,4 +1,4 @@
-"""The decode-step benchmark (gemvtune bench --model NAME --layers N): the layer list, the report from a
+"""The decode-step benchmark (gemvtune bench step --model NAME --layers N): the layer list, the report from a
 synthetic frame and bad input on the CPU; a 2-layer step on a GPU (marked gpu)."""
 
 import json
@@ -77,16 +77,27 @@ def test_check_decode_args_accepts_and_step_ops_refuses():
 
 
 CLI_CASES = [
-    ("--layers without --model", ["bench", "--layers", "2"], "needs --model"),
-    ("--layers zero", ["bench", "--model", "llama-3-8b", "--layers", "0"], ">= 1"),
-    ("--layers negative", ["bench", "--model", "llama-3-8b", "--layers", "-1"], ">= 1"),
-    ("--layers not a number", ["bench", "--model", "llama-3-8b", "--layers", "two"], ">= 1"),
-    ("--layers, unknown model", ["bench", "--model", "gpt-9", "--layers", "2"], "unknown model preset"),
-    ("--layers with --shape", ["bench", "--model", "llama-3-8b", "--layers", "2", "--shape", "64x64"], "drop --shape"),
-    ("--layers with --batch", ["bench", "--model", "llama-3-8b", "--layers", "2", "--batch", "2"], "drop --batch"),
-    ("--layers, table missing", ["bench", "--model", "llama-3-8b", "--layers", "2", "--table", "{tmp}/none.json"],
+    ("--layers without --model", ["bench", "step", "--layers", "2"], "Missing option '--model'"),
+    ("--model without --layers", ["bench", "step", "--model", "llama-3-8b"], "Missing option '--layers'"),
+    ("--layers zero", ["bench", "step", "--model", "llama-3-8b", "--layers", "0"], ">= 1"),
+    ("--layers negative", ["bench", "step", "--model", "llama-3-8b", "--layers", "-1"], ">= 1"),
+    ("--layers not a number", ["bench", "step", "--model", "llama-3-8b", "--layers", "two"], ">= 1"),
+    ("--layers, unknown model", ["bench", "step", "--model", "gpt-9", "--layers", "2"], "unknown model preset"),
+    ("with --shape", ["bench", "step", "--model", "llama-3-8b", "--layers", "2", "--shape", "64x64"],
+     "No such option '--shape'"),
+    ("with --batch", ["bench", "step", "--model", "llama-3-8b", "--layers", "2", "--batch", "2"],
+     "No such option '--batch'"),
+    ("table missing", ["bench", "step", "--model", "llama-3-8b", "--layers", "2", "--table", "{tmp}/none.json"],
+     "does not exist"),
+    # the old spelling (bench --model NAME --layers N): its refusals as before, after the deprecation line
+    ("old: --layers without --model", ["bench", "--layers", "2"], "needs --model"),
+    ("old: --layers with --shape", ["bench", "--model", "llama-3-8b", "--layers", "2", "--shape", "64x64"],
+     "drop --shape"),
+    ("old: --layers with --batch", ["bench", "--model", "llama-3-8b", "--layers", "2", "--batch", "2"], "drop --batch"),
+    ("old: table missing", ["bench", "--model", "llama-3-8b", "--layers", "2", "--table", "{tmp}/none.json"],
      "does not exist"),
 ]
+DEPRECATED = "gemvtune: 'bench --layers' is deprecated; use 'gemvtune bench step' (removed in the next release)"
 
 
 @pytest.mark.parametrize("what,args,needle", CLI_CASES, ids=[c[0] for c in CLI_CASES])
@@ -94,6 +105,9 @@ def test_bad_input_is_one_line_exit_2(tmp_path, what, args, needle):
     r = run_cli(*[a.replace("{tmp}", str(tmp_path)) for a in args], "--out", str(tmp_path / "out"))
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert r.returncode == 2, (r.returncode, r.stderr)
+    if args[1] != "step":
+        assert lines[:1] == [DEPRECATED], r.stderr
+        lines = lines[1:]
     assert len(lines) == 1 and needle in lines[0] and "Traceback" not in r.stderr, r.stderr
     assert not (tmp_path / "out").exists()
 

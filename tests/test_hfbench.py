@@ -1,4 +1,4 @@
-"""The Hugging Face end-to-end benchmark (gemvtune bench --hf-config): the report from synthetic rows, the
+"""The Hugging Face end-to-end benchmark (gemvtune bench hf): the report from synthetic rows, the
 kernel-name classifier, the ratio/median arithmetic, config handling and CLI errors on the CPU; a CPU
 smoke run of the whole pipeline where transformers is installed; the whole bench on a GPU (marked gpu)."""
 
@@ -325,7 +325,7 @@ def test_cli_without_transformers_one_line_exit_2(tmp_path):
     cfg = _write(tmp_path, TINY)
     code = ("import sys; sys.modules['transformers'] = None\n"
             "from gemvtune.cli.main import main\n"
-            f"main(['bench', '--hf-config', {str(cfg)!r}, '--layers', '2', '--out', {str(tmp_path / 'out')!r}])\n")
+            f"main(['bench', 'hf', {str(cfg)!r}, '--layers', '2', '--out', {str(tmp_path / 'out')!r}])\n")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     _one_line_exit_2(r, "pip install 'gemvtune[hf]'")
     assert "transformers" in r.stderr and not (tmp_path / "out").exists()
@@ -339,39 +339,64 @@ CLI_CASES = [
     ("layers text", TINY, ["--layers", "two"], "--layers must be an integer >= 1"),
     ("tokens zero", TINY, ["--tokens", "0"], "--tokens must be an integer >= 1"),
     ("prompt tokens", TINY, ["--prompt-tokens", "-3"], "--prompt-tokens must be an integer >= 1"),
-    ("with --model", TINY, ["--model", "llama-3-8b"], "drop --model"),
-    ("with --shape and --batch", TINY, ["--shape", "64x64", "--batch", "2"], "drop --shape, --batch"),
-    ("with --configs", TINY, ["--configs", "llama"], "drop --configs"),
+    ("with --model", TINY, ["--model", "llama-3-8b"], "No such option '--model'"),
+    ("with --batch", TINY, ["--batch", "2"], "No such option '--batch'"),
+    ("with --configs", TINY, ["--configs", "llama"], "No such option '--configs'"),
 ]
 
 
 @pytest.mark.parametrize("what,config,args,needle", CLI_CASES, ids=[c[0] for c in CLI_CASES])
 def test_cli_bad_input_one_line_exit_2(tmp_path, what, config, args, needle):
     cfg = _write(tmp_path, config)
-    r = run_cli("bench", "--hf-config", str(cfg), *args, "--out", str(tmp_path / "out"))
+    r = run_cli("bench", "hf", str(cfg), *args, "--out", str(tmp_path / "out"))
     _one_line_exit_2(r, needle)
     assert not (tmp_path / "out").exists()
 
 
+OLD = "gemvtune: 'bench --hf-config' is deprecated; use 'gemvtune bench hf' (removed in the next release)"
+OLD_CASES = [   # the old spelling, bench --hf-config PATH: what it refused, with the same words
+    ("with --model", ["--model", "llama-3-8b"], "drop --model"),
+    ("with --shape and --batch", ["--shape", "64x64", "--batch", "2"], "drop --shape, --batch"),
+    ("with --configs", ["--configs", "llama"], "drop --configs"),
+    ("layers zero", ["--layers", "0"], "--layers must be an integer >= 1"),
+]
+
+
+@pytest.mark.parametrize("what,args,needle", OLD_CASES, ids=[c[0] for c in OLD_CASES])
+def test_old_spelling_deprecated_refuses_as_before(tmp_path, what, args, needle):
+    cfg = _write(tmp_path, TINY)
+    r = run_cli("bench", "--hf-config", str(cfg), *args, "--out", str(tmp_path / "out"))
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2 and lines[0] == OLD and len(lines) == 2 and needle in lines[1], r.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def test_cli_missing_config_and_hf_options_alone(tmp_path):
-    _one_line_exit_2(run_cli("bench", "--hf-config", str(tmp_path / "none.json")), "does not exist")
-    _one_line_exit_2(run_cli("bench", "--hf-config", str(tmp_path)), "no config.json")
-    _one_line_exit_2(run_cli("bench", "--model", "llama-3-8b", "--tokens", "5"), "--tokens needs --hf-config")
-    _one_line_exit_2(run_cli("bench", "--prompt-tokens", "5"), "--prompt-tokens needs --hf-config")
+    _one_line_exit_2(run_cli("bench", "hf", str(tmp_path / "none.json")), "does not exist")
+    _one_line_exit_2(run_cli("bench", "hf", str(tmp_path)), "no config.json")
+    _one_line_exit_2(run_cli("bench", "hf"), "Missing argument 'CONFIG'")
+    _one_line_exit_2(run_cli("bench", "kernels", "--model", "llama-3-8b", "--tokens", "5"), "No such option '--tokens'")
+    for args, needle in ((["--model", "llama-3-8b", "--tokens", "5"], "--tokens needs --hf-config"),   # (old spelling)
+                         (["--prompt-tokens", "5"], "--prompt-tokens needs --hf-config"),
+                         (["--hf-config", str(tmp_path / "none.json")], "does not exist")):
+        r = run_cli("bench", *args)
+        lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+        assert r.returncode == 2 and len(lines) == 2 and "is deprecated" in lines[0] and needle in lines[1], r.stderr
 
 
 @pytest.mark.slow  # builds a transformers model in a CLI subprocess
 def test_cli_unknown_model_type_and_missing_table(tmp_path):
     pytest.importorskip("transformers")
     cfg = _write(tmp_path, dict(TINY, model_type="no-such-model"))
-    _one_line_exit_2(run_cli("bench", "--hf-config", str(cfg)), "does not know model_type 'no-such-model'")
+    _one_line_exit_2(run_cli("bench", "hf", str(cfg)), "does not know model_type 'no-such-model'")
     cfg = _write(tmp_path, TINY)
-    _one_line_exit_2(run_cli("bench", "--hf-config", str(cfg), "--table", str(tmp_path / "none.json")), "does not exist")
+    _one_line_exit_2(run_cli("bench", "hf", str(cfg), "--table", str(tmp_path / "none.json")), "does not exist")
 
 
 def test_help_lists_hf_options():
-    r = run_cli("bench", "--help")
-    assert r.returncode == 0 and "--hf-config" in r.stdout and "--tokens" in r.stdout and "--prompt-tokens" in r.stdout
+    r = run_cli("bench", "hf", "--help")
+    assert r.returncode == 0 and "CONFIG" in r.stdout and "--tokens" in r.stdout and "--prompt-tokens" in r.stdout
+    assert "--shape" not in r.stdout and "--configs" not in r.stdout     # only its own options
 
 
 # ---- the whole pipeline ------------------------------------------------------------------------------
@@ -410,7 +435,7 @@ def test_whole_bench_on_gpu(tmp_path):
         pytest.skip(f"no table at {TABLE}")
     cfg = _write(tmp_path, LLAMA_3_8B)
     out = tmp_path / "out"
-    r = run_cli("bench", "--hf-config", str(cfg), "--layers", "2", "--tokens", "8", "--rounds", "1",
+    r = run_cli("bench", "hf", str(cfg), "--layers", "2", "--tokens", "8", "--rounds", "1",
                 "--table", str(TABLE), "--out", str(out), env={"PYTHONUNBUFFERED": "1"})
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     md_files = list(out.glob("hf-*-L2-*-summary.md"))

@@ -1,4 +1,4 @@
-"""``gemvtune percall --hf-config``: eager forwards of a Hugging Face model, stock against swap_linears. The paired
+"""``gemvtune percall hf``: eager forwards of a Hugging Face model, stock against swap_linears. The paired
 summary and the interleaving on fakes, the whole measurement on a tiny random Llama on the CPU (GemvLinear falls
 back to F.linear there), the CLI's errors before any GPU work; on a GPU, the command end to end (marked gpu)."""
 
@@ -72,13 +72,14 @@ def test_measure_hf_forward_on_cpu(tmp_path):
 
 
 @pytest.mark.parametrize("args,needle", [
-    (["--hf-config", "{tmp}/none.json"], "none.json does not exist"),
-    (["--hf-config", "{cfg}", "--layers", "0"], "--layers must be an integer >= 1"),
-    (["--layers", "2"], "--layers needs --hf-config"),
-    (["--hf-config", "{cfg}", "--shape", "4096x4096"], "drop --shape"),
-    (["--hf-config", "{cfg}", "--batch", "4"], "drop --batch"),
-    (["--hf-config", "{cfg}", "--table", "{tmp}/notable.json"], "notable.json does not exist"),
-], ids=["missing config", "layers 0", "layers alone", "with a shape", "with a batch", "missing table"])
+    (["hf", "{tmp}/none.json"], "none.json does not exist"),
+    (["hf", "{cfg}", "--layers", "0"], "--layers must be an integer >= 1"),
+    (["ops", "--layers", "2"], "No such option '--layers'"),
+    (["hf", "{cfg}", "--shape", "4096x4096"], "No such option '--shape'"),
+    (["hf", "{cfg}", "--batch", "4"], "No such option '--batch'"),
+    (["hf", "{cfg}", "--table", "{tmp}/notable.json"], "notable.json does not exist"),
+    (["hf"], "Missing argument 'CONFIG'"),
+], ids=["missing config", "layers 0", "layers on ops", "with a shape", "with a batch", "missing table", "no config"])
 def test_percall_hf_bad_input_is_one_line(tmp_path, args, needle):
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps(TINY))
@@ -86,6 +87,25 @@ def test_percall_hf_bad_input_is_one_line(tmp_path, args, needle):
     assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
     assert needle in r.stderr, r.stderr
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--hf-config", "{tmp}/none.json"], "none.json does not exist"),
+    (["--hf-config", "{cfg}", "--layers", "0"], "--layers must be an integer >= 1"),
+    (["--layers", "2"], "--layers needs --hf-config"),
+    (["--hf-config", "{cfg}", "--shape", "4096x4096"], "drop --shape"),
+    (["--hf-config", "{cfg}", "--batch", "4"], "drop --batch"),
+    (["--hf-config", "{cfg}", "--table", "{tmp}/notable.json"], "notable.json does not exist"),
+], ids=["missing config", "layers 0", "layers alone", "with a shape", "with a batch", "missing table"])
+def test_percall_old_spelling_is_deprecated_and_refuses_as_before(tmp_path, args, needle):
+    """percall --hf-config PATH (the old spelling): one deprecation line, then the same one-line refusal."""
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(TINY))
+    r = run_cli("percall", *[a.format(tmp=tmp_path, cfg=cfg) for a in args])
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    assert len(lines) == 2 and "is deprecated; use 'gemvtune percall " in lines[0] and needle in lines[1], r.stderr
+    assert "Traceback" not in r.stderr
 
 
 @pytest.mark.slow   # the GPU suite's second tier: -m "gpu and slow" (docs/testing.md)
@@ -96,7 +116,7 @@ def test_percall_hf_on_gpu(tmp_path):
     pytest.importorskip("transformers")
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps(TINY))
-    r = run_cli("percall", "--hf-config", str(cfg), "--layers", "2", "--dtype", "bf16", "--calls", "2",
+    r = run_cli("percall", "hf", str(cfg), "--layers", "2", "--dtype", "bf16", "--calls", "2",
                 "--repeats", "4", "--table", str(TABLE), "--out", str(tmp_path / "out"))
     assert r.returncode == 0, r.stderr
     csvs = list((tmp_path / "out").glob("percall-hf-tiny-llama-L2-bfloat16-*.csv"))
@@ -109,7 +129,7 @@ def test_percall_hf_on_gpu(tmp_path):
 def test_percall_shapes_on_gpu(tmp_path):
     """The command's other mode (single layers), which shares the table lookup and the file writing: the files
     and the ratio rows."""
-    r = run_cli("percall", "--shape", "1024x4096", "--calls", "10", "--repeats", "2", "--table", str(TABLE),
+    r = run_cli("percall", "ops", "--shape", "1024x4096", "--calls", "10", "--repeats", "2", "--table", str(TABLE),
                 "--out", str(tmp_path / "out"))
     assert r.returncode == 0, r.stderr
     csvs = list((tmp_path / "out").glob("percall-2*.csv"))

@@ -350,13 +350,13 @@ INT_CASES = [
     ("sample of a superscript", ["compile-check", "--shape", "64x64", "--configs", "sample:³"], "sample:N", 2),
     ("inline config of 5000 digits", ["render", "--shape", "64x64", "--config", "block=" + "1" * 5000],
      "block=", 2),
-    ("--layers three hundred million", ["bench", "--hf-config", str(ROOT / "gemvtune" / "kernels" / "hf_configs" /
-                                                                     "llama-3-8b.json"), "--layers", "300000000"],
+    ("--layers three hundred million", ["bench", "hf", str(ROOT / "gemvtune" / "kernels" / "hf_configs" /
+                                                               "llama-3-8b.json"), "--layers", "300000000"],
      "--layers must be an integer >= 1 and <= 1024", 2),
-    ("--tokens of 20 digits", ["bench", "--hf-config", str(ROOT / "gemvtune" / "kernels" / "hf_configs" /
-                                                            "llama-3-8b.json"), "--tokens", "9" * 20],
+    ("--tokens of 20 digits", ["bench", "hf", str(ROOT / "gemvtune" / "kernels" / "hf_configs" /
+                                                      "llama-3-8b.json"), "--tokens", "9" * 20],
      "--tokens must be an integer >= 1 and <= 65536", 2),
-    ("--layers of a model preset, huge", ["bench", "--model", "llama-3-8b", "--layers", "300000000"],
+    ("--layers of a model preset, huge", ["bench", "step", "--model", "llama-3-8b", "--layers", "300000000"],
      "--layers must be an integer >= 1 and <= 1024", 2),
     ("transition batch of 5000 digits", ["transition", "--shape", "64x64", "--batch", "1" * 5000],
      "malformed batch list", 2),

@@ -278,7 +278,7 @@ def test_model_presets_are_listed_in_help():
     from gemvtune.cli.main import cli
     from gemvtune.kernels.hfconfig import PRESETS
 
-    out = CliRunner().invoke(cli, ["bench", "--help"], terminal_width=400).output
+    out = CliRunner().invoke(cli, ["bench", "kernels", "--help"], terminal_width=400).output
     assert all(p in out for p in PRESETS), out
 
 

@@ -1,4 +1,4 @@
-"""Decode-step benchmark (``gemvtune bench --model NAME --layers N``): the linear layers of one decode
+"""Decode-step benchmark (``gemvtune bench step --model NAME --layers N``): the linear layers of one decode
 step of a model preset (per layer in order qkv, o, gate_up, down; then the LM head) with every weight
 resident, captured in one CUDA graph per implementation (the table's tuned kernels, the llama.cpp
 config, cuBLAS), replays timed with CUDA events. Linear layers only: no attention, norms or sampling,
@@ -38,7 +38,8 @@ MAX_STEP_LAYERS = 1024   # one CUDA graph per implementation holds 7 launches a 
 
 def check_decode_args(model: str | None, layers: Any, shape_texts: tuple = (), suite: str | None = None,
                       spec: str = "tuned", batch_text: str = "1") -> int:
-    """Bad combinations of ``bench --layers`` are one UsageError, before any GPU work; returns N."""
+    """Bad combinations of ``bench step`` (and of the old ``bench --layers``) are one UsageError, before any GPU
+    work; returns N."""
     if not model:
         raise UsageError("--layers needs --model (the decode step of a model preset)")
     from ..intparse import positive_int

@@ -8,14 +8,13 @@ from collections.abc import Callable
 
 import click
 
-from ..errors import GemvtuneError, UsageError
+from ..errors import GemvtuneError
 from ..kernels import gemv as sp
-from ..kernels.families import load_configs
 from ..kernels.shapes import Shape, parse_batches, parse_shape
-from ..tuning.search_options import SEED, ModelPreset
+from ..tuning.search_options import SEED
 from . import options as _options
 from .options import gpu_check as _gpu_check
-from .options import one_line_usage_error, one_line_warnings, setup_logging
+from .options import one_line_usage_error, one_line_warnings, select_configs, setup_logging
 
 
 def _shape_opt(f: Callable) -> Callable:
@@ -24,23 +23,6 @@ def _shape_opt(f: Callable) -> Callable:
 
 def _shapes(shape_text: str, batch: str = "1") -> list[Shape]:
     return [parse_shape(shape_text, n) for n in parse_batches(batch)]
-
-
-def select_configs(spec: str, shape: Shape, seed: int = 0) -> list[sp.GemvConfig]:
-    """``all`` | ``sample:N`` | ``llama`` | a JSON file of configs | one inline config."""
-    if spec == "all":
-        return sp.valid_configs(shape)
-    if spec.startswith("sample:"):
-        from ..intparse import parse_int
-
-        try:
-            k = parse_int(spec.split(":", 1)[1], "sample:N", 1, 1_000_000)
-        except UsageError:
-            raise UsageError(f"bad --configs {spec[:40]!r}: expected sample:N with N in 1..1000000") from None
-        return sp.sample_configs(shape, k, seed)
-    if spec.endswith(".json"):
-        return load_configs(spec)
-    return [sp.parse_config(spec)]
 
 
 log = logging.getLogger("gemvtune")
@@ -138,119 +120,6 @@ def ceiling(gib: float) -> None:
 
 
 @cli.command()
-@click.option("--shape", "shape_texts", multiple=True, help="M x d (repeatable)")
-@click.option("--suite", type=click.Choice(["decode"]), default=None, help="the decode suite of shapes")
-@click.option("--model", default=None, type=ModelPreset(), help="every linear-layer shape of a model preset")
-@click.option("--configs", "spec", default="tuned", show_default=True,
-              help="tuned (the table's kernel) | all | sample:N | llama | FILE.json | one inline config")
-@click.option("--table", "table_path", default=None, help="table for --configs tuned (default results/<gpu>/table.json)")
-@click.option("--batch", "batch_text", default="1", show_default=True, help="batch sizes n, e.g. 1,2,4")
-@click.option("--rounds", default=3, show_default=True, type=click.IntRange(1, 50),
-              help="interleaved rounds (tuned and every baseline) for --configs tuned")
-@click.option("--seed", default=0, show_default=True, type=SEED,
-              help="seed of sample:N (with --hf-config: of the model's random weights)")
-@click.option("--out", "out_dir", default=None, help="output folder (default results/<gpu>/)")
-@click.option("--no-spin-check", is_flag=True, help="skip timing llama.cpp with the spin method too")
-@_options.NO_INDUCTOR
-@_options.DTYPE
-@_options.BENCH_MODEL_OPTIONS
-def bench(shape_texts: tuple[str, ...], suite: str | None, model: str | None, spec: str, table_path: str | None,
-          batch_text: str, rounds: int, seed: int, out_dir: str | None, no_spin_check: bool, no_inductor: bool, dtype: str,
-          layers_text: str | None, hf_config: str | None, tokens_text: str | None, prompt_text: str | None) -> None:
-    """Benchmark in one process: the read ceiling, then per shape the table's tuned kernel against the
-    llama.cpp config (d compiled in), the seed kernel as written (d at run time), cuBLAS and Inductor
-    max-autotune (ratios, geometric means per batch, CSV, bar chart); or chosen variants (--configs); or,
-    with --layers, one decode step of a model (tuned vs llama.cpp config vs cuBLAS); or, with
-    --hf-config, end-to-end greedy decode of a Hugging Face model, stock vs gemvtune."""
-    from ..kernels.hfconfig import model_shapes
-    from ..kernels.shapes import DECODE_SUITE
-
-    if hf_config is not None:
-        _bench_hf(hf_config, layers_text, tokens_text, prompt_text, table_path, out_dir, rounds, seed,
-                  shape_texts, suite, model, spec, batch_text, {"--no-spin-check": no_spin_check,
-                                                                "--no-inductor": no_inductor}, dtype)
-        return
-    for text, opt in ((tokens_text, "--tokens"), (prompt_text, "--prompt-tokens")):
-        if text is not None:
-            raise UsageError(f"{opt} needs --hf-config")
-    layers = None
-    if layers_text is not None:
-        from ..bench.step import check_decode_args
-
-        layers = check_decode_args(model, layers_text, shape_texts, suite, spec, batch_text)
-    batches = parse_batches(batch_text)
-    shapes = [parse_shape(t) for t in shape_texts]
-    if suite == "decode":
-        shapes += [Shape(M, d) for M, d in DECODE_SUITE]
-    if model:
-        shapes += model_shapes(model)
-    if not shapes:
-        raise UsageError("bench needs --shape, --suite or --model")
-    shapes = list(dict.fromkeys(Shape(s.M, s.d, n, dtype) for s in shapes for n in batches))
-    if spec == "tuned":
-        from ..runtime.table import load_table
-
-        if table_path is None:
-            _gpu_check()
-            from ..runners.cuda import CudaRunner
-            from ..workspace import Workspace
-
-            table_path = str(Workspace.for_gpu(CudaRunner().device_info()["name"]).table)
-        load_table(table_path)  # a missing or corrupt table fails before any GPU work
-        _gpu_check()
-        if layers is not None:
-            from ..bench.step import run_decode_step
-
-            assert model is not None   # (check_decode_args refused --layers without --model)
-            run_decode_step(model, layers, table_path, out_dir, echo=click.echo, rounds=rounds)
-            return
-        from ..bench.kernels import run_tuned_bench
-
-        run_tuned_bench(shapes, table_path, out_dir, echo=click.echo, rounds=rounds, inductor=not no_inductor)
-        return
-    for s in shapes:
-        select_configs(spec, s, seed)  # bad --configs fails before any GPU work
-    _gpu_check()
-    from ..bench.kernels import run_bench
-
-    run_bench(shapes, lambda s: select_configs(spec, s, seed), out_dir, echo=click.echo,
-              spin_check=not no_spin_check, inductor=not no_inductor)
-
-
-def _bench_hf(hf_config: str, layers_text: str | None, tokens_text: str | None, prompt_text: str | None,
-              table_path: str | None, out_dir: str | None, rounds: int, seed: int, shape_texts: tuple[str, ...],
-              suite: str | None, model: str | None, spec: str, batch_text: str, skips: dict[str, bool], dtype: str) -> None:
-    """bench --hf-config: every check that needs no GPU first (options, the config file, transformers,
-    the table), then the GPU check, then gemvtune.hf.bench."""
-    from ..hf.bench import build_config, check_transformers, positive_int, read_config, run_hf_bench
-
-    clash = [opt for opt, given in (("--shape", shape_texts), ("--suite", suite), ("--model", model),
-                                    ("--configs", spec != "tuned"), ("--batch", str(batch_text).strip() != "1"),
-                                    *skips.items()) if given]
-    if clash:
-        raise UsageError(f"--hf-config times a Hugging Face model's generate at batch 1: drop {', '.join(clash)}")
-    layers = positive_int(layers_text, "--layers") if layers_text is not None else None
-    tokens = positive_int(tokens_text, "--tokens") if tokens_text is not None else 128
-    prompt = positive_int(prompt_text, "--prompt-tokens") if prompt_text is not None else 16
-    fields, _, cfg_file = read_config(hf_config)        # a bad config.json: one line
-    check_transformers()                                # before the GPU check: testable without a GPU
-    build_config(fields, layers, where=f"config {cfg_file}")  # a model_type transformers does not know
-    if table_path is not None:
-        from ..runtime.table import load_table
-
-        load_table(table_path)                          # a missing or corrupt table fails before any GPU work
-    _gpu_check()
-    if table_path is None:
-        from ..hf.bench import default_table_path
-        from ..runtime.table import load_table
-
-        table_path = default_table_path()               # results/<gpu>/table.json, named as torch sees the GPU
-        load_table(table_path)
-    run_hf_bench(hf_config, layers=layers, tokens=tokens, prompt_tokens=prompt, table_path=table_path, out_dir=out_dir,
-                 rounds=rounds, echo=click.echo, seed=seed, dtype={"fp16": "float16", "bf16": "bfloat16"}[dtype])
-
-
-@cli.command()
 @click.option("--shape", "shape_texts", multiple=True, required=True, help="M x d (repeatable)")
 @click.option("--configs", "spec", default="sample:16", show_default=True,
               help="all | sample:N | llama | FILE.json | one inline config")
@@ -284,6 +153,7 @@ def verify(shape_texts: tuple[str, ...], spec: str, seed: int, batch: str, dtype
 
 # The one registration point of the commands defined in the other cli_* modules (they import nothing
 # from here: no import loop).
+from . import bench_cmd as cli_bench  # noqa: E402
 from . import check_cmd as cli_check  # noqa: E402
 from . import costmodel_cmd as cli_costmodel  # noqa: E402
 from . import export_cmd as cli_export  # noqa: E402
@@ -294,7 +164,7 @@ from . import search_cmd as cli_search  # noqa: E402
 from . import transition_cmd as cli_transition  # noqa: E402
 
 for _cmd in (cli_search.search, cli_search.worker, cli_replay.sweep, cli_replay.study, cli_replay.study_report,
-             cli_replay.plot_study, cli_export.export, cli_percall.percall, cli_transition.transition,
+             cli_replay.plot_study, cli_export.export, cli_bench.bench, cli_percall.percall, cli_transition.transition,
              cli_costmodel.costmodel, cli_costmodel.predict, cli_check.check, cli_reporting.summarize,
              cli_reporting.report, cli_reporting.which_table):
     cli.add_command(_cmd)

@@ -1,6 +1,7 @@
 """Command-line conventions shared by the commands: option types that list their choices in
 ``--help`` and refuse bad values in one line, the ``-v``/``-q`` logging set-up, click's usage errors
-as one line, and output files checked before any work."""
+as one line, output files checked before any work, options declared once for the commands that share
+them (``declared``, ``--configs``), and the old spelling of a command that became a group (``old_spelling``)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,12 @@ import sys
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import click
 
 from ..errors import UsageError
+from ..kernels.shapes import DTYPES
 from ..workspace import writable_dir  # noqa: F401  (the commands' results folders; defined with the workspace)
 
 log = logging.getLogger("gemvtune")
@@ -111,35 +113,74 @@ def gpu_check() -> None:
         raise NoDeviceError(why)
 
 
-def DTYPE(f: Callable) -> Callable:  # noqa: N802  (a decorator, named like NO_INDUCTOR)
-    """--dtype of the commands that take shapes: the element type of W and x."""
-    from ..kernels.shapes import DTYPES
+# ---- options declared once, for the commands and the subcommands that share them -------------------------
+Decl = tuple[tuple[str, ...], dict[str, Any]]   # click.option's declarations and keywords
 
-    return click.option("--dtype", type=click.Choice(DTYPES), default="fp16", show_default=True,
-                        help="dtype of W and x (and the bias): fp16 or bf16")(f)
-
-
-# ---- bench's options, declared here to keep cli/main.py short --------------------------------------------
-NO_INDUCTOR = click.option(
-    "--no-inductor", is_flag=True,
-    help="skip the Inductor baseline: torch.compile(F.linear, mode=max-autotune-no-cudagraphs), compiled and "
-         "autotuned once per shape (tens of seconds each)")
+DTYPE_DECL: Decl = (("--dtype",), {"type": click.Choice(DTYPES), "default": "fp16", "show_default": True,
+                                   "help": "dtype of W and x (and the bias): fp16 or bf16"})
 
 
-def BENCH_MODEL_OPTIONS(f: Callable) -> Callable:  # noqa: N802  (a decorator, named like NO_INDUCTOR)
-    """bench's --layers (a decode step of a model preset, or the HF model's depth), --hf-config, --tokens and
-    --prompt-tokens (the Hugging Face end-to-end benchmark), in this order in --help."""
-    for opt in reversed((
-        click.option("--layers", "layers_text", default=None, metavar="N",
-                     help="with --model: time one whole decode step of N layers + LM head (one CUDA graph per "
-                          "implementation; default --out results/<gpu>/benchmarks/); with --hf-config: build the model "
-                          "with N layers (default: the config's)"),
-        click.option("--hf-config", "hf_config", default=None, metavar="PATH",
-                     help="a Hugging Face config.json (or its folder): time greedy generate of transformers' model "
-                          "(random weights) stock vs swap_linears, eager and compiled (needs gemvtune[hf])"),
-        click.option("--tokens", "tokens_text", default=None, metavar="N",
-                     help="with --hf-config: new tokens per generate  [default: 128]"),
-        click.option("--prompt-tokens", "prompt_text", default=None, metavar="N",
-                     help="with --hf-config: random prompt tokens  [default: 16]"))):
-        f = opt(f)
-    return f
+def declared(table: dict[str, Decl], names: str, hidden: bool = False, **changes: dict[str, Any]) -> Callable:
+    """One decorator adding the options ``names`` (space-separated keys of ``table``, its dests) in this order in
+    ``--help``; ``changes[key]`` overrides an option's keywords for this command (its help, a default);
+    ``hidden``: the options of a deprecated spelling, parsed but left out of ``--help``."""
+    keys = names.split()
+    unknown = sorted(set(changes) - set(keys))
+    if unknown:
+        raise KeyError(f"changes to options this command does not take: {', '.join(unknown)}")
+
+    def decorate(f: Callable) -> Callable:
+        for key in reversed(keys):
+            decls, kw = table[key]
+            kw = {**kw, **changes.get(key, {})}
+            f = click.option(*decls, **({**kw, "hidden": True} if hidden else kw))(f)
+        return f
+    return decorate
+
+
+DTYPE = declared({"dtype": DTYPE_DECL}, "dtype")   # --dtype of the commands that take shapes
+
+
+def select_configs(spec: str, shape: Any, seed: int = 0) -> list[Any]:
+    """``--configs``: ``all`` | ``sample:N`` | ``llama`` | a JSON file of configs | one inline config."""
+    from ..kernels import gemv as sp
+    from ..kernels.families import load_configs
+
+    if spec == "all":
+        return sp.valid_configs(shape)
+    if spec.startswith("sample:"):
+        from ..intparse import parse_int
+
+        try:
+            k = parse_int(spec.split(":", 1)[1], "sample:N", 1, 1_000_000)
+        except UsageError:
+            raise UsageError(f"bad --configs {spec[:40]!r}: expected sample:N with N in 1..1000000") from None
+        return sp.sample_configs(shape, k, seed)
+    if spec.endswith(".json"):
+        return load_configs(spec)
+    return [sp.parse_config(spec)]
+
+
+# ---- a command that became a group: its old spelling runs for one release ------------------------------
+
+def given_options(ctx: click.Context) -> list[str]:
+    """The options given on the command line of ``ctx``, as their flags (``--shape``), in declaration order."""
+    from click.core import ParameterSource
+
+    return [p.opts[0] for p in ctx.command.params
+            if p.name and isinstance(p, click.Option) and ctx.get_parameter_source(p.name) is ParameterSource.COMMANDLINE]
+
+
+def old_spelling(ctx: click.Context, old: str, new: str) -> bool:
+    """In a group's callback (``invoke_without_command``, the old options hidden on the group): False when a
+    subcommand follows (refusing the old options before it); else the one deprecation line on stderr, and
+    True: the caller runs the old spelling ``old``, now ``gemvtune new``."""
+    if ctx.invoked_subcommand is not None:
+        given = given_options(ctx)
+        if given:
+            raise UsageError(f"{' '.join(given)}: give the options after the subcommand "
+                             f"(gemvtune {ctx.info_name} {ctx.invoked_subcommand} {given[0]} ...)")
+        return False
+    what = f"'{old}'" if " " in old else f"'{old}' without a subcommand"
+    click.echo(f"gemvtune: {what} is deprecated; use 'gemvtune {new}' (removed in the next release)", err=True)
+    return True

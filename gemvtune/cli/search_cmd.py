@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -27,26 +28,27 @@ def _parse_devices(text: str | None) -> list[str]:
 
 @click.command()
 @click_options("search")
-def search(shape_texts, model, hf_configs, fused, sampler, trials, timeout, seed, storage, results_dir, table_path,
-           top_k, rounds, warm_k, batch_text, dtype, family_text, replay_path, allow_replay, watchdog_s, devices_text,
-           workers, heartbeat_s, worker_index) -> None:
+def search(**params: Any) -> None:
     """Find the fastest correct kernel per shape and batch with Optuna (the GEMV family and the
     split-K tensor-core GEMM family); record the winners in the GPU's table."""
+    # ``params``: the options declared once in tuning.search_options.OPTIONS, by their dest
     from ..tuning.workers import die_with_parent
 
     die_with_parent()   # a worker started by --workers/--devices ends with its parent
     from ..tuning.api import tune_shapes
 
-    if not (shape_texts or model or hf_configs):
+    p = params
+    if not (p["shape_texts"] or p["model"] or p["hf_configs"]):
         raise UsageError("search needs --shape or --model (a preset) or --hf-config (a config.json)")
-    if fused and not (model or hf_configs):
+    if p["fused"] and not (p["model"] or p["hf_configs"]):
         raise UsageError("--fused picks the fused shapes of --model/--hf-config: give one of them")
-    shapes = tune_shapes(shape_texts, model, hf_configs, fused, batch_text, dtype)
-    opts = from_cli(click.get_current_context().params)
-    devices = _parse_devices(devices_text)
-    if devices and workers > 1:
+    shapes = tune_shapes(p["shape_texts"], p["model"], p["hf_configs"], p["fused"], p["batch_text"], p["dtype"])
+    opts = from_cli(params)
+    devices = _parse_devices(p["devices_text"])
+    if devices and p["workers"] > 1:
         raise UsageError("give --devices (one worker per GPU) or --workers N, not both")
-    if devices or workers > 1:
+    results_dir, table_path, replay_path, storage = p["results_dir"], p["table_path"], p["replay_path"], p["storage"]
+    if devices or p["workers"] > 1:
         if replay_path is None:
             _gpu_check()
         if storage and storage.strip().startswith("memory"):
@@ -60,18 +62,17 @@ def search(shape_texts, model, hf_configs, fused, sampler, trials, timeout, seed
         preflight(Path(table_path) if table_path else (out / "table.json" if out else None),
                   storage or (f"journal:{out / 'optuna-journal.log'}" if out else None), None)
 
-        args = ["search", *worker_argv(click.get_current_context().params)]
-        run_workers(args, devices=devices, workers=len(devices) or workers)
+        run_workers(["search", *worker_argv(params)], devices=devices, workers=len(devices) or p["workers"])
         return
-    runner, domains, default_results = _make_runner(shapes, replay_path, watchdog_s)
+    runner, domains, default_results = _make_runner(shapes, replay_path, p["watchdog_s"])
     opts.domains = domains
-    if replay_path and not family_text:   # a replayed search searches the families its sweeps recorded
+    if replay_path and not p["family_text"]:   # a replayed search searches the families its sweeps recorded
         opts.families = tuple(dict.fromkeys(runner.sweep(s).family for s in shapes))
     from ..tuning.search_run import run_searches
 
     run_searches(runner, shapes, opts, results_dir or default_results, table_path, echo=click.echo,
-                 writable=_writable_dir, heartbeat_s=heartbeat_s, allow_replay_into_measured=allow_replay,
-                 worker_index=worker_index)
+                 writable=_writable_dir, heartbeat_s=p["heartbeat_s"], allow_replay_into_measured=p["allow_replay"],
+                 worker_index=p["worker_index"])
 
 
 @click.command()

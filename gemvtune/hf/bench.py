@@ -1,4 +1,4 @@
-"""End-to-end Hugging Face benchmark (``gemvtune bench --hf-config PATH``): a transformers causal LM built
+"""End-to-end Hugging Face benchmark (``gemvtune bench hf PATH``): a transformers causal LM built
 from a local config.json with random weights on the GPU (no download), greedy ``generate`` timed stock
 and with gemvtune's ``swap_linears`` on the same model object (same weights), eager and compiled
 (``cache_implementation="static"``, which transformers compiles itself), interleaved over rounds; the

@@ -1,4 +1,4 @@
-"""What the swap changes besides speed, in ``gemvtune bench --hf-config``: greedy token agreement of
+"""What the swap changes besides speed, in ``gemvtune bench hf``: greedy token agreement of
 stock and swapped, their logits' differences at prefill and the first decode step, and
 ``gemvtune.explain`` of the swapped layers. Reported, never required. torch is imported inside
 functions only."""

@@ -1,4 +1,4 @@
-"""The model of ``gemvtune bench --hf-config``: a transformers causal LM built from a local config.json
+"""The model of ``gemvtune bench hf``: a transformers causal LM built from a local config.json
 (no download: transformers' own config class, random seeded weights), and its two variants on one model
 object, stock and after ``gemvtune.swap_linears`` (``Variants``).
 
@@ -33,16 +33,16 @@ def check_transformers() -> str:
         import transformers
     except Exception as e:  # ImportError, or a broken install raising anything on import
         why = (str(e).splitlines() or [type(e).__name__])[0][:120]
-        raise UsageError(f"bench --hf-config needs Hugging Face transformers, which cannot be imported ({why}): "
+        raise UsageError(f"a Hugging Face model (bench hf, percall hf) needs Hugging Face transformers, which cannot be imported ({why}): "
                          f"{INSTALL_HINT}") from None
     version = str(getattr(transformers, "__version__", "0"))
     if _version_tuple(version) < MIN_TRANSFORMERS:
-        raise UsageError(f"bench --hf-config needs transformers >= {'.'.join(map(str, MIN_TRANSFORMERS))}, this is "
+        raise UsageError(f"a Hugging Face model (bench hf, percall hf) needs transformers >= {'.'.join(map(str, MIN_TRANSFORMERS))}, this is "
                          f"{version}: {INSTALL_HINT} --upgrade")
     try:
         import torch  # noqa: F401
     except Exception as e:
-        raise UsageError(f"bench --hf-config needs PyTorch, which cannot be imported "
+        raise UsageError(f"a Hugging Face model (bench hf, percall hf) needs PyTorch, which cannot be imported "
                          f"({(str(e).splitlines() or [''])[0][:120]})") from None
     return version
 

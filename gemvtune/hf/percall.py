@@ -1,8 +1,8 @@
 """Host cost of one forward of a Hugging Face model in eager PyTorch, stock against ``swap_linears``
-(``gemvtune percall --hf-config PATH``).
+(``gemvtune percall hf PATH``).
 
 Eager decode is paced by the host: each token is a Python walk over every module. Whole ``generate`` calls
-(``gemvtune bench --hf-config``) swing by ±30% from one to the next on a busy host (the H200's, 2026-12-02),
+(``gemvtune bench hf``) swing by ±30% from one to the next on a busy host (the H200's, 2026-12-02),
 which hides a difference of a few % between the two implementations. Here the unit is one forward of one
 token without a cache (the same linear-layer calls, n = 1, that a decode step makes): short blocks of
 forwards, stock and gemvtune back to back in each repeat, the order alternating between repeats, so a drift

@@ -1,4 +1,4 @@
-"""The linear layers' share of a decode step in ``gemvtune bench --hf-config``: GPU kernels by category
+"""The linear layers' share of a decode step in ``gemvtune bench hf``: GPU kernels by category
 from torch.profiler's Chrome trace (the classifier and the arithmetic are pure: no torch), per decode step
 as a generate of k tokens minus one of 1 token over k - 1. torch is imported inside functions only."""
 

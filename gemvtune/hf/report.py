@@ -1,4 +1,4 @@
-"""The Hugging Face end-to-end benchmark's report (``gemvtune bench --hf-config``): pure functions from
+"""The Hugging Face end-to-end benchmark's report (``gemvtune bench hf``): pure functions from
 plain rows and dicts to numbers, CSV, markdown and a bar chart. No torch, no transformers: the GPU half
 is gemvtune.hf.bench (and the modules it runs), which hands this module only JSON-able data.
 

@@ -1,4 +1,4 @@
-"""Timed rounds of ``gemvtune bench --hf-config``: greedy ``generate`` of stock and swapped on one model,
+"""Timed rounds of ``gemvtune bench hf``: greedy ``generate`` of stock and swapped on one model,
 eager and compiled, warmed up, then interleaved over rounds (or, where switching variants under one
 compiled model fails, compiled mode blocked per variant); one row per timed call, a failure a row and
 not a crash. torch is imported inside functions only."""

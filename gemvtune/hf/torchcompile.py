@@ -1,4 +1,4 @@
-"""torch.compile bookkeeping of ``gemvtune bench --hf-config`` (compiled mode: ``generate`` with
+"""torch.compile bookkeeping of ``gemvtune bench hf`` (compiled mode: ``generate`` with
 ``cache_implementation="static"``, which transformers compiles itself): dynamo's counters before and after
 a call, room for two variants' guard sets, a full reset between blocked variants, and a one-line summary
 of each variant's compiled warm-up. torch is imported inside functions only."""

@@ -1,0 +1,209 @@
+"""The bench commands (a group, registered on the main group): ``bench kernels`` (per shape, the tuned table
+or chosen configs against the baselines), ``bench step`` (one decode step of a model preset) and ``bench hf``
+(greedy decode of a Hugging Face model, stock against gemvtune). The old spelling without a subcommand
+(``bench --shape ...``, ``bench --model NAME --layers N``, ``bench --hf-config PATH``) runs the same code for
+one release, saying so in one line on stderr."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from ..errors import UsageError
+from ..kernels.shapes import Shape, parse_batches, parse_shape
+from ..tuning.search_options import SEED, ModelPreset
+from .options import DTYPE_DECL, Decl, declared, given_options, old_spelling, select_configs
+from .options import gpu_check as _gpu_check
+
+# Every option of the bench commands, declared once (keys: the click parameter's name).
+OPTS: dict[str, Decl] = {
+    "shape_texts": (("--shape", "shape_texts"), {"multiple": True, "help": "M x d (repeatable)"}),
+    "suite": (("--suite",), {"type": click.Choice(["decode"]), "help": "the decode suite of shapes"}),
+    "model": (("--model",), {"type": ModelPreset(), "help": "every linear-layer shape of a model preset"}),
+    "spec": (("--configs", "spec"), {"default": "tuned", "show_default": True,
+                                     "help": "tuned (the table's kernel) | all | sample:N | llama | FILE.json | one "
+                                             "inline config"}),
+    "table_path": (("--table", "table_path"), {"help": "table of the tuned kernels (default results/<gpu>/table.json)"}),
+    "batch_text": (("--batch", "batch_text"), {"default": "1", "show_default": True,
+                                               "help": "batch sizes n, e.g. 1,2,4"}),
+    "rounds": (("--rounds",), {"default": 3, "show_default": True, "type": click.IntRange(1, 50),
+                               "help": "interleaved rounds (the tuned kernel and every baseline)"}),
+    "seed": (("--seed",), {"default": 0, "show_default": True, "type": SEED, "help": "seed of sample:N"}),
+    "out_dir": (("--out", "out_dir"), {"help": "output folder (default results/<gpu>/benchmarks/)"}),
+    "no_spin_check": (("--no-spin-check",), {"is_flag": True, "help": "skip timing llama.cpp with the spin method too"}),
+    "no_inductor": (("--no-inductor",), {
+        "is_flag": True, "help": "skip the Inductor baseline: torch.compile(F.linear, mode=max-autotune-no-cudagraphs), "
+                                 "compiled and autotuned once per shape (tens of seconds each)"}),
+    "dtype": DTYPE_DECL,
+    "layers_text": (("--layers", "layers_text"), {"metavar": "N", "help": "N layers"}),
+    "hf_config": (("--hf-config", "hf_config"), {"metavar": "PATH",
+                                                 "help": "a Hugging Face config.json (or its folder)"}),
+    "tokens_text": (("--tokens", "tokens_text"), {"metavar": "N",
+                                                  "help": "new tokens per generate  [default: 128]"}),
+    "prompt_text": (("--prompt-tokens", "prompt_text"), {"metavar": "N",
+                                                         "help": "random prompt tokens  [default: 16]"}),
+}
+KERNELS = "shape_texts suite model spec table_path batch_text rounds seed out_dir no_spin_check no_inductor dtype"
+STEP = "model layers_text table_path rounds out_dir"
+HF = "layers_text tokens_text prompt_text table_path out_dir rounds seed dtype"   # after the CONFIG argument
+
+
+@click.group(invoke_without_command=True)
+@declared(OPTS, f"{KERNELS} layers_text hf_config tokens_text prompt_text", hidden=True)   # the old spelling
+@click.pass_context
+def bench(ctx: click.Context, **params: Any) -> None:
+    """Benchmarks in one process on the GPU: the tuned kernels against the baselines per shape (bench
+    kernels), one decode step of a model (bench step), a Hugging Face model's greedy decode (bench hf).
+
+    The old spelling without a subcommand (bench --shape ..., bench --model NAME --layers N, bench
+    --hf-config PATH) still runs, deprecated: it is removed in the next release."""
+    if params["hf_config"] is not None:
+        old, new = "bench --hf-config", "bench hf"
+    elif params["layers_text"] is not None:
+        old, new = "bench --layers", "bench step"
+    else:
+        old, new = " ".join(["bench", *given_options(ctx)[:1]]), "bench kernels"
+    if old_spelling(ctx, old, new):
+        _old_bench(params)
+
+
+def _old_bench(p: dict[str, Any]) -> None:
+    """``bench`` without a subcommand, as it behaved: the combinations it refused, with the same words, then
+    the run of its mode."""
+    if p["hf_config"] is not None:
+        clash = [opt for opt, given in (("--shape", p["shape_texts"]), ("--suite", p["suite"]), ("--model", p["model"]),
+                                        ("--configs", p["spec"] != "tuned"),
+                                        ("--batch", str(p["batch_text"]).strip() != "1"),
+                                        ("--no-spin-check", p["no_spin_check"]), ("--no-inductor", p["no_inductor"]))
+                 if given]
+        if clash:
+            raise UsageError(f"--hf-config times a Hugging Face model's generate at batch 1: drop {', '.join(clash)}")
+        run_hf(**{k: p[k] for k in ("hf_config", *HF.split())})
+        return
+    for text, opt in ((p["tokens_text"], "--tokens"), (p["prompt_text"], "--prompt-tokens")):
+        if text is not None:
+            raise UsageError(f"{opt} needs --hf-config")
+    if p["layers_text"] is not None:
+        from ..bench.step import check_decode_args
+
+        layers = check_decode_args(p["model"], p["layers_text"], p["shape_texts"], p["suite"], p["spec"],
+                                   p["batch_text"])
+        run_step(p["model"], layers, p["table_path"], p["rounds"], p["out_dir"])
+        return
+    run_kernels(**{k: p[k] for k in KERNELS.split()})
+
+
+@bench.command("kernels", short_help="the tuned kernels (or chosen configs) against the baselines, per shape")
+@declared(OPTS, KERNELS, seed={"help": "seed of sample:N"},
+          rounds={"help": "interleaved rounds (the tuned kernel and every baseline) for --configs tuned"})
+def kernels(**params: Any) -> None:
+    """Per shape and batch: the read ceiling, then the table's tuned kernel against the llama.cpp config (d
+    compiled in), the seed kernel as written (d at run time), cuBLAS and Inductor max-autotune (ratios,
+    geometric means per batch, dispatch cost, CSV, summary, bar chart); or chosen variants (--configs)."""
+    run_kernels(**params)
+
+
+@bench.command("step", short_help="one whole decode step of a model preset in CUDA graphs")
+@declared(OPTS, STEP, model={"required": True, "help": "the model preset whose decode step is timed"},
+          layers_text={"required": True, "help": "layers of the step (then the LM head once)"})
+def step(model: str, layers_text: str, table_path: str | None, rounds: int, out_dir: str | None) -> None:
+    """One whole decode step of a model preset (N layers + LM head, the fused linears) in one CUDA graph per
+    implementation: tuned, llama.cpp config, cuBLAS; µs per token, tokens/s, % of ceiling; CSV, summary, chart."""
+    from ..bench.step import check_decode_args
+
+    run_step(model, check_decode_args(model, layers_text), table_path, rounds, out_dir)
+
+
+@bench.command("hf", short_help="a Hugging Face model's greedy decode, stock against gemvtune")
+@click.argument("hf_config", metavar="CONFIG")
+@declared(OPTS, HF, layers_text={"help": "build the model with N layers (default: the config's)"},
+          seed={"help": "seed of the model's random weights"},
+          rounds={"help": "interleaved rounds of generate, stock and gemvtune"})
+def hf(**params: Any) -> None:
+    """End to end in Hugging Face transformers: the model of CONFIG (a local config.json or its folder) with
+    random weights, greedy generate stock against swap_linears, eager and compiled, interleaved; tokens/s,
+    ms/token, token agreement; CSV, summary, PNG (needs gemvtune[hf])."""
+    run_hf(**params)
+
+
+def _tuned_table(table_path: str | None) -> str:
+    """The table of --configs tuned (default results/<gpu>/table.json), loaded once: a missing or corrupt
+    table fails before any GPU work; then the GPU check."""
+    from ..runtime.table import load_table
+
+    if table_path is None:
+        _gpu_check()
+        from ..runners.cuda import CudaRunner
+        from ..workspace import Workspace
+
+        table_path = str(Workspace.for_gpu(CudaRunner().device_info()["name"]).table)
+    load_table(table_path)
+    _gpu_check()
+    return table_path
+
+
+def run_kernels(shape_texts: tuple[str, ...], suite: str | None, model: str | None, spec: str, table_path: str | None,
+                batch_text: str, rounds: int, seed: int, out_dir: str | None, no_spin_check: bool, no_inductor: bool,
+                dtype: str) -> None:
+    """bench kernels: the shapes and batches first, then the tuned bench or the chosen configs' bench."""
+    from ..kernels.hfconfig import model_shapes
+    from ..kernels.shapes import DECODE_SUITE
+
+    batches = parse_batches(batch_text)
+    shapes = [parse_shape(t) for t in shape_texts]
+    if suite == "decode":
+        shapes += [Shape(M, d) for M, d in DECODE_SUITE]
+    if model:
+        shapes += model_shapes(model)
+    if not shapes:
+        raise UsageError("bench needs --shape, --suite or --model")
+    shapes = list(dict.fromkeys(Shape(s.M, s.d, n, dtype) for s in shapes for n in batches))
+    if spec == "tuned":
+        table_path = _tuned_table(table_path)
+        from ..bench.kernels import run_tuned_bench
+
+        run_tuned_bench(shapes, table_path, out_dir, echo=click.echo, rounds=rounds, inductor=not no_inductor)
+        return
+    for s in shapes:
+        select_configs(spec, s, seed)  # bad --configs fails before any GPU work
+    _gpu_check()
+    from ..bench.kernels import run_bench
+
+    run_bench(shapes, lambda s: select_configs(spec, s, seed), out_dir, echo=click.echo,
+              spin_check=not no_spin_check, inductor=not no_inductor)
+
+
+def run_step(model: str, layers: int, table_path: str | None, rounds: int, out_dir: str | None) -> None:
+    """bench step, its arguments checked (bench.step.check_decode_args)."""
+    table_path = _tuned_table(table_path)
+    from ..bench.step import run_decode_step
+
+    run_decode_step(model, layers, table_path, out_dir, echo=click.echo, rounds=rounds)
+
+
+def run_hf(hf_config: str, layers_text: str | None, tokens_text: str | None, prompt_text: str | None,
+           table_path: str | None, out_dir: str | None, rounds: int, seed: int, dtype: str) -> None:
+    """bench hf: every check that needs no GPU first (the numbers, the config file, transformers, the table),
+    then the GPU check, then gemvtune.hf.bench."""
+    from ..hf.bench import build_config, check_transformers, positive_int, read_config, run_hf_bench
+
+    layers = positive_int(layers_text, "--layers") if layers_text is not None else None
+    tokens = positive_int(tokens_text, "--tokens") if tokens_text is not None else 128
+    prompt = positive_int(prompt_text, "--prompt-tokens") if prompt_text is not None else 16
+    fields, _, cfg_file = read_config(hf_config)        # a bad config.json: one line
+    check_transformers()                                # before the GPU check: testable without a GPU
+    build_config(fields, layers, where=f"config {cfg_file}")  # a model_type transformers does not know
+    if table_path is not None:
+        from ..runtime.table import load_table
+
+        load_table(table_path)                          # a missing or corrupt table fails before any GPU work
+    _gpu_check()
+    if table_path is None:
+        from ..hf.bench import default_table_path
+        from ..runtime.table import load_table
+
+        table_path = default_table_path()               # results/<gpu>/table.json, named as torch sees the GPU
+        load_table(table_path)
+    run_hf_bench(hf_config, layers=layers, tokens=tokens, prompt_tokens=prompt, table_path=table_path, out_dir=out_dir,
+                 rounds=rounds, echo=click.echo, seed=seed, dtype={"fp16": "float16", "bf16": "bfloat16"}[dtype])
