@@ -15,7 +15,10 @@ from gemvtune.kernels.families import config_to_dict, record_config
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "nvidia-h200"
 TABLE_RECORDS, TABLE_DIGEST = 727, "c05a7f216194b65a1bce09804cd1f1622f8c19a62740dba65dcc70c2099664e6"
 DATASET_ROWS = 37221
-DATASET_DIGEST = "e75ce87f8b9c7e4e67233f4389c45ec79d94202b4b7e2ae21b699b753a28f71a"
+# (taken with each row's source named as the file it came from; since the searches were packed into
+# measurements/searches.json.xz a source is the file's name without .gz: with ".gz" added back, the rows give the
+# digest e75ce87f8b9c7e4e67233f4389c45ec79d94202b4b7e2ae21b699b753a28f71a of the unpacked files, checked at packing)
+DATASET_DIGEST = "d77b058f414a4c2bc6faf98f63494e3df540cfaaa863c94fcd1f804ef5056994"
 FEATURES_DIGEST = "ab50852ebad6be825515d22cc6fb6a68b03e48c5e062f2b591e96e7fdb590f7a"
 
 
