@@ -6,8 +6,8 @@ import optuna
 from conftest import ROOT
 
 from gemvtune import Shape
+from gemvtune.tuning.coordination.storage import make_storage
 from gemvtune.tuning.search import study_name
-from gemvtune.tuning.storage import make_storage
 
 SWEEPS = str(ROOT / "results" / "nvidia-h200" / "measurements")
 SHAPE = "4096x4096"

@@ -154,8 +154,8 @@ def test_warm_start_is_enqueued_once_and_counted_in_the_budget(tmp_path):
     from fakes import FakeRunner
 
     from gemvtune.kernels.gemv import DOMAINS
+    from gemvtune.tuning.coordination.storage import make_storage
     from gemvtune.tuning.search import SearchOptions, enqueue_warm, run_search
-    from gemvtune.tuning.storage import make_storage
 
     flat = {k: v for k, v in DOMAINS.items() if k != "occ"}
     warm = [GemvConfig(block=128, vec="half8", tpr=64), LLAMA_CPP, GemvConfig(block=256, vec="half8", tpr=64)]

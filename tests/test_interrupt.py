@@ -14,8 +14,8 @@ from conftest import ROOT, run_cli
 
 from gemvtune import Shape
 from gemvtune.runners.replay import STUDY_SUFFIX
+from gemvtune.tuning.coordination.storage import make_storage
 from gemvtune.tuning.search import study_name
-from gemvtune.tuning.storage import make_storage
 
 pytestmark = pytest.mark.slow  # searches in subprocesses: SIGKILL then resume, two at once
 

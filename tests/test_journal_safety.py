@@ -15,8 +15,8 @@ from journals import SHAPE, SWEEPS, journal_study, replay_study
 from journals import measured as _measured
 from journals import whole as _whole
 
-from gemvtune.tuning.journal import scan
-from gemvtune.tuning.storage import make_storage
+from gemvtune.tuning.coordination.journal import scan
+from gemvtune.tuning.coordination.storage import make_storage
 
 
 def _search(out, trials, *extra, **kw):
@@ -92,7 +92,7 @@ def test_scan_keeps_complete_records_only():
 # real short write leaves it): the injection replaces the backend's write in a process of its own.
 FULL_DISK = """
 import errno, os, sys
-import gemvtune.tuning.journal as jm
+import gemvtune.tuning.coordination.journal as jm
 real, calls = jm._write_all, [0]
 def full_disk(fd, data):
     calls[0] += 1
@@ -185,13 +185,13 @@ def test_disk_full_writing_the_table_is_one_line(tmp_path, monkeypatch, capsys):
 
 
 def test_storage_lock_is_a_filelock_beside_the_journal(tmp_path):
-    """The workers' lock (gemvtune.tuning.storage.storage_lock) is a flock on ``<journal>.gemvtune.lock`` (a
+    """The workers' lock (gemvtune.tuning.coordination.storage.storage_lock) is a flock on ``<journal>.gemvtune.lock`` (a
     filelock.FileLock): held, another descriptor cannot take it; the threads of one process wait for each
     other; released, the file stays (waiters share its inode)."""
     import threading
     import time
 
-    from gemvtune.tuning.storage import open_store, storage_lock
+    from gemvtune.tuning.coordination.storage import open_store, storage_lock
 
     store = open_store(f"journal:{tmp_path / 'j.log'}")
     lock = tmp_path / "j.log.gemvtune.lock"

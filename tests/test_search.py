@@ -7,8 +7,8 @@ from fakes import FakeRunner, fake_us
 from gemvtune import LLAMA_CPP, Shape, UsageError
 from gemvtune.kernels.gemv import DOMAINS, GemvConfig
 from gemvtune.tuning.confirm import complexity
+from gemvtune.tuning.coordination.storage import make_storage
 from gemvtune.tuning.search import SearchOptions, run_search
-from gemvtune.tuning.storage import make_storage
 
 SHAPE = Shape(4096, 4096)
 FLAT = {k: v for k, v in DOMAINS.items() if k != "occ"}   # the fake runner ignores occ: leave it out

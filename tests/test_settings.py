@@ -37,7 +37,7 @@ def test_workers_get_their_index_as_an_argument(monkeypatch):
     search command takes it (hidden) into its coordinator's worker."""
     import subprocess
 
-    from gemvtune.tuning import workers
+    from gemvtune.tuning.coordination import workers
 
     argvs = []
 

@@ -116,7 +116,7 @@ def test_the_redis_extra_is_declared():
 
 
 def test_this_optunas_op_codes_are_found():
-    from gemvtune.tuning.journalcheck import known_op_codes
+    from gemvtune.tuning.coordination.journalcheck import known_op_codes
 
     ops = known_op_codes()
     assert ops is not None and {0, 4, 5} <= ops   # CREATE_STUDY, CREATE_TRIAL, SET_TRIAL_PARAM in every Optuna 4/5
@@ -128,7 +128,7 @@ def test_the_backend_itself_refuses_a_fifo_before_optunas_open(tmp_path):
     blocks on a FIFO); in a subprocess, so that a regression fails instead of hanging the suite."""
     fifo = tmp_path / "fifo.log"
     os.mkfifo(fifo)
-    code = ("import sys\nfrom gemvtune.errors import UsageError\nfrom gemvtune.tuning.journal import SafeJournalFileBackend\n"
+    code = ("import sys\nfrom gemvtune.errors import UsageError\nfrom gemvtune.tuning.coordination.journal import SafeJournalFileBackend\n"
             "try:\n    SafeJournalFileBackend(sys.argv[1])\nexcept UsageError as e:\n    print(e)\n    sys.exit(2)\n")
     try:
         r = subprocess.run([sys.executable, "-c", code, str(fifo)], capture_output=True, text=True, timeout=60, cwd=ROOT)
@@ -139,7 +139,7 @@ def test_the_backend_itself_refuses_a_fifo_before_optunas_open(tmp_path):
 
 def test_a_journal_with_an_unknown_op_code_is_refused_in_process_too(tmp_path, journal):
     from gemvtune.errors import UsageError
-    from gemvtune.tuning.storage import open_store
+    from gemvtune.tuning.coordination.storage import open_store
 
     j = tmp_path / "j.log"
     data = journal + b'{"op_code": 77, "worker_id": "w"}\n'

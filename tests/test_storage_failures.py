@@ -28,7 +28,7 @@ from journals import whole as _whole
 from slowreplay import slow_replay_env
 
 import gemvtune.runners.replay as rp
-import gemvtune.tuning.journal as jm
+import gemvtune.tuning.coordination.journal as jm
 import gemvtune.tuning.search_run as sc
 from gemvtune.cli.main import main
 
@@ -259,7 +259,7 @@ def test_writes_failing_mid_search_end_with_one_line(searched, monkeypatch, caps
 # The same injection in a search process of its own, then a rerun.
 FAIL_APPENDS = """
 import errno, os, sys
-import gemvtune.tuning.journal as jm
+import gemvtune.tuning.coordination.journal as jm
 op, nth, finished, err = (int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4])
 real, seen, failed = jm.SafeJournalFileBackend.append_logs, [0], [False]
 def append_logs(self, logs):
@@ -301,7 +301,7 @@ def test_writes_failing_mid_search_then_a_rerun_resumes(searched, when, err):
 # this was an endless loop (Optuna's lock kept trying to break its own lock file); now one line.
 READ_ONLY_IN_LOCK = """
 import errno, os, sys
-import gemvtune.tuning.journal as jm
+import gemvtune.tuning.coordination.journal as jm
 N, real, calls, ro = int(sys.argv[1]), jm.SafeJournalFileBackend._append, [0], [False]
 def append(self, data):
     real(self, data)
@@ -327,7 +327,7 @@ main(sys.argv[2:])
 # The same with real permissions (not as root): the folder is made read-only inside the lock window.
 READ_ONLY_FOLDER = """
 import os, sys
-import gemvtune.tuning.journal as jm
+import gemvtune.tuning.coordination.journal as jm
 N, real, calls = int(sys.argv[1]), jm.SafeJournalFileBackend._append, [0]
 def append(self, data):
     real(self, data)
@@ -483,7 +483,7 @@ def test_ctrl_c_in_a_measurement_is_one_line(searched, monkeypatch, capfd, optun
 # interrupt leaves RUNNING is failed by the rerun, its process being gone.
 CTRL_C = """
 import os, sys
-import gemvtune.tuning.journal as jm
+import gemvtune.tuning.coordination.journal as jm
 import gemvtune.runners.replay as rp
 how = sys.argv[1]
 real_measure, measured = rp.ReplayRunner.measure, [0]

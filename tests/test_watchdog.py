@@ -8,8 +8,8 @@ from fakes import HangRunner
 from gemvtune import LLAMA_CPP, GemvConfig, Shape
 from gemvtune.kernels.gemv import DOMAINS
 from gemvtune.runners.isolated import IsolatedRunner
+from gemvtune.tuning.coordination.storage import make_storage
 from gemvtune.tuning.search import SearchOptions, run_search
-from gemvtune.tuning.storage import make_storage
 
 S = Shape(4096, 4096)
 FLAT = {k: v for k, v in DOMAINS.items() if k != "occ"}   # the fake runners ignore occ: leave it out

@@ -16,9 +16,9 @@ from slowreplay import slow_replay_env
 
 from gemvtune import Shape
 from gemvtune.safefile import pid_alive
-from gemvtune.tuning.coord import Coordinator, Worker
+from gemvtune.tuning.coordination.coord import Coordinator, Worker
+from gemvtune.tuning.coordination.storage import CREATED_BY, make_storage, open_store
 from gemvtune.tuning.search import study_name
-from gemvtune.tuning.storage import CREATED_BY, make_storage, open_store
 
 SWEEPS = str(ROOT / "results" / "nvidia-h200" / "measurements")
 BASE = study_name(Shape(4096, 4096), "nvidia-h200")
@@ -105,7 +105,7 @@ def test_sigterm_to_the_parent_stops_its_workers(tmp_path):
 KILLED_AFTER_ASK = """
 import os, sys
 import optuna
-from gemvtune.tuning.storage import open_store
+from gemvtune.tuning.coordination.storage import open_store
 st = open_store("journal:" + sys.argv[1]).storage
 study = optuna.load_study(study_name="s", storage=st)
 trial = study.ask()  # the trial is created RUNNING; the process dies before its worker attributes are all written

@@ -24,8 +24,8 @@ from slowreplay import slow_replay_env
 
 from gemvtune import LLAMA_CPP, GemvConfig, Shape
 from gemvtune.runners.replay import STUDY_SUFFIX
+from gemvtune.tuning.coordination.storage import make_storage, open_store, storage_lock
 from gemvtune.tuning.search import study_name
-from gemvtune.tuning.storage import make_storage, open_store, storage_lock
 
 SWEEP = ROOT / "results" / "nvidia-h200" / "measurements" / "sweep-14336x4096x1.csv.gz"
 SUB = {"block": [128, 256], "vec": ["half2", "half8"], "acc": ["fp32"], "tpr": [64, 256], "unroll": [1, 2],
@@ -209,7 +209,7 @@ def test_devices_and_workers_bad_input(tmp_path):
 def test_storage_lock_excludes_across_processes(tmp_path):
     """The journal's lock is a file lock: a second process cannot take it while this one holds it."""
     store = open_store(f"journal:{tmp_path / 'j.log'}")
-    code = ("import sys, time; from gemvtune.tuning.storage import open_store, storage_lock; "
+    code = ("import sys, time; from gemvtune.tuning.coordination.storage import open_store, storage_lock; "
             f"s = open_store('journal:{tmp_path / 'j.log'}'); print(time.time(), flush=True)\n"
             "with storage_lock(s, 'x'): print(time.time(), flush=True)")
     with storage_lock(store, "x"):

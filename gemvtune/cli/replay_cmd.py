@@ -188,7 +188,7 @@ def plot_study(storage: str, names: tuple[str, ...], out_dir: str) -> None:
     import pandas as pd
 
     from ..reports.studyplots import convergence_rows, importances, plot_convergence, plot_importance
-    from ..tuning.storage import open_store
+    from ..tuning.coordination.storage import open_store
 
     st = open_store(storage).storage
     have = {s.study_name for s in optuna.get_all_study_summaries(st, include_best_trial=False)}

@@ -32,7 +32,7 @@ def search(**params: Any) -> None:
     """Find the fastest correct kernel per shape and batch with Optuna (the GEMV family and the
     split-K tensor-core GEMM family); record the winners in the GPU's table."""
     # ``params``: the options declared once in tuning.search_options.OPTIONS, by their dest
-    from ..tuning.workers import die_with_parent
+    from ..tuning.coordination.workers import die_with_parent
 
     die_with_parent()   # a worker started by --workers/--devices ends with its parent
     from ..tuning.api import tune_shapes
@@ -53,8 +53,8 @@ def search(**params: Any) -> None:
             _gpu_check()
         if storage and storage.strip().startswith("memory"):
             raise UsageError("--storage memory: lives in one process; workers need a shared storage")
+        from ..tuning.coordination.workers import run_workers
         from ..tuning.search_run import preflight
-        from ..tuning.workers import run_workers
 
         # what can be checked before a worker starts (each worker checks the rest: the default folder
         # is named after its GPU, and the table's GPU model is compared with the worker's)
@@ -83,7 +83,7 @@ def worker(storage, study_names, results_dir, table_path, replay_path, allow_rep
     the settings (shape, families, budget, sampler) come from the study itself."""
     import optuna
 
-    from ..tuning.storage import open_store
+    from ..tuning.coordination.storage import open_store
 
     store = open_store(storage, heartbeat_s)
     names = {s.study_name for s in optuna.get_all_study_summaries(store.storage, include_best_trial=False)}

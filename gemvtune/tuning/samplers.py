@@ -3,12 +3,11 @@ trials in flight), random, GP (invalid configs come back infeasible) and exhaust
 
 from __future__ import annotations
 
-from typing import Any
-
 import optuna
 
 from ..errors import UsageError
 from ..runtime.tableschema import SAMPLER_NAMES
+from .coordination.optuna_adapter import TreeFilteredBruteForceSampler
 
 SAMPLERS = SAMPLER_NAMES   # one list: the table schema and its reports know them too
 GP_INSTALL = "pip install 'gemvtune[gp]'"
@@ -35,16 +34,15 @@ def _infeasible(t: optuna.trial.FrozenTrial) -> tuple[float]:
     return (float(t.user_attrs.get("infeasible", 0.0)),)
 
 
-class _BruteForce(optuna.samplers.BruteForceSampler):
+class _BruteForce(TreeFilteredBruteForceSampler):
     """Optuna's BruteForceSampler, skipping finished trials that did not get every parameter (a worker
     killed while a trial was sampling leaves one, failed by its heartbeat): the stock sampler puts such
     a trial at a leaf of its tree and then refuses every later proposal ("param_name mismatch")."""
 
     @staticmethod
-    def _populate_tree(tree: Any, trials: list, params: dict[str, Any]) -> None:
+    def tree_trials(trials: list[optuna.trial.FrozenTrial]) -> list[optuna.trial.FrozenTrial]:
         full = max((len(t.params) for t in trials), default=0)   # every gemvtune trial suggests every parameter
-        trials = [t for t in trials if len(t.params) == full or not t.state.is_finished()]
-        optuna.samplers.BruteForceSampler._populate_tree(tree, trials, params)
+        return [t for t in trials if len(t.params) == full or not t.state.is_finished()]
 
 
 def make_sampler(name: str, seed: int, n_startup: int = 10, constant_liar: bool = False) -> optuna.samplers.BaseSampler:

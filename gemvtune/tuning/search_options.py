@@ -17,9 +17,9 @@ import click
 from ..errors import UsageError
 from ..kernels.families import FAMILY_NAMES, get_family, parse_families
 from ..kernels.shapes import DTYPES
+from .coordination.storage import HEARTBEAT_S
 from .samplers import SAMPLERS
 from .spacebound import STALL_PROPOSALS
-from .storage import HEARTBEAT_S
 
 SEED = click.IntRange(min=0)   # a sampler or sample seed: numpy and Optuna want it >= 0
 

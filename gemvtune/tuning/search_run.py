@@ -22,10 +22,11 @@ from ..provenance import provenance
 from ..runtime.table import check_updatable, record
 from ..safefile import write_text
 from ..workspace import Workspace, gpu_slug
-from .coord import Coordinator, this_worker
-from .journal import DISK_FULL, WriteError, remedy, why_oserror
+from .coordination.coord import Coordinator, this_worker
+from .coordination.journal import DISK_FULL, WriteError, remedy, why_oserror
+from .coordination.optuna_adapter import optimize_logger
+from .coordination.storage import HEARTBEAT_S, open_store
 from .search import SearchOptions, run_search, searchable, study_name
-from .storage import HEARTBEAT_S, open_store
 
 # an OSError of one of these, while a search writes, ends it with one line (not a traceback)
 WRITE_ERRNOS = DISK_FULL | {errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO}
@@ -61,7 +62,7 @@ def run_searches(runner: Any, shapes: list[Shape], opts: SearchOptions, results_
     store = open_store(storage_url, heartbeat_s)
     coord = Coordinator(store, this_worker(device_label(dev), worker_index))
     quiet = _QuietTrialFailures()
-    optuna_log = logging.getLogger("optuna.study._optimize")
+    optuna_log = optimize_logger()
     optuna_log.addFilter(quiet)
     try:
         _search_shapes(runner, shapes, opts, out, table, storage_url, coord, dev, echo, joiner)
@@ -107,8 +108,8 @@ def preflight(table: Path | None, storage_url: str | None, dev: dict[str, Any] |
     if table is not None:
         table = check_updatable(table, dev)
     from ..userfile import check_regular
-    from .journalcheck import check_journal
-    from .storage import refuse_memory_sqlite
+    from .coordination.journalcheck import check_journal
+    from .coordination.storage import refuse_memory_sqlite
 
     refuse_memory_sqlite((storage_url or "").strip())
     path = storage_file(storage_url or "")
@@ -119,7 +120,7 @@ def preflight(table: Path | None, storage_url: str | None, dev: dict[str, Any] |
         if (storage_url or "").strip().startswith("journal:"):
             check_journal(path)
         probe_folder(path.parent, "storage folder")
-        lock = path.with_name(path.name + ".gemvtune.lock")   # (gemvtune.tuning.storage.storage_lock)
+        lock = path.with_name(path.name + ".gemvtune.lock")   # (gemvtune.tuning.coordination.storage.storage_lock)
         for f, what, mode in ((path, "storage", "ab"), (lock, "storage lock file", "a+")):
             if f.exists():   # (a missing one is made in the folder just probed)
                 _check_writable(f, what, mode)

@@ -86,7 +86,7 @@ def _one_run(path: str, variant: str, seed: int, budget: int, warm: Any = ()) ->
     import optuna
 
     from ..runners.replay import ReplayRunner
-    from .search import SearchOptions, enqueue_seed, enqueue_warm, optimize
+    from .search import SearchOptions, enqueue_seed, enqueue_warm, make_searcher
 
     runner = ReplayRunner(path)
     (shape, sweep), = runner.sweeps.items()
@@ -98,7 +98,7 @@ def _one_run(path: str, variant: str, seed: int, budget: int, warm: Any = ()) ->
     opts = SearchOptions(sampler=SAMPLER_VARIANTS[variant][0].replace("tpe-indep", "tpe"), trials=budget, seed=seed,
                          progress=False,
                          domains={DEFAULT_FAMILY: sweep.grid} if sweep.grid else None)
-    optimize(study, runner, shape, opts)
+    make_searcher(study, runner, shape, opts).run()
     vals = [t.value if t.state == optuna.trial.TrialState.COMPLETE else math.inf
             for t in study.get_trials(deepcopy=False) if t.user_attrs.get("measured")]
     best = np.minimum.accumulate(np.array(vals, dtype=float)) if vals else np.array([])

@@ -2,7 +2,7 @@
 of killed workers failed and retried, and one confirmation stage per search.
 
 Everything lives in the study's storage (trial and study user attributes), guarded by the storage's
-lock (gemvtune.tuning.storage.storage_lock): no coordinator process, no side channel.
+lock (gemvtune.tuning.coordination.storage.storage_lock): no coordinator process, no side channel.
 
 - A trial's worker writes ``worker``, ``host``, ``pid``, ``device`` and a ``heartbeat`` time (renewed
   every heartbeat interval while it runs). RDB storages also get Optuna's own heartbeats.
@@ -28,7 +28,8 @@ from typing import Any
 
 import optuna
 
-from ..safefile import pid_alive
+from ...safefile import pid_alive
+from .optuna_adapter import study_storage, trial_id
 from .storage import CREATED_BY, Store, now, retry_callback, storage_lock
 
 RUNNING = optuna.trial.TrialState.RUNNING
@@ -72,14 +73,14 @@ class Coordinator:
                      ("heartbeat", now()), ("claim", None), ("measured", False)):
             trial.set_user_attr(k, v)
         with self._mine_lock:
-            self._mine[trial._trial_id] = trial
+            self._mine[trial_id(trial)] = trial
             if self._thread is None:
                 self._thread = threading.Thread(target=self._beat, name="gemvtune-heartbeat", daemon=True)
                 self._thread.start()
 
     def end_trial(self, trial: optuna.Trial) -> None:
         with self._mine_lock:
-            self._mine.pop(trial._trial_id, None)
+            self._mine.pop(trial_id(trial), None)
 
     def _beat(self) -> None:
         while not self._stop.wait(self.store.heartbeat_s):
@@ -107,7 +108,7 @@ class Coordinator:
             if t.state in FINISHED and a.get("measured"):
                 done += 1
                 measured.setdefault(a.get("label"), (t.number, a.get("status", "?"), t.value))
-            elif t.state == RUNNING and a.get("claim") and t._trial_id != skip:
+            elif t.state == RUNNING and a.get("claim") and trial_id(t) != skip:
                 inflight += 1
                 claimed.setdefault(a.get("label"), t.number)
         return done, inflight, measured, claimed
@@ -116,7 +117,7 @@ class Coordinator:
         """("go", measured so far) | ("dup", (number, status, value)) | ("busy", number) | ("full", measured)."""
         with storage_lock(self.store, study.study_name):
             self.fail_stale(study)
-            done, inflight, measured, claimed = self.state(study, skip=trial._trial_id)
+            done, inflight, measured, claimed = self.state(study, skip=trial_id(trial))
             if label in measured:
                 return "dup", measured[label]
             if label in claimed:
@@ -153,15 +154,16 @@ class Coordinator:
                 if beat is None or t_now - beat <= limit:
                     continue
                 why = f"no heartbeat from {a.get('worker', '?')} for {t_now - beat:.0f} s"
+            storage, tid = study_storage(study), trial_id(t)
             try:
-                study._storage.set_trial_system_attr(t._trial_id, "gemvtune_failed", why)
+                storage.set_trial_system_attr(tid, "gemvtune_failed", why)
                 if a.get("measured"):   # measured, but its result never recorded: it does not count
-                    study._storage.set_trial_user_attr(t._trial_id, "measured", False)
-                if not study._storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL):
+                    storage.set_trial_user_attr(tid, "measured", False)
+                if not storage.set_trial_state_values(tid, optuna.trial.TrialState.FAIL):
                     continue
             except (optuna.exceptions.UpdateFinishedTrialError, RuntimeError):
                 continue   # another worker got there first
-            retry_callback()(study, study._storage.get_trial(t._trial_id))
+            retry_callback()(study, storage.get_trial(tid))
             failed.append(t.number)
         return failed
 

@@ -5,7 +5,7 @@ disk, leaves a partial last record; the next run would append after it, and ever
 study fails (JSONDecodeError). Here:
 
 - before Optuna opens it, the journal must be a regular file of records with op codes this Optuna
-  knows, its lock files regular files (gemvtune.tuning.journalcheck): anything else is one line and
+  knows, its lock files regular files (gemvtune.tuning.coordination.journalcheck): anything else is one line and
   the file is left as it is;
 - before the journal is read (at open) and before every append, under the journal's lock, a partial
   last record is detected; the damaged file is backed up beside it (``<journal>.damaged-<UTC>``) and
@@ -41,8 +41,8 @@ from typing import Any
 
 from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
 
-from ..errors import GemvtuneError
-from ..safefile import atomic_write
+from ...errors import GemvtuneError
+from ...safefile import atomic_write
 
 DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 _OP = b'{"op_code":'
@@ -225,6 +225,11 @@ class JournalLock(JournalFileOpenLock):
 
     WARN_S = 10.0
 
+    def __init__(self, filepath: str, grace_period: int | None = 30) -> None:
+        # (not Optuna's __init__: its signature changed across the pinned range; the lock file is the same)
+        self.lock_file = filepath + ".lock"
+        self.grace_period = grace_period
+
     def acquire(self, give_up: Callable[[], bool] = lambda: False) -> bool:
         """Take the lock (True), waiting while another process holds it; False, not taken, as soon as
         ``give_up()`` says so while waiting."""
@@ -232,7 +237,7 @@ class JournalLock(JournalFileOpenLock):
         warned = since
         while True:
             try:
-                fd = os.open(self._lock_file, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+                fd = os.open(self.lock_file, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
             except FileExistsError:
                 pass   # (any other OSError, e.g. EACCES or EROFS from a read-only folder, is raised)
             else:
@@ -241,19 +246,19 @@ class JournalLock(JournalFileOpenLock):
             if give_up():
                 return False
             try:
-                current = os.stat(self._lock_file).st_mtime
+                current = os.stat(self.lock_file).st_mtime
             except FileNotFoundError:
                 continue   # released meanwhile
             if current != mtime:
                 mtime, since = current, time.monotonic()
             elif self.grace_period is not None and time.monotonic() - since > self.grace_period:
-                _warn(f"the journal lock {self._lock_file} was held for more than {self.grace_period} s (left by "
+                _warn(f"the journal lock {self.lock_file} was held for more than {self.grace_period} s (left by "
                       "a process that was killed, or that could not remove it): removed")
                 self._remove()
                 sleep_s = 0.001
                 continue
             if time.monotonic() - warned > self.WARN_S:
-                _warn(f"waiting more than {self.WARN_S:.0f} s for the journal lock {self._lock_file}")
+                _warn(f"waiting more than {self.WARN_S:.0f} s for the journal lock {self.lock_file}")
                 warned = time.monotonic()
             time.sleep(sleep_s)
             sleep_s = min(sleep_s * 2, 1.0)
@@ -264,9 +269,9 @@ class JournalLock(JournalFileOpenLock):
     def _remove(self) -> None:
         """Remove the lock file (renamed first, so that of two processes breaking the same stale lock
         only one removes it). Already gone: nothing to do. Any other OSError is raised."""
-        moved = f"{self._lock_file}{uuid.uuid4()}.rename"
+        moved = f"{self.lock_file}{uuid.uuid4()}.rename"
         try:
-            os.rename(self._lock_file, moved)
+            os.rename(self.lock_file, moved)
         except FileNotFoundError:
             return
         os.unlink(moved)
@@ -276,15 +281,15 @@ class SafeJournalFileBackend(JournalFileBackend):
     """JournalFileBackend that repairs a torn journal before reading or appending and never leaves a
     partial record of its own (see the module doc)."""
 
-    _lock: JournalLock   # (the lock_obj handed to JournalFileBackend; its acquire takes give_up)
-
     def __init__(self, path: str, grace_period: int = 5) -> None:
         # The lock is held only while a few lines are appended: one older than grace_period was left
         # by a killed process (SIGKILL), and is broken instead of stalling the next run.
         from .journalcheck import check_journal
 
         data = check_journal(path)   # before Optuna's open(): a FIFO, not a journal, unknown op codes: one line
-        super().__init__(path, lock_obj=JournalLock(path, grace_period=grace_period))
+        self.path = path
+        self.lock = JournalLock(path, grace_period=grace_period)   # (its acquire takes give_up)
+        super().__init__(path, lock_obj=self.lock)
         self.failed: StorageWriteError | None = None
         damaged = scan(data)[1]
         if damaged:   # (looked at without the lock: a writer may be mid-append; repair looks again under it)
@@ -297,21 +302,21 @@ class SafeJournalFileBackend(JournalFileBackend):
         """fn() under the journal's lock. A Ctrl-C meanwhile takes effect once the lock is released (or,
         while waiting for the lock, at once, without it)."""
         with ctrl_c_deferred() as interrupted:
-            if not self._lock.acquire(give_up=lambda: bool(interrupted)):
+            if not self.lock.acquire(give_up=lambda: bool(interrupted)):
                 return None   # (not reached: leaving the block raises the KeyboardInterrupt)
             try:
                 out = fn()
             except BaseException:
                 try:
-                    self._lock.release()
+                    self.lock.release()
                 except OSError:
                     pass   # (the error that matters is fn's)
                 raise
-            self._lock.release()
+            self.lock.release()
             return out
 
     def _repair(self) -> None:
-        note = repair(self._file_path)
+        note = repair(self.path)
         if note:
             _warn(note)
 
@@ -322,11 +327,11 @@ class SafeJournalFileBackend(JournalFileBackend):
         try:
             self._locked(lambda: self._append(data))
         except OSError as e:   # the append, or its lock (a folder turned read-only): nothing more from here
-            self.failed = append_failure(self._file_path, e)
+            self.failed = append_failure(self.path, e)
             raise self.failed from None
 
     def _append(self, data: bytes) -> None:
-        fd = os.open(self._file_path, os.O_RDWR | os.O_APPEND)
+        fd = os.open(self.path, os.O_RDWR | os.O_APPEND)
         try:
             size = os.fstat(fd).st_size
             if size and os.pread(fd, 1, size - 1) != b"\n":   # a writer died mid-append since the last look

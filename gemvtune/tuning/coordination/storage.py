@@ -4,7 +4,7 @@ Every storage Optuna has is accepted:
 - ``journal:PATH`` (the default, under --results): Optuna's journal file, the backend Optuna
   recommends for several processes on one host (appends under a file lock; no database); a journal
   torn by a killed or failed write is repaired before use, and a failed write ends the search with
-  one line (gemvtune.tuning.journal);
+  one line (gemvtune.tuning.coordination.journal);
 - any SQLAlchemy URL for Optuna's RDB storage: ``postgresql://…`` (many hosts), ``mysql+pymysql://…``,
   ``sqlite:///file.db`` (one process; SQLite is not safe for many writers), with Optuna's heartbeats;
 - ``redis://…``: Optuna's journal on Redis (needs the ``redis`` package);
@@ -32,7 +32,8 @@ from typing import Any
 
 import optuna
 
-from ..errors import UsageError
+from ...errors import UsageError
+from .optuna_adapter import RecordHookJournalStorage
 
 HEARTBEAT_S = 20.0      # a running trial's heartbeat interval; stale after GRACE_FACTOR intervals
 GRACE_FACTOR = 3.0
@@ -187,30 +188,34 @@ def creator() -> dict[str, Any]:
     return {"host": socket.gethostname(), "pid": os.getpid()}
 
 
-class CreatorJournalStorage(optuna.storages.JournalStorage):
+class CreatorJournalStorage(RecordHookJournalStorage):
     """Optuna's journal storage whose trials carry their creator: a new trial in the record that creates
     it, a queued one (the seed, a retry) right after the record that takes it from the queue.
 
     A record that cannot be appended (any OSError of the backend, whatever raised it) is a
-    :class:`~gemvtune.tuning.journal.StorageWriteError`, and every later write of this process is refused
-    with it: no record lands after a lost one, and the search ends with its one line even where
+    :class:`~gemvtune.tuning.coordination.journal.StorageWriteError`, and every later write of this process is
+    refused with it: no record lands after a lost one, and the search ends with its one line even where
     Optuna replaces the error with its own (its trial loop raises ``AssertionError: Should not
     reach.`` when the record that finishes a trial is lost: the trial is still RUNNING)."""
 
     _write_failed: Any = None
 
-    def _write_log(self, op_code: int, extra_fields: dict[str, Any]) -> None:
+    def __init__(self, backend: Any) -> None:
+        self.journal_path = getattr(backend, "path", "?")   # (SafeJournalFileBackend's file)
+        super().__init__(backend)
+
+    def write_record(self, write: Any) -> None:
         from .journal import WriteError, append_failure
 
         if self._write_failed is not None:
             raise type(self._write_failed)(str(self._write_failed))
         try:
-            super()._write_log(op_code, extra_fields)
+            write()
         except WriteError as e:
             self._write_failed = e
             raise
         except OSError as e:
-            self._write_failed = append_failure(getattr(self._backend, "_file_path", "?"), e)
+            self._write_failed = append_failure(self.journal_path, e)
             raise self._write_failed from e
 
     def set_trial_state_values(self, trial_id: int, state: Any, values: Any = None) -> bool:

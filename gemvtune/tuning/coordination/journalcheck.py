@@ -7,34 +7,21 @@ line, and the file is left as it is."""
 from __future__ import annotations
 
 import functools
-import importlib
 import json
 from pathlib import Path
 
-from ..errors import UsageError
-from ..userfile import JOURNAL_BYTES, check_lock, check_regular, read_bytes
+from ...errors import UsageError
+from ...userfile import JOURNAL_BYTES, check_lock, check_regular, read_bytes
 
 _OP = b'{"op_code":'
-
-
-# Where Optuna keeps its journal's op codes (``JournalOperation``): the module moved across versions; the module of
-# ``JournalStorage`` itself (which replays them) is the last resort.
-_ENUM_HOMES = ("optuna.storages.journal._storage", "optuna.storages.journal._base", "optuna.storages._journal.storage")
 
 
 @functools.lru_cache(maxsize=1)
 def known_op_codes() -> frozenset[int] | None:
     """The op codes of the installed Optuna's journal, or None if its ``JournalOperation`` cannot be found."""
-    import optuna
+    from .optuna_adapter import journal_op_codes
 
-    for home in (*_ENUM_HOMES, optuna.storages.JournalStorage.__module__):
-        try:
-            ops = getattr(importlib.import_module(home), "JournalOperation", None)
-        except ImportError:
-            continue
-        if ops is not None:
-            return frozenset(int(op) for op in ops)
-    return None   # (then only Optuna's replay can tell an unknown op code)
+    return journal_op_codes()
 
 
 def check_journal(path: str | Path) -> bytes:

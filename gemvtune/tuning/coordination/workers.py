@@ -1,12 +1,12 @@
 """Start worker processes on this host: one per GPU (pinned with CUDA_VISIBLE_DEVICES) or N on one GPU,
 each running the same ``gemvtune search`` on the same storage, so they share the studies (global trial
-budget, one confirmation; see gemvtune.tuning.coord). Their output is relayed line by line, prefixed.
+budget, one confirmation; see gemvtune.tuning.coordination.coord). Their output is relayed line by line, prefixed.
 
 Workers end with their parent, however it ends: SIGTERM or Ctrl-C to the parent is passed on to them,
 and a parent killed outright (SIGKILL) takes them along, through the kernel's parent-death signal on
 Linux (prctl PR_SET_PDEATHSIG) and a watchdog thread polling the parent's pid elsewhere. The trials a
 dead worker held stay RUNNING in the storage until the next worker or run fails and retries them
-(gemvtune.tuning.coord: their process is gone)."""
+(gemvtune.tuning.coordination.coord: their process is gone)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import time
 
 import click
 
-from ..errors import GemvtuneError
+from ...errors import GemvtuneError
 
 
 class WorkersFailed(GemvtuneError):
