@@ -9,6 +9,7 @@ import re
 from conftest import ROOT
 
 from gemvtune.baselines import BASELINES, CUBLAS_FOR, cublas_of
+from gemvtune.runtime.entry import Entry
 from gemvtune.runtime.route import measured
 
 
@@ -38,10 +39,10 @@ def test_the_cublas_chain():
 def test_the_route_measures_against_the_frameworks_own_cublas_then_the_other():
     entry = {"M": 64, "d": 64, "n": 1, "winner": {"us": 1.0, "config": {"family": "gemv"}},
              "baselines": {"cublas-torch": {"us": 2.0}, "cublas": {"us": 3.0, "status": "failed"}}}
-    assert measured(entry, "torch")[1] == 2.0
-    assert measured(entry, "cupy")[1] == 2.0     # CuPy's failed: torch's stands in
+    assert measured(Entry.from_json(entry), "torch")[1] == 2.0
+    assert measured(Entry.from_json(entry), "cupy")[1] == 2.0     # CuPy's failed: torch's stands in
     entry["baselines"]["cublas"] = {"us": 3.0}
-    assert measured(entry, "cupy")[1] == 3.0
+    assert measured(Entry.from_json(entry), "cupy")[1] == 3.0
 
 
 def test_transition_and_decode_step_name_their_contenders_from_the_registry():

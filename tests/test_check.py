@@ -10,8 +10,9 @@ from conftest import ROOT
 from fakes import FakeRunner, fake_us
 
 from gemvtune import Shape
+from gemvtune.kernels.families import record_config
 from gemvtune.kernels.gemv import GemvConfig
-from gemvtune.runtime.table import Table, winner_config
+from gemvtune.runtime.table import Table
 from gemvtune.tuning.check import recheck, stale
 
 TABLE = ROOT / "results" / "nvidia-h200" / "table.json"
@@ -24,7 +25,7 @@ def _data(times=None, budgets=None):
     data["entries"] = {k: copy.deepcopy(data["entries"][k]) for k in KEYS}
     for k in KEYS:
         e = data["entries"][k]
-        cfg = winner_config(e)
+        cfg = record_config(e["winner"])
         e["winner"]["us"] = (times or {}).get(k, fake_us(cfg))
         e["baselines"]["cublas"]["us"] = 15.0
         e["baselines"]["cublas-torch"]["us"] = 15.0
@@ -105,7 +106,7 @@ def test_stale_flags_an_entry_the_other_dtype_beat_with_the_same_kernel():
 def test_recheck_flags_drift_and_losses_to_cublas():
     data = _data()
     k = "4096x4096x1"
-    cfg = winner_config(data["entries"][k])
+    cfg = record_config(data["entries"][k]["winner"])
     data["entries"][k]["winner"]["us"] = fake_us(cfg) * 1.10        # the record is 10% off today's time
     rows = recheck(FakeRunner(), Table(data), [Shape(4096, 4096), Shape(14336, 4096)], rounds=2, echo=lambda s: None)
     by = {r["shape"]: r for r in rows}

@@ -73,8 +73,8 @@ def test_search_measures_the_candidates_and_an_algorithm_wins(tmp_path):
     assert searched[:3] == [FAST, REFUSED, SLOW]   # each candidate once, in the heuristic's order, then confirmation
     assert any("cublaslt: stopped at 3 of 12 measured trials: all 3 valid configs" in ln for ln in lines), lines
     e = table.entry(SHAPE)
-    assert e["winner"]["family"] == "cublaslt" and e["winner"]["label"] == FAST.label and e["winner"]["us"] == 9.0
-    assert e["cublaslt"]["label"] == FAST.label and e["gemv"]["us"] >= 10.0
+    assert e.winner.family == "cublaslt" and e.winner.label == FAST.label and e.winner.us == 9.0
+    assert e.best["cublaslt"].label == FAST.label and e.best["gemv"].us >= 10.0
     assert table.lookup(SHAPE) == (FAST, "tuned")
     (csv,) = (tmp_path / "res").glob("search-4096x4096x8-*.csv")
     rows = pd.read_csv(csv)
@@ -105,7 +105,7 @@ def test_between_two_n_a_library_winner_is_not_carried(tmp_path):
     _search(tmp_path, runner, ("gemv", "cublaslt"))
     table, lines = _search(tmp_path, runner, ("gemv", "cublaslt"), shape=Shape(4096, 4096, 16))
     assert any("4096x4096@n16 cublaslt: no candidates" in ln for ln in lines), lines
-    assert table.entry(Shape(4096, 4096, 16))["winner"]["family"] == "gemv"
+    assert table.entry(Shape(4096, 4096, 16)).winner.family == "gemv"
     r = table.route(4096, 4096, 12, "torch", "fp16")
     assert r.tuned and r.config.family == "gemv" and "between" in r.why
 
@@ -204,4 +204,4 @@ def test_a_budget_below_the_candidates_measures_the_heuristic_s_first(tmp_path):
 
     (csv,) = (tmp_path / "res").glob("search-*.csv")
     assert list(pd.read_csv(csv).label) == [FAST.label, REFUSED.label]   # nothing left queued beyond the budget
-    assert table.entry(SHAPE)["cublaslt"]["label"] == FAST.label
+    assert table.entry(SHAPE).best["cublaslt"].label == FAST.label

@@ -14,7 +14,8 @@ from gemvtune import Shape, UsageError
 from gemvtune.device.elems import BF16_NAN, bf16_bits, bf16_values, from_float32, nan_fill, to_float64
 from gemvtune.kernels.shapes import parse_shape
 from gemvtune.runners.timing import error_bound, library_bound
-from gemvtune.runtime.table import Table, entry_key, entry_shape, load_table, record
+from gemvtune.runtime.keys import entry_key, entry_shape
+from gemvtune.runtime.table import Table, load_table, record
 from gemvtune.runtime.tableschema import validate_table
 
 GEMV = {"block": 256, "vec": "half8", "acc": "fp32", "tpr": 128, "unroll": 1, "split_k": 1, "hint": "nc",
@@ -116,7 +117,7 @@ def test_record_writes_dtype_and_keeps_both(tmp_path):
     assert sorted(data["entries"]) == ["4096x4096x1", "4096x4096x1.bf16"]
     assert data["entries"]["4096x4096x1.bf16"]["dtype"] == "bf16" and data["entries"]["4096x4096x1"]["dtype"] == "fp16"
     t = load_table(path, costmodel=None)
-    assert t.entry(Shape(4096, 4096, 1, "bf16"))["winner"]["us"] == 9.7 and t.entry(Shape(4096, 4096))["winner"]["us"] == 9.5
+    assert t.entry(Shape(4096, 4096, 1, "bf16")).winner.us == 9.7 and t.entry(Shape(4096, 4096)).winner.us == 9.5
 
 
 @pytest.mark.parametrize("key, dtype, why", [("4096x4096x1", "bf16", "does not match its M, d, n, dtype"),
@@ -143,7 +144,7 @@ def test_committed_table_keeps_its_dtypes_apart():
     assert r.kind == "cublas" and "another dtype" in r.why
     r = t.route(4096, 4096, 1, "torch", "bf16", "bf16")                # its own BF16 entry: FP32 accumulation
     assert r.tuned and r.config.acc == "fp32"
-    assert r.tuned_us == t.entry(Shape(4096, 4096, 1, "bf16"))["winner"]["us"]
+    assert r.tuned_us == t.entry(Shape(4096, 4096, 1, "bf16")).winner.us
     assert t.predicted(Shape(11008, 4096, 1, "bf16")) is None      # the FP16 cost model says nothing for BF16
 
 

@@ -21,7 +21,7 @@ def test_tune_searches_and_returns_the_table(tmp_path):
     cfg, how = table.lookup(Shape(4096, 4096))
     assert how == "tuned" and cfg.is_valid(Shape(4096, 4096))
     entry = table.entry(Shape(4096, 4096))
-    assert entry["search"]["measured_trials"] <= 12 and json.loads((tmp_path / "table.json").read_text())["entries"]
+    assert entry.search.measured_trials <= 12 and json.loads((tmp_path / "table.json").read_text())["entries"]
     assert sorted(p.name for p in tmp_path.glob("search-4096x4096x1-*.csv"))   # the trials, as search writes them
 
 

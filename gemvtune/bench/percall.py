@@ -52,7 +52,7 @@ def measure_percall(table: Any, shape: Shape, calls: int = 300, repeats: int = 7
     from ..runtime.table import Table
     from ..runtime.torch_linear import GemvLinear
 
-    tuned = Table(table.data, table.path, policy="tuned")
+    tuned = Table(table.data, table.path, policy="tuned", entries=table.entries)
     dev = torch.device("cuda")
     dt, tdt = shape.dtype, torch_op._TORCH[shape.dtype]
     torch.manual_seed(0)
@@ -176,7 +176,7 @@ def dispatch_overhead(table: Any, shape: Shape, calls: int = 200, repeats: int =
     from ..device._cupy import cp
     from ..runtime.table import Table
 
-    tuned = Table(table.data, table.path, policy="tuned")
+    tuned = Table(table.data, table.path, policy="tuned", entries=table.entries)
     xs = (shape.d,) if shape.n == 1 else (shape.n, shape.d)
     W = cp.ones((shape.M, shape.d), dtype=cp.float16)
     x = cp.ones(xs, dtype=cp.float16)

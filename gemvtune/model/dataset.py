@@ -84,6 +84,10 @@ def _reader(p: Path, what: str) -> Callable[[], bytes]:
     return lambda: read_maybe_gz(p, what, SWEEP_BYTES)   # a regular file, capped (a UsageError is a ValueError)
 
 
+def _const(data: bytes) -> Callable[[], bytes]:
+    return lambda: data
+
+
 def _files(results: Path, kind: str, suffix: str = ".csv", skipped: list[str] | None = None) -> list[Source]:
     """A kind's files (``sweep``/``search``; ``.csv``/``.json`` or gzip-compressed) in its folders, and the
     searches packed in ``measurements/searches.json.xz``, by name (the order the fit sees them in), each base name
@@ -97,7 +101,7 @@ def _files(results: Path, kind: str, suffix: str = ".csv", skipped: list[str] | 
         try:
             for name, data in read_archive(ws.measurements / ARCHIVE).items():
                 if name.endswith(suffix):
-                    seen.setdefault(name, lambda data=data: data)
+                    seen.setdefault(name, _const(data))
         except UsageError as e:
             if skipped is not None:
                 skipped.append(f"{ARCHIVE}: {e}")

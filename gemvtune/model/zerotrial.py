@@ -8,7 +8,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from ..kernels.families import DEFAULT_FAMILY, FAMILIES, record_config
+from ..kernels.families import DEFAULT_FAMILY, FAMILIES
 from ..kernels.shapes import Shape
 
 MARGIN = 0.10   # a prediction must beat predicted cuBLAS by this much (model error: median 2%, worst 9%, LOSO)
@@ -18,11 +18,11 @@ def candidates(table: Any, shape: Shape) -> list[Any]:
     """Valid template configs for ``shape``: the table's own, each family's seed and fallbacks, the GEMV sweep grid."""
     out: dict[Any, None] = {}
     for k in table.keys():
-        e = table.entry(Shape(*k)) or {}
-        for rec in [e.get("winner")] + [e.get(f) for f in FAMILIES]:
-            if isinstance(rec, dict) and isinstance(rec.get("config"), dict):
+        e = table.entry(Shape(*k))
+        for rec in e.records() if e is not None else ():   # (the table's gemvtune.runtime.entry.Entry)
+            if rec.config is not None:
                 try:
-                    out[record_config(rec)] = None
+                    out[rec.config_object()] = None
                 except Exception:   # a record the schema let through that is not a config: not a candidate
                     continue
     for fam in FAMILIES.values():

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..baselines import cublas_of
-from ..runtime.table import Table, winner_config
+from ..runtime.table import Table
 from ..runtime.tableschema import SAMPLER_NAMES, printable
 
 _NAN = float("nan")
@@ -31,18 +31,19 @@ def table_frame(t: Table) -> Any:
     import pandas as pd
 
     rows = []
-    for e in sorted(t.data["entries"].values(), key=lambda e: (e["M"], e["d"], e.get("n", 1), e.get("dtype") or "fp16")):   # numerically
-        w, b, s = e["winner"], e.get("baselines") or {}, e.get("search") or {}
-        cfg = winner_config(e)
-        cub = cublas_of(b) or {}
-        lla = b.get("llama.cpp") or {}
-        row = {"M": e["M"], "d": e["d"], "n": e.get("n", 1), "dtype": e.get("dtype") or "fp16", "winner": cfg.label, "family": cfg.family,
-               "us": _num(w.get("us")), "us_min": _num(w.get("us_min")), "us_max": _num(w.get("us_max")),
-               "spread": _num(w.get("spread")), "gbps": _num(w.get("gbps")), "pct_ceiling": _num(w.get("pct_ceiling")),
-               "llama_us": _num(lla.get("us")), "cublas_us": _num(cub.get("us")),
-               "x_cublas": _ratio(cub.get("us"), w.get("us")), "x_llama": _ratio(lla.get("us"), w.get("us")),
-               "tie": e.get("tie"), "sampler": known_sampler(s.get("sampler")), "trials": s.get("measured_trials"),
-               "seed": s.get("seed"), "replayed": s.get("replayed") is True, "updated": iso_time(e.get("updated"))}
+    for e in sorted(t.entries.values(), key=lambda e: (e.M, e.d, e.n or 1, e.dtype or "fp16")):   # numerically
+        w, b, s = e.winner, e.baselines, e.search
+        cfg = e.winner_config()
+        cub = cublas_of(b)
+        lla = b.get("llama.cpp")
+        cub_us, lla_us = (cub.us if cub else None), (lla.us if lla is not None else None)
+        row = {"M": e.M, "d": e.d, "n": e.n or 1, "dtype": e.dtype or "fp16", "winner": cfg.label, "family": cfg.family,
+               "us": _num(w.us), "us_min": _num(w.us_min), "us_max": _num(w.us_max),
+               "spread": _num(w.spread), "gbps": _num(w.gbps), "pct_ceiling": _num(w.pct_ceiling),
+               "llama_us": _num(lla_us), "cublas_us": _num(cub_us),
+               "x_cublas": _ratio(cub_us, w.us), "x_llama": _ratio(lla_us, w.us),
+               "tie": e.tie, "sampler": known_sampler(s.sampler), "trials": s.measured_trials,
+               "seed": s.seed, "replayed": s.replayed is True, "updated": iso_time(e.updated)}
         row.update({f"p_{k}": v for k, v in cfg.to_dict().items()})
         rows.append(row)
     return pd.DataFrame(rows)

@@ -279,8 +279,8 @@ def measured_outputs(table: str | Path, storage_url: str | None) -> list[str]:
     if table.is_file():
         from ..runtime.table import load_table
 
-        entries = load_table(table).data["entries"]
-        gpu = sorted(k for k, e in entries.items() if (e.get("search") or {}).get("replayed") is not True)
+        entries = load_table(table).entries
+        gpu = sorted(k for k, e in entries.items() if e.search.replayed is not True)
         if gpu:
             found.append(f"table {table} holds {len(gpu)} measured entr{'y' if len(gpu) == 1 else 'ies'} (e.g. {gpu[0]})")
     studies = sorted(n for n in storage_studies(storage_url) if not is_replay_study(n))

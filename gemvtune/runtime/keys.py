@@ -14,5 +14,6 @@ def entry_key(shape: Shape) -> str:
 
 
 def entry_shape(e: dict[str, Any]) -> Shape:
-    """The shape of a (validated) table entry; an entry without ``dtype`` is FP16."""
+    """The shape of a table entry's JSON object (a table built in code; a loaded one's ``Entry.shape``); an entry
+    without ``dtype`` is FP16."""
     return Shape(int(e["M"]), int(e["d"]), int(e.get("n") or 1), str(e.get("dtype") or "fp16"))

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..baselines import CUBLAS_FOR, cublas_of
+from .entry import Entry, Measured
 
 MARGIN = 0.01            # the tuned kernel must be this much faster than cuBLAS (the timing spread is 1-3%)
 POLICIES = ("fastest", "tuned")
@@ -41,49 +42,42 @@ class Route:
         return self.kind == "tuned"
 
 
-def _us(rec: Any) -> float | None:
-    if not isinstance(rec, dict) or rec.get("status", "ok") != "ok":
-        return None
-    v = rec.get("us")
-    return float(v) if isinstance(v, (int, float)) and v == v and v > 0 else None
+def _us(rec: Measured | None) -> float | None:
+    return None if rec is None else rec.ok_us
 
 
-def _candidates(entry: dict[str, Any], shape: Any, out: str) -> list[tuple[float, Any]]:
+def _candidates(entry: Entry, shape: Any, out: str) -> list[tuple[float, Any]]:
     """(µs, config) of the entry's measured kernels that can run ``shape`` with an ``out`` epilogue,
     fastest first: the winner (the search's confirmed choice, ties included) when it can, else each
     family's best that can (an FP16 output cannot come from an atomic split-K combine). A library's
     algorithm (cuBLASLt) counts only for the entry's own shape: it is not carried to another n."""
     from ..kernels.epilogue import Epilogue
-    from ..kernels.families import FAMILIES, FAMILY_NAMES, record_config
+    from ..kernels.families import FAMILIES
 
     epi = Epilogue(out)
-    own = (int(entry.get("M", 0)), int(entry.get("d", 0)), int(entry.get("n", 1)), entry.get("dtype") or "fp16") == \
-        (shape.M, shape.d, shape.n, shape.dtype)
+    own = entry.shape == shape
     found: dict[Any, float] = {}
-    for rec in [entry.get("winner")] + [entry.get(f) for f in FAMILY_NAMES]:
-        us = _us(rec)
-        if us is None or not isinstance(rec, dict) or not isinstance(rec.get("config"), dict):
+    for rec in entry.records():
+        us = rec.ok_us
+        if us is None or rec.config is None:
             continue
         try:
-            cfg = record_config(rec)
+            cfg = rec.config_object()
         except Exception:
             continue
         if cfg.is_valid(shape) and not epi.invalid_reasons(cfg) and (own or not FAMILIES[cfg.family].library):
-            if rec is entry.get("winner"):
+            if rec is entry.winner:
                 return [(us, cfg)]
             found[cfg] = min(us, found.get(cfg, us))
     return sorted(((us, cfg) for cfg, us in found.items()), key=lambda p: p[0])
 
 
-def measured(entry: dict[str, Any], framework: str, shape: Any = None, out: str = "fp32") -> tuple[float | None, float | None, Any]:
+def measured(entry: Entry, framework: str, shape: Any = None, out: str = "fp32") -> tuple[float | None, float | None, Any]:
     """(tuned µs, cuBLAS µs, tuned config) of a table entry for callers of ``framework`` wanting an
     ``out`` output: the fastest measured kernel that can fuse it, and the cuBLAS baseline."""
-    base = entry.get("baselines") or {}
-    cublas = _us(cublas_of(base, framework, ok=lambda rec: _us(rec) is not None))
+    cublas = _us(cublas_of(entry.baselines, framework, ok=lambda rec: rec.ok_us is not None))
     if shape is None:
-        from .keys import entry_shape
-
-        shape = entry_shape(entry)
+        shape = entry.shape
     cands = _candidates(entry, shape, out)
     return (cands[0][0], cublas, cands[0][1]) if cands else (None, cublas, None)
 

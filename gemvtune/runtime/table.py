@@ -4,6 +4,7 @@ fallback, and run-time dispatch (``load_table(path).gemv(W, x)``)."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as _dt
 import json
 import logging
@@ -15,9 +16,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
-from ..kernels.families import FAMILIES, FAMILY_NAMES, record_config
+from ..kernels.families import FAMILIES, FAMILY_NAMES
 from ..kernels.shapes import Shape
-from .keys import entry_key, entry_shape
+from .entry import Entry, FrozenMap, built
+from .keys import entry_key
 
 log = logging.getLogger("gemvtune")
 
@@ -41,7 +43,8 @@ def _locked(path: Path) -> Iterator[None]:
         yield
 
 
-def _read(path: Path) -> dict[str, Any]:
+def _read(path: Path) -> tuple[dict[str, Any], dict[str, Entry]]:
+    """A table file, checked whole: its JSON object and its entries, built (key -> Entry)."""
     from ..userfile import TABLE_BYTES, decode_json, read_text
 
     text = read_text(path, "table", TABLE_BYTES)   # a regular file, capped: one line for anything else
@@ -56,13 +59,13 @@ def _read(path: Path) -> dict[str, Any]:
                                                  and data["schema"] > SCHEMA_VERSION else ""))
     from .tableschema import validate_table
 
-    validate_table(data, path)   # the whole schema: types, ranges, finite times, configs valid for their shape
-    return data
+    entries = validate_table(data, path)   # the whole schema: types, ranges, finite times, configs valid for their shape
+    return data, entries
 
 
-def winner_config(entry: dict[str, Any]) -> Any:
-    """The winning config of a table entry, of whichever family won (tables before split-K: the default family)."""
-    return record_config(entry["winner"])
+def table_json(data: dict[str, Any], entries: dict[str, Entry]) -> dict[str, Any]:
+    """The JSON object of a table file: ``data``'s other fields, and each entry as ``Entry.to_json`` gives it."""
+    return {**data, "entries": {k: e.to_json() for k, e in entries.items()}}
 
 
 def _atomic_write_json(path: Path, data: dict[str, Any]) -> None:
@@ -92,7 +95,7 @@ def check_updatable(path: str | Path, device: dict[str, Any] | None = None) -> P
 
     path = target(path)
     if path.exists():
-        _check_same_gpu(path, _read(path), device)
+        _check_same_gpu(path, _read(path)[0], device)
     probe_folder(path.parent, "table folder")
     lock = path.with_name(path.name + ".lock")
     from ..userfile import check_lock
@@ -121,49 +124,59 @@ def gpu_identity(info: dict[str, Any]) -> dict[str, Any]:
 
 
 def record(path: str | Path, shape: Shape, entry: dict[str, Any], device: dict[str, Any],
-           ceiling: dict[str, Any] | None = None) -> dict[str, Any]:
+           ceiling: dict[str, Any] | None = None) -> Entry:
     """Add or replace one (M, d, n) entry, keeping every other; atomic, and serialized across processes.
-    A table made on another GPU model is refused (one table per GPU)."""
+    A table made on another GPU model is refused (one table per GPU). ``entry`` (the search's JSON object) is
+    checked by the table's schema and built as an ``Entry`` before it is merged: never a table we could not load.
+    Returns the entry as the table now holds it."""
     from ..safefile import target
+    from .tableschema import check_entry
 
     path = target(path)   # through a symbolic link: the link stays a link
     with _locked(path):
+        entries: dict[str, Entry] = {}
         if path.exists():
-            data = _read(path)
+            data, entries = _read(path)
             _check_same_gpu(path, data, device)
         else:
             data = {"schema": SCHEMA_VERSION, "gpu": gpu_identity(device), "ceiling": ceiling or {}, "entries": {}}
         data["gpu"] = gpu_identity(device)
         if ceiling:
             data["ceiling"] = ceiling
-        entry = {"M": shape.M, "d": shape.d, "n": shape.n, "dtype": shape.dtype, "updated": _now(), **entry}
-        winner_config(entry)  # never write a config we could not load
-        old = data["entries"].get(entry_key(shape)) or {}
-        for fam in FAMILY_NAMES:  # a family this search left out keeps its best from the earlier search
-            if fam not in entry and isinstance(old.get(fam), dict):
-                entry[fam] = {**old[fam], "kept_from": old[fam].get("kept_from") or old.get("updated")}
-        data["entries"][entry_key(shape)] = entry
-        _atomic_write_json(path, data)
-        return data
+        key = entry_key(shape)
+        raw = {"M": shape.M, "d": shape.d, "n": shape.n, "dtype": shape.dtype, "updated": _now(), **entry}
+        # as the file will hold it (numpy scalars as numbers), then as a load would check it
+        new = check_entry(key, json.loads(json.dumps(raw, default=_json_default)), path)
+        old = entries.get(key)
+        if old is not None:   # a family this search left out keeps its best from the earlier search
+            kept = {f: dataclasses.replace(rec, kept_from=rec.kept_from or old.updated)
+                    for f, rec in old.best.items() if f not in new.best}
+            new = dataclasses.replace(new, best=FrozenMap({**new.best, **kept}))
+        entries[key] = new
+        _atomic_write_json(path, table_json(data, entries))
+        return new
 
 
 class Table:
     """A loaded table. ``gemv(W, x)`` runs the tuned kernel for W's shape."""
 
     def __init__(self, data: dict[str, Any], path: str | None = None, strict_gpu: bool = False,
-                 policy: str = "fastest", costmodel: Any = None):
+                 policy: str = "fastest", costmodel: Any = None, entries: dict[str, Entry] | None = None):
+        """``data``: a table's JSON object; ``entries``: its entries as the schema built them (``load_table``'s;
+        None: built here from ``data``, unchecked)."""
         from .route import POLICIES
 
         if policy not in POLICIES:
             raise UsageError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
         self.data, self.path, self.strict_gpu, self.policy = data, path, strict_gpu, policy
+        self.entries: dict[str, Entry] = dict(entries) if entries is not None else built(data["entries"], f"table {path or ''}")
         # gemvtune.model.costmodel.CostModel (zero-trial picks for shapes the table lacks), or a zero-argument
         # callable that loads it when a shape first needs it (load_table's: most tables never need it)
         self._costmodel = costmodel
         self._predicted: dict[tuple[Shape, str], tuple[Any, float] | None] = {}
         self._routes: dict[tuple[int, int, int, str, str, str], Any] = {}
         self._configs: dict[tuple[int, int, int, str], Any] = {
-            _key(entry_shape(e)): winner_config(e) for e in data["entries"].values()
+            _key(e.shape): e.winner_config() for e in self.entries.values()
         }
         self._warned: set[Shape] = set()
         self._dispatch: Dispatcher | None = None
@@ -183,8 +196,12 @@ class Table:
         """(M, d, n, dtype) of every entry (``Shape(*key)`` is its shape)."""
         return sorted(self._configs)
 
-    def entry(self, shape: Shape) -> dict[str, Any] | None:
-        return self.data["entries"].get(entry_key(shape))
+    def entry(self, shape: Shape) -> Entry | None:
+        return self.entries.get(entry_key(shape))
+
+    def to_json(self) -> dict[str, Any]:
+        """The table as its file holds it (``record`` writes this)."""
+        return table_json(self.data, self.entries)
 
     def route(self, M: int, d: int, n: int, framework: str = "torch", out: str = "fp32", dtype: str = "fp16") -> Any:
         """The ``gemvtune.runtime.route.Route`` of an (M, d, n) call on ``dtype`` inputs under this table's policy
@@ -330,7 +347,8 @@ def load_table(path: str | Path | None = None, strict_gpu: bool = False, policy:
         found = find_table(gpu if gpu is not None else current_gpu_name())
         path, origin = found.path, found.origin
         log.info("load_table: %s", found)
-    table = Table(_read(Path(path)), str(path), strict_gpu, policy, _costmodel(Path(path), costmodel))
+    data, entries = _read(Path(path))
+    table = Table(data, str(path), strict_gpu, policy, _costmodel(Path(path), costmodel), entries)
     table.origin = origin
     return table
 

@@ -1,6 +1,7 @@
 """The whole table schema, checked when a table is loaded: every field that ``report``, ``export``, the
 run-time route (``gemvtune.runtime.route``) and a merging ``record`` read has the type and range they rely on, so
-a table that loads never crashes them. A bad table is one UsageError that names the entry and the field.
+a table that loads never crashes them. A bad table is one UsageError that names the entry and the field. Each
+checked entry is built once as a ``gemvtune.runtime.entry.Entry``, which every reader then uses.
 
 Also the two ways table and sidecar strings reach a person or a file safely: :func:`printable` escapes
 any string for a terminal, :func:`ascii_words` keeps a conservative ASCII subset for generated code."""
@@ -13,6 +14,7 @@ import re
 from typing import Any
 
 from ..errors import UsageError
+from .entry import Entry, SchemaError
 
 _GPU_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._()+/,:@-]{0,99}$")
 _CC_RE = re.compile(r"^\d{1,2}\.\d{1,2}$")
@@ -52,14 +54,6 @@ def gpu_name_problem(name: Any) -> str | None:
         return (f"{_show(name)} is not a GPU name (letters, digits, space and ._()+/,:@- only, "
                 f"at most 100 characters)")
     return None
-
-
-class SchemaError(Exception):
-    """One bad field: ``field`` (dotted path) and what is wrong with it."""
-
-    def __init__(self, field: str, problem: str):
-        super().__init__(f"{field} {problem}")
-        self.field, self.problem = field, problem
 
 
 def _show(v: Any) -> str:
@@ -178,7 +172,7 @@ _SEARCH_INTS = ("seed", "measured_trials", "total_trials", "trials_budget", "con
 _SEARCH_STRS = ("sampler", "study", "started", "finished")
 
 
-def _entry(key: Any, e: Any) -> None:
+def _entry(key: Any, e: Any) -> Entry:
     from ..kernels.families import FAMILY_NAMES
     from ..kernels.shapes import DTYPES, Shape
     from .keys import entry_key
@@ -226,6 +220,15 @@ def _entry(key: Any, e: Any) -> None:
     _bool(e, "tie", "")
     _bool(e, "launch_bound", "")
     _str(e, "updated", "")
+    return Entry.from_json(e)
+
+
+def check_entry(key: str, e: Any, path: Any) -> Entry:
+    """One entry, checked as a table's are on load, and built; a problem is one UsageError."""
+    try:
+        return _entry(key, e)
+    except SchemaError as err:
+        raise UsageError(f"table {path}: entry {printable(key, 60)} is malformed: {err}") from None
 
 
 _GPU_INTS = ("sm_count", "l2_bytes", "cuda_runtime", "cuda_driver_api", "memory_bytes", "device")
@@ -288,8 +291,9 @@ def _unencodable(v: Any, where: str) -> str | None:
     return None
 
 
-def validate_table(data: dict[str, Any], path: Any) -> None:
-    """Check a parsed table (schema version already checked) whole; the first problem is one UsageError."""
+def validate_table(data: dict[str, Any], path: Any) -> dict[str, Entry]:
+    """Check a parsed table (schema version already checked) whole; the first problem is one UsageError.
+    Returns its entries, built (key -> Entry)."""
     try:
         json.dumps(data, ensure_ascii=False).encode("utf-8")   # fast: only a failure walks the table
         bad = None
@@ -306,8 +310,4 @@ def validate_table(data: dict[str, Any], path: Any) -> None:
         _bool(data, "replayed", "")
     except SchemaError as err:
         raise UsageError(f"table {path}: {err}") from None
-    for key, e in data["entries"].items():
-        try:
-            _entry(key, e)
-        except SchemaError as err:
-            raise UsageError(f"table {path}: entry {printable(key, 60)} is malformed: {err}") from None
+    return {key: check_entry(key, e, path) for key, e in data["entries"].items()}

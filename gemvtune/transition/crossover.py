@@ -8,12 +8,13 @@ from pathlib import Path
 from typing import Any
 
 from ..baselines import cublas_of
-from ..runtime.table import Table, entry_shape, winner_config
+from ..runtime.entry import Measured
+from ..runtime.table import Table
 from ..safefile import savefig
 
 
-def _us(d: dict[str, Any] | None) -> float:
-    v = (d or {}).get("us")
+def _us(rec: Measured | None) -> float:
+    v = rec.us if rec is not None else None
     return float(v) if isinstance(v, (int, float)) else math.nan
 
 
@@ -22,13 +23,13 @@ def crossover_frame(t: Table) -> Any:
 
     read = float(t.data.get("ceiling", {}).get("read_gbps") or math.nan)
     rows = []
-    for e in t.data["entries"].values():
-        b = e.get("baselines", {})
-        shape = entry_shape(e)
+    for e in t.entries.values():
+        b = e.baselines
+        shape = e.shape
         cub = cublas_of(b)
-        w, cfg = e["winner"], winner_config(e)   # the label and family of the validated config, not the table's words
-        rows.append({"M": shape.M, "d": shape.d, "n": shape.n, "dtype": shape.dtype, "gemv_us": _us(e.get("gemv")),
-                     "splitk_us": _us(e.get("splitk")), "cublas_us": _us(cub), "llama_us": _us(b.get("llama.cpp")),
+        w, cfg = e.winner, e.winner_config()   # the label and family of the validated config, not the table's words
+        rows.append({"M": shape.M, "d": shape.d, "n": shape.n, "dtype": shape.dtype, "gemv_us": _us(e.best.get("gemv")),
+                     "splitk_us": _us(e.best.get("splitk")), "cublas_us": _us(cub), "llama_us": _us(b.get("llama.cpp")),
                      "floor_us": shape.bytes_moved / (read * 1e3), "winner_family": cfg.family,
                      "winner": cfg.label, "winner_us": _us(w), "x_cublas": _us(cub) / _us(w)})
     df = pd.DataFrame(rows)

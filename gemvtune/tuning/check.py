@@ -14,28 +14,27 @@ from typing import Any
 from ..baselines import cublas_of
 from ..kernels.families import FAMILIES
 from ..kernels.shapes import Shape
+from ..runtime.entry import Entry, SearchRecord
 from ..runtime.route import measured
-from ..runtime.table import Table, winner_config
+from ..runtime.table import Table
 
 DRIFT = 0.03        # a re-measured winner this far from its record is flagged
 PREDICTED = 0.03    # a predicted best this much faster than the winner (predicted and recorded) marks the entry stale
 DTYPE_GAP = 0.02    # the other dtype's winner, the same kernel here, recorded this much faster marks the entry stale
 
 
-def _measured(entry: dict[str, Any]) -> list[Any]:
+def _measured(entry: Entry) -> list[Any]:
     """The configs an entry's confirmation measured (its winner and candidates; unreadable records skipped)."""
-    from ..kernels.families import record_config
-
     out = []
-    for c in [entry.get("winner"), *(entry.get("candidates") or [])]:
+    for c in [entry.winner, *entry.candidates]:
         try:
-            out.append(record_config(c))
+            out.append(c.config_object())
         except Exception:   # (not a dict, no config, a family or value this version cannot read)
             continue
     return out
 
 
-def _dtype_gap(table: Table, shape: Shape, entry: dict[str, Any]) -> str:
+def _dtype_gap(table: Table, shape: Shape, entry: Entry) -> str:
     """Why the other dtype's entry of (M, d, n) suggests a re-tune ("" when it does not): its winner is the same
     kernel in this dtype (``for_dtype`` leaves it as it is: no FP16 accumulator turned FP32), this entry never
     measured it, and its recorded time is ``DTYPE_GAP`` under this winner's. The same config runs at the same
@@ -43,7 +42,7 @@ def _dtype_gap(table: Table, shape: Shape, entry: dict[str, Any]) -> str:
     from ..kernels.families import for_dtype
     from ..kernels.shapes import DTYPES
 
-    rec = (entry.get("winner") or {}).get("us")
+    rec = entry.winner.us
     for dt in DTYPES:
         if dt == shape.dtype:
             continue
@@ -51,10 +50,10 @@ def _dtype_gap(table: Table, shape: Shape, entry: dict[str, Any]) -> str:
         if not other:
             continue
         try:
-            cfg = winner_config(other)
+            cfg = other.winner_config()
         except Exception:   # (an entry this version cannot read gives no hint)
             continue
-        us = other["winner"].get("us")
+        us = other.winner.us
         if (for_dtype(cfg, shape.dtype) != cfg or not cfg.is_valid(shape) or cfg in _measured(entry)
                 or not isinstance(us, (int, float)) or not isinstance(rec, (int, float)) or rec <= us * (1 + DTYPE_GAP)):
             continue
@@ -63,16 +62,16 @@ def _dtype_gap(table: Table, shape: Shape, entry: dict[str, Any]) -> str:
     return ""
 
 
-def _short_families(search: dict[str, Any], budget: int) -> str:
+def _short_families(search: SearchRecord, budget: int) -> str:
     """Which of a search's families measured fewer trials than ``budget`` without measuring their whole space
     ("" when none). A record without per-family counts (older searches) is judged by its total."""
-    per = search.get("family_trials")
-    whole = search.get("space_measured")   # a list of families; one bool for all in the searches of 2026-12-02 morning
-    if isinstance(per, dict):
-        done = set(whole) if isinstance(whole, list) else set(per) if whole is True else set()
+    per = search.family_trials
+    whole = search.space_measured   # families; one bool for all in the searches of 2026-12-02 morning
+    if per is not None:
+        done = set(whole) if isinstance(whole, tuple) else set(per) if whole is True else set()
         short = {f: n for f, n in per.items() if isinstance(n, int) and n < budget and f not in done}
         return ", ".join(f"{f} {n} measured trials" for f, n in short.items())
-    trials = search.get("measured_trials")   # the studies' measured trials (resumed studies count whole)
+    trials = search.measured_trials   # the studies' measured trials (resumed studies count whole)
     if isinstance(trials, int) and trials < budget and whole is not True:
         return f"{trials} measured trials in its studies"
     return ""
@@ -86,23 +85,24 @@ def stale(table: Table, model: Any = None, default_trials: int | None = None) ->
     rows = []
     for key in table.keys():
         shape = Shape(*key)
-        e = table.entry(shape) or {}
+        e = table.entry(shape)
+        if e is None:
+            continue
         why = []
-        search: dict[str, Any] = e["search"] if isinstance(e.get("search"), dict) else {}
-        short = _short_families(search, budget)
+        short = _short_families(e.search, budget)
         if short:
             why.append(f"{short} (< the default budget {budget})")
         gap = _dtype_gap(table, shape, e)
         if gap:
             why.append(gap)
-        cfg = winner_config(e)
+        cfg = e.winner_config()
         if model is not None and not FAMILIES[cfg.family].library:
             from ..model.zerotrial import candidates
 
             cands = candidates(table, shape)
             (best, best_us), = model.rank(cands + [cfg], shape, 1)
             (won_us,) = model.predict_us([(cfg, shape)])
-            rec = e.get("winner", {}).get("us")
+            rec = e.winner.us
             # Both: the prediction against the winner's prediction cancels the model's error on the shape, and
             # against the recorded time it guards against the model's error on the winner's config (a record is
             # the best of its measurements; the model predicts a config's typical time, so it over-predicts
@@ -128,8 +128,8 @@ def recheck(runner: Any, table: Table, shapes: list[Shape], rounds: int = 2, fra
         e = table.entry(shape)
         if e is None:
             continue
-        cfg = winner_config(e)
-        rec_tuned = e["winner"].get("us")
+        cfg = e.winner_config()
+        rec_tuned = e.winner.us
         _, rec_cublas, _ = measured(e, framework, shape)
         tuned, cublas, status = [], [], "ok"
         for r in range(rounds):

@@ -19,6 +19,7 @@ from ..cells import write_csv
 from ..errors import GemvtuneError, UsageError
 from ..kernels.shapes import Shape
 from ..provenance import provenance
+from ..runtime.entry import Measured, SchemaError
 from ..runtime.table import check_updatable, record
 from ..safefile import write_text
 from ..workspace import Workspace, gpu_slug
@@ -186,7 +187,7 @@ def incumbents(table: Path, shape: Shape) -> tuple[Any, ...]:
     holds, and a search in one dtype never misses what the other dtype's search found (the same config runs
     at the same speed in both, measured on the H200 on 2026-12-02: runs/issue21d/probe). Nothing from a missing or
     unreadable table or entry (a fresh table)."""
-    from ..kernels.families import FAMILIES, config_from_dict, for_dtype
+    from ..kernels.families import FAMILIES, for_dtype
     from ..kernels.shapes import DTYPES
     from ..runtime.table import entry_key
     from ..userfile import TABLE_BYTES, read_json
@@ -202,13 +203,16 @@ def incumbents(table: Path, shape: Shape) -> tuple[Any, ...]:
         entry = entries.get(entry_key(Shape(shape.M, shape.d, shape.n, dt)))
         if not isinstance(entry, dict):
             continue
-        win = entry.get("winner")
-        held = [(win.get("family") if isinstance(win, dict) else None, win)] + [(f, entry.get(f)) for f in FAMILIES]
-        for fam, rec in held:
-            if fam not in FAMILIES or not isinstance(rec, dict) or rec.get("status", "ok") != "ok":
+        for key in ("winner", *FAMILIES):   # each record on its own: a table of this version or not, whole or not
+            try:
+                rec = Measured.from_json(entry.get(key), key)
+            except SchemaError:
+                continue
+            fam = rec.family if key == "winner" else key
+            if fam not in FAMILIES or not rec.ok:
                 continue
             try:
-                cfg = for_dtype(config_from_dict({"family": fam, **rec["config"]}), shape.dtype)
+                cfg = for_dtype(dataclasses.replace(rec, family=fam).config_object(), shape.dtype)
             except Exception:   # a record this version cannot read is not an incumbent
                 continue
             if cfg.is_valid(shape) and cfg not in out:
@@ -249,14 +253,15 @@ def _search_shapes(runner: Any, shapes: list[Shape], opts: SearchOptions, out: P
         meta = provenance(dev, ceiling=ceil, replayed=bool(runner.replayed), study=name, storage=storage_url, shape=[shape.M, shape.d, shape.n],
                           search=res.entry["search"], winner=res.entry["winner"], baselines=res.entry["baselines"])
         write_text(csv.with_suffix(".json"), json.dumps(meta, indent=1, sort_keys=True, default=str) + "\n")
-        record(table, shape, res.entry, dev, ceil)
-        w, b = res.entry["winner"], res.entry["baselines"]
-        cub = (cublas_of(b) or {}).get("us")
-        lla = b["llama.cpp"].get("us")
-        fams = "  ".join(f"{f} {res.entry[f]['us']:.2f}" for f in opts.families if f in res.entry)
-        echo(f"{shape!s:>14s}  {w['label']:44s} {w['us']:8.2f} µs  {w['pct_ceiling']:5.1f}% ceiling  "
-             f"x{_ratio(cub, w['us'])} cuBLAS  x{_ratio(lla, w['us'])} llama.cpp  [{fams}]  "
+        e = record(table, shape, res.entry, dev, ceil)   # the entry as the table now holds it
+        w, b = e.winner, e.baselines
+        c = cublas_of(b)
+        cub = c.us if c else None
+        lla = b["llama.cpp"].us
+        fams = "  ".join(f"{f} {e.best[f].us:.2f}" for f in opts.families if f in e.best and e.best[f].kept_from is None)
+        echo(f"{shape!s:>14s}  {w.label:44s} {w.us:8.2f} µs  {w.pct_ceiling:5.1f}% ceiling  "
+             f"x{_ratio(cub, w.us)} cuBLAS  x{_ratio(lla, w.us)} llama.cpp  [{fams}]  "
              f"({res.new_measured} new / {res.measured} measured trials{', tie' if res.tie else ''}"
-             f"{', launch-bound: W streams faster than an empty launch' if res.entry.get('launch_bound') else ''}) "
+             f"{', launch-bound: W streams faster than an empty launch' if e.launch_bound else ''}) "
              f"-> {csv.name}")
         runner.release()
