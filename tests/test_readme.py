@@ -355,7 +355,8 @@ def test_named_results_exist(page, path):
 
 # import name -> the distributions that provide it (where the names differ)
 _DISTS = {"cupy": {"cupy-cuda12x", "cupy-cuda13x"}, "cuda": {"cuda-bindings", "cuda-pathfinder"},
-          "sklearn": {"scikit-learn"}, "yaml": {"pyyaml"}, "nvmath": {"nvmath-python"}}
+          "sklearn": {"scikit-learn"}, "yaml": {"pyyaml"}, "nvmath": {"nvmath-python"},
+          "PIL": {"pillow"}}
 # imported only on paths that check for them and say what to install
 _OPTIONAL = {"torch", "transformers", "scipy", "cupy", "sklearn", "nvmath", "lightgbm"}
 

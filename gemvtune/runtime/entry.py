@@ -30,7 +30,7 @@ class SchemaError(Exception):
 
 
 class FrozenMap(Mapping[str, Any]):
-    """A read-only mapping (a copy of the one it is made from) that, unlike ``MappingProxyType``, pickles and
+    """A read-only mapping (a copy of the one it is made from) that, unlike ``MappingProxyType``, serializes and
     deep-copies: a model holding a table can be copied."""
 
     __slots__ = ("_d",)
