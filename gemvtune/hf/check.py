@@ -81,12 +81,9 @@ def logit_diffs(b: Bench) -> dict[str, Any]:
 def explain_rows(model: Any) -> dict[str, Any]:
     """``gemvtune.explain(model, n=1)`` of the swapped model, summarized; an error is recorded, not raised."""
     try:
-        from ..runtime import torch_linear
+        from ..runtime.torch_linear import explain
 
-        fn = getattr(torch_linear, "explain", None)
-        if fn is None:
-            return {"error": "gemvtune.explain does not exist in this version"}
-        rows = [dict(r) for r in fn(model, n=1)]
+        rows = [dict(r) for r in explain(model, n=1)]
         return {"rows": rows, "summary": explain_summary(rows)}
     except Exception as e:
         return {"error": first_line(e)}

@@ -22,18 +22,12 @@ from .coordination.coord import Coordinator
 from .coordination.optuna_adapter import fixed_params
 from .samplers import make_sampler
 from .search_options import SearchOptions, study_record
-from .searcher import (  # noqa: F401 (re-exported: the searcher's names, as callers import them from here)
-    SEARCHERS,
+from .searcher import (  # noqa: F401 (family_domains, make_searcher: re-exported for search_run and study)
     Known,
-    LibrarySearcher,
     Searcher,
-    TemplateSearcher,
-    enqueue_candidates,
     family_domains,
-    library_space,
     local_coordinator,
     make_searcher,
-    searcher_for,
     trials_in_flight,
 )
 
