@@ -18,7 +18,8 @@ usage() {
 usage: bash scripts/gpu-check.sh PART [PART...]   (from the repository root, on a machine with an NVIDIA GPU)
 
 parts (run in the order given):
-  tests       python3 -m pytest -q -m gpu (the GPU tests; the slow-marked ones skip: CI is unset for it)
+  tests       python3 -m pytest -q -m gpu (the GPU tests; the slow-marked ones skip: CI is unset for it;
+              the log ends with the 30 slowest, as both test parts do)
   slow-tests  python3 -m pytest -q -m "gpu and slow" (pytest's exit 5, no test selected, counts as a pass)
   sanitizer   compute-sanitizer memcheck and racecheck (--report-api-errors no) over gemvtune verify of
               $SAN_CONFIGS on the edge shapes at n = 1 and 3, fp16 and bf16;
@@ -113,14 +114,14 @@ sanitizer_clean() {  # 1 if the last command was a clean compute-sanitizer run, 
 part_tests() {
   local extra=()
   read -r -a extra <<< "${TESTS:-}"
-  run pytest env -u CI python3 -m pytest -q -m gpu -p no:cacheprovider -rA "${extra[@]}"
+  run pytest env -u CI python3 -m pytest -q -m gpu -p no:cacheprovider -rA --durations=30 "${extra[@]}"
   finish "$(pytest_summary)"
 }
 
 part_slow_tests() {
   local extra=()
   read -r -a extra <<< "${TESTS:-}"
-  run pytest python3 -m pytest -q -m "gpu and slow" -p no:cacheprovider -rA "${extra[@]}"
+  run pytest python3 -m pytest -q -m "gpu and slow" -p no:cacheprovider -rA --durations=30 "${extra[@]}"
   if [ "$LAST_RC" -eq 5 ]; then   # pytest's "no tests collected": no test is marked both gpu and slow (yet)
     echo "pytest exit 5 (no test selected) counts as a pass here"
     RCS=(pytest=0); FIRST_RC=0

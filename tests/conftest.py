@@ -78,3 +78,13 @@ def run_cli(*args: str, cwd: Path = ROOT, env: dict | None = None) -> subprocess
     e.update(env or {})
     return subprocess.run([sys.executable, "-m", "gemvtune", *args], cwd=cwd, env=e,
                           capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="session")
+def runner():
+    """One CUDA runner for the session's verification tests (3 replays: they verify, and time only to show a
+    variant runs): its aux kernels, read ceiling and launch plans are made once. A module that needs other
+    timing settings defines its own ``runner``."""
+    from gemvtune.runners.cuda import CudaRunner
+
+    return CudaRunner(replays=3)

@@ -1,19 +1,40 @@
 """Config samples for the per-family compile and GPU tests: one valid config for every value of every parameter
 (where one is valid), the family's seed first, plus k random valid ones."""
 
+import functools
 import random
 
+import numpy as np
+import pytest
 
-def sample(valid: list, seed_config, domains: dict, k: int, rng: random.Random) -> list:
+
+def sample(valid, seed_config, domains: dict, k: int, rng: random.Random) -> list:
     """The seed config if valid, one config for every valid value of every parameter, k random (from ``rng``:
-    several families can share one stream)."""
+    several families can share one stream). Each value's pick is ``rng.choice`` of the valid configs with that
+    value, in the order of ``valid`` (the pool found with NumPy: a space has up to 345,600 points)."""
     out = [seed_config] if seed_config in valid else []
     for key, values in domains.items():
+        column = np.array([getattr(c, key) for c in valid], dtype=object)
         for v in values:
-            pool = [c for c in valid if getattr(c, key) == v]
-            if pool:
-                out.append(rng.choice(pool))
+            pool = np.flatnonzero(column == v)
+            if len(pool):
+                out.append(valid[pool[rng.randrange(len(pool))]])   # = rng.choice(that pool): one draw, same stream
     return out + rng.sample(valid, min(k, len(valid)))
+
+
+@functools.lru_cache(maxsize=2)
+def valid_of(family: str, shape) -> tuple:
+    """Every valid config of a template family on ``shape``, kept for the next test that samples the same shape
+    (a family's space is up to 345,600 points; two lists of up to ~80 MB are kept)."""
+    from gemvtune.kernels.families import FAMILIES
+
+    return tuple(c for c in FAMILIES[family].all_configs() if not c.shape_reasons(shape))   # in the domains by construction
+
+
+def tiered(shapes, slow) -> list:
+    """``shapes`` as parameters, those where ``slow(shape)`` holds marked slow: the second GPU tier
+    (``-m "gpu and slow"``) runs them, the first keeps the edges within its time."""
+    return [pytest.param(s, marks=pytest.mark.slow) if slow(s) else s for s in shapes]
 
 
 def cover(valid: list, seed_config, domains: dict, k: int, rng_seed: int) -> list:

@@ -3,12 +3,12 @@
 import random
 
 import pytest
-from cover import cover, sample, verify_failures
+from cover import cover, sample, tiered, valid_of, verify_failures
 
 from gemvtune import LLAMA_CPP, GemvConfig, Shape
 from gemvtune.build.render import render
 from gemvtune.kernels import splitk as space_splitk
-from gemvtune.kernels.gemv import DOMAINS, valid_configs
+from gemvtune.kernels.gemv import DOMAINS
 
 pytestmark = pytest.mark.gpu
 
@@ -19,26 +19,14 @@ SHAPES = [pytest.param(Shape(M, d), marks=pytest.mark.slow) if M == 1 else Shape
           for M in (1, 7, 4096) for d in D_VALUES] + [Shape(128256, 4104), Shape(128256, 8)]
 
 
-@pytest.fixture(scope="module")
-def runner():
-    from gemvtune.runners.cuda import CudaRunner
-
-    return CudaRunner(replays=3)
-
-
 def broad_sample(shape: Shape, k: int = 48, seed: int = 1) -> list[GemvConfig]:
     """Every value of every parameter that is valid for the shape, plus a seeded random rest."""
-    return cover(valid_configs(shape), LLAMA_CPP, DOMAINS, k, seed)
+    return cover(valid_of("gemv", shape), LLAMA_CPP, DOMAINS, k, seed)
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
 def test_broad_sample_verifies(runner, shape):
-    failed = []
-    for c in broad_sample(shape):
-        m = runner.measure(c, shape, timed=False)
-        if not m.ok:
-            failed.append((c.label, m.status, m.error))
-    runner.release()
+    failed = verify_failures(runner, broad_sample(shape), shape)
     assert not failed, failed[:5]
 
 
@@ -96,14 +84,16 @@ def test_launch_failure_is_recorded(runner):
 
 
 # ---- batch n > 1 and the split-K GEMM family ---------------------------------------------------
-BATCH_SHAPES = [Shape(M, d, n) for n in (1, 3, 8, 16) for M, d in ((129, 4104), (7, 72), (33, 4101))]
+# n = 8 (between the odd n = 3 and the largest, 16) in the second tier
+BATCH_SHAPES = tiered([Shape(M, d, n) for n in (1, 3, 8, 16) for M, d in ((129, 4104), (7, 72), (33, 4101))],
+                     lambda s: s.n == 8)
 
 
 def family_sample(shape: Shape, k: int, seed: int = 2) -> list:
     """Both families: every valid value of every parameter, plus a seeded random rest."""
     rng = random.Random(seed)
-    out = sample(valid_configs(shape), LLAMA_CPP, DOMAINS, k, rng)
-    out += sample(space_splitk.valid_configs(shape), LLAMA_CPP, space_splitk.DOMAINS, k, rng)
+    out = sample(valid_of("gemv", shape), LLAMA_CPP, DOMAINS, k, rng)
+    out += sample(valid_of("splitk", shape), LLAMA_CPP, space_splitk.DOMAINS, k, rng)
     return list(dict.fromkeys(out))
 
 

@@ -2,7 +2,7 @@
 on edge shapes (CPU), and verification against float64 on odd shapes at n = 1, 3, 8, 16 (GPU)."""
 
 import pytest
-from cover import cover, verify_failures
+from cover import cover, tiered, valid_of, verify_failures
 
 from gemvtune.build.compile import CompileError, compile_variants
 from gemvtune.build.render import render
@@ -19,7 +19,7 @@ EDGE = [Shape(M, d, n) for n in (1, 3, 8, 16) for M, d in ((129, 4104), (33, 410
 
 def _cover(shape: Shape, k: int, seed: int) -> list[MmaConfig]:
     """One valid config for every value of every parameter (where one is valid), plus k random."""
-    return cover(mma.valid_configs(shape), mma.MMA_SEED, mma.DOMAINS, k, seed)
+    return cover(valid_of("mma", shape), mma.MMA_SEED, mma.DOMAINS, k, seed)
 
 
 def test_registered_and_round_trips():
@@ -104,15 +104,8 @@ def test_every_parameter_value_compiles_on_edge_shapes():
 
 # ---- GPU ----------------------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def runner():
-    from gemvtune.runners.cuda import CudaRunner
-
-    return CudaRunner(replays=3)
-
-
 @pytest.mark.gpu
-@pytest.mark.parametrize("shape", EDGE, ids=str)
+@pytest.mark.parametrize("shape", tiered(EDGE, lambda s: s.n == 8), ids=str)   # n = 8: tier 2
 def test_mma_verifies_on_odd_shapes(runner, shape):
     cfgs = _cover(shape, k=6, seed=7)
     failed = verify_failures(runner, cfgs, shape) + verify_failures(runner, cfgs[:4], shape, Epilogue(out="fp16", bias=True))

@@ -3,7 +3,7 @@ dynamic shared memory every launch path carries, NVRTC compiles of every paramet
 and verification against float64 on odd shapes at n = 1, 3, 8, 16 (GPU)."""
 
 import pytest
-from cover import cover, verify_failures
+from cover import cover, tiered, valid_of, verify_failures
 
 from gemvtune.build.compile import CompileError, compile_variants
 from gemvtune.build.render import render
@@ -21,7 +21,7 @@ EDGE = [Shape(M, d, n) for n in (1, 3, 8, 16) for M, d in ((129, 4104), (33, 410
 
 def _cover(shape: Shape, k: int, seed: int) -> list[RingConfig]:
     """One valid config for every value of every parameter (where one is valid), plus k random."""
-    return cover(ring.valid_configs(shape), ring.RING_SEED, ring.DOMAINS, k, seed)
+    return cover(valid_of("ring", shape), ring.RING_SEED, ring.DOMAINS, k, seed)
 
 
 def test_registered_and_round_trips():
@@ -124,15 +124,8 @@ def test_every_parameter_value_compiles_on_edge_shapes():
 
 # ---- GPU ----------------------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def runner():
-    from gemvtune.runners.cuda import CudaRunner
-
-    return CudaRunner(replays=3)
-
-
 @pytest.mark.gpu
-@pytest.mark.parametrize("shape", [s for s in EDGE if s.d % 8 == 0], ids=str)
+@pytest.mark.parametrize("shape", tiered([s for s in EDGE if s.d % 8 == 0], lambda s: s.n == 8), ids=str)   # n = 8: tier 2
 def test_ring_verifies_on_odd_shapes(runner, shape):
     cfgs = _cover(shape, k=6, seed=7)
     failed = verify_failures(runner, cfgs, shape) + verify_failures(runner, cfgs[:4], shape, Epilogue(out="fp16", bias=True))

@@ -135,37 +135,40 @@ class GemvConfig(ConfigBase):
         return max(1, slot0 * self.vec_elems // lanes)
 
     # ---- validity -------------------------------------------------------------------------
-    def invalid_reasons(self, shape: Shape) -> list[str]:
-        """Why this config cannot run ``shape`` (empty: valid). Each reason is one short line."""
-        errs = self.domain_errors()
-        if errs:
-            return errs
+    def shape_reasons(self, shape: Shape) -> list[str]:
+        """Why this in-domain config cannot run ``shape`` (empty: it can). Each reason is one short line.
+        (Asked of every point of the space when it is enumerated: fields are read into locals once.)"""
         r: list[str] = []
-        ve = self.vec_elems
-        if shape.d % ve:
-            r.append(f"d={shape.d} is not divisible by the {self.vec} width ({ve} halves)")
+        d, vec, tpr, split = shape.d, self.vec, self.tpr, self.split_k
+        ve = VEC_ELEMS[vec]
+        if d % ve:
+            r.append(f"d={d} is not divisible by the {vec} width ({ve} halves)")
             return r
-        if self.tpr > self.block:
-            r.append(f"tpr={self.tpr} threads per row exceed the block of {self.block}")
+        if tpr > self.block:
+            r.append(f"tpr={tpr} threads per row exceed the block of {self.block}")
             return r
-        nvec = shape.d // ve
-        if self.split > nvec:
-            r.append(f"split_k={self.split_k} exceeds the {nvec} {self.vec} vectors of a row")
+        nvec = d // ve
+        if split > nvec:
+            r.append(f"split_k={split} exceeds the {nvec} {vec} vectors of a row")
             return r
-        vps = self.vectors_per_split(shape.d)
-        if self.split > 1 and vps < self.tpr:
-            r.append(f"split_k={self.split_k} leaves {vps} vectors per split for {self.tpr} threads per row")
-        if self.unroll > 1 and self.unroll * self.tpr > vps:
+        vps = (nvec + split - 1) // split   # vectors_per_split(d)
+        if split > 1 and vps < tpr:
+            r.append(f"split_k={split} leaves {vps} vectors per split for {tpr} threads per row")
+        unroll = self.unroll
+        if unroll > 1 and unroll * tpr > vps:
             r.append(
-                f"unroll={self.unroll} x tpr={self.tpr} needs {self.unroll * self.tpr} vectors per split, "
+                f"unroll={unroll} x tpr={tpr} needs {unroll * tpr} vectors per split, "
                 f"the row has {vps}: the unrolled loop would never run"
             )
-        if self.acc == "fp16" and getattr(shape, "dtype", "fp16") != "fp16":
-            r.append(BF16_ACC_REASON)
-        elif self.acc == "fp16" and self.fp16_chain(shape.d, shape.n) > fp16_max_chain(shape.d):
-            r.append(f"fp16 accumulation chains of {self.fp16_chain(shape.d, shape.n)} terms exceed {fp16_max_chain(shape.d)} "
-                     f"(max(16, d/128)): the error would pass the fp16 bound; use more threads per row, "
-                     f"more unroll, or fp32")
+        if self.acc == "fp16":
+            if getattr(shape, "dtype", "fp16") != "fp16":
+                r.append(BF16_ACC_REASON)
+            else:
+                chain, most = self.fp16_chain(d, shape.n), fp16_max_chain(d)
+                if chain > most:
+                    r.append(f"fp16 accumulation chains of {chain} terms exceed {most} "
+                             f"(max(16, d/128)): the error would pass the fp16 bound; use more threads per row, "
+                             f"more unroll, or fp32")
         if self.x_load == "smem" and shape.n * vps * ve * 2 > SMEM_X_LIMIT:
             r.append(f"x slice of {shape.n * vps * ve * 2} B ({shape.n} column(s)) does not fit the {SMEM_X_LIMIT // 1024} KiB of shared memory")
         return r
@@ -231,7 +234,7 @@ def all_configs() -> Iterator[GemvConfig]:
 
 
 def valid_configs(shape: Shape) -> list[GemvConfig]:
-    return [c for c in all_configs() if c.is_valid(shape)]
+    return [c for c in all_configs() if not c.shape_reasons(shape)]   # (in the domains by construction)
 
 
 def sample_configs(shape: Shape, k: int, seed: int = 0) -> list[GemvConfig]:

@@ -84,10 +84,8 @@ class MmaConfig(LastBlockCombine, TensorCoreTiles, ConfigBase):
         return {"n_tiles": self.n_tiles(shape.n), "w_hint": self.hint, "x_row": self.x_row_halves(shape.d)}
 
     # ---- validity -------------------------------------------------------------------------
-    def invalid_reasons(self, shape: Shape) -> list[str]:
-        errs = self.domain_errors()
-        if errs:
-            return errs
+    def shape_reasons(self, shape: Shape) -> list[str]:
+        """Why this in-domain config cannot run ``shape`` (empty: it can). Each reason is one short line."""
         r: list[str] = []
         if self.warps > MAX_WARPS:
             r.append(f"rw={self.rw} x kw={self.kw} = {self.warps} warps exceed {MAX_WARPS} per block")
@@ -135,4 +133,4 @@ def all_configs() -> Iterator[MmaConfig]:
 
 
 def valid_configs(shape: Shape) -> list[MmaConfig]:
-    return [c for c in all_configs() if c.is_valid(shape)]
+    return [c for c in all_configs() if not c.shape_reasons(shape)]   # (in the domains by construction)

@@ -111,10 +111,8 @@ class RingConfig(LastBlockCombine, TensorCoreTiles, ConfigBase):
                 "stage_bytes": self.stage_bytes(shape.n)}
 
     # ---- validity -------------------------------------------------------------------------
-    def invalid_reasons(self, shape: Shape) -> list[str]:
-        errs = self.domain_errors()
-        if errs:
-            return errs
+    def shape_reasons(self, shape: Shape) -> list[str]:
+        """Why this in-domain config cannot run ``shape`` (empty: it can). Each reason is one short line."""
         r: list[str] = []
         if shape.d % 8:
             r.append(f"d={shape.d} is not a multiple of 8: rows are not 16-byte aligned for cp.async")
@@ -166,4 +164,4 @@ def all_configs() -> Iterator[RingConfig]:
 
 
 def valid_configs(shape: Shape) -> list[RingConfig]:
-    return [c for c in all_configs() if c.is_valid(shape)]
+    return [c for c in all_configs() if not c.shape_reasons(shape)]   # (in the domains by construction)

@@ -102,10 +102,8 @@ class SplitKConfig(TensorCoreTiles, ConfigBase):
         return {"n_tiles": self.n_tiles(shape.n), "x_row": self.x_row_halves(shape.d), "w_hint": "nc"}
 
     # ---- validity -------------------------------------------------------------------------
-    def invalid_reasons(self, shape: Shape) -> list[str]:
-        errs = self.domain_errors()
-        if errs:
-            return errs
+    def shape_reasons(self, shape: Shape) -> list[str]:
+        """Why this in-domain config cannot run ``shape`` (empty: it can). Each reason is one short line."""
         r: list[str] = []
         why, stop = self.split_reasons(shape.d)
         r += why
@@ -150,4 +148,4 @@ def all_configs() -> Iterator[SplitKConfig]:
 
 
 def valid_configs(shape: Shape) -> list[SplitKConfig]:
-    return [c for c in all_configs() if c.is_valid(shape)]
+    return [c for c in all_configs() if not c.shape_reasons(shape)]   # (in the domains by construction)
