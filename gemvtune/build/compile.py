@@ -252,7 +252,7 @@ def compile_many(items: Iterable[tuple[str, ...]], arch: str = DEFAULT_ARCH, job
 
 
 def compile_variant(config: Any, shape: Any, arch: str = DEFAULT_ARCH, source: str | None = None,
-                    name: str | None = None, epilogue: Epilogue = DEFAULT) -> Compiled:
+                    name: str | None = None, epilogue: Epilogue = DEFAULT, group: Any = None) -> Compiled:
     """Render with ``epilogue`` (default: FP32 out, no bias) unless ``source`` is given, and compile
     one variant of a family."""
     from ..kernels.families import family_of, is_library
@@ -260,8 +260,9 @@ def compile_variant(config: Any, shape: Any, arch: str = DEFAULT_ARCH, source: s
 
     if is_library(config):
         raise NothingToCompile(config)
-    src = source if source is not None else render(config, shape, epilogue)
-    return compile_source(src, (name or config.label + epilogue.label).replace(".", "_"), arch,
+    src = source if source is not None else render(config, shape, epilogue, group)
+    suffix = f".g{len(group.Ms)}" if group is not None else ""
+    return compile_source(src, (name or config.label + epilogue.label + suffix).replace(".", "_"), arch,
                           family_of(config).main_kernel)
 
 

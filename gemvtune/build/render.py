@@ -70,10 +70,12 @@ def _env():
     )
 
 
-def render(config: Any, shape: Shape, epilogue: Epilogue = DEFAULT) -> str:
+def render(config: Any, shape: Shape, epilogue: Epilogue = DEFAULT, group: Any = None) -> str:
     """CUDA source of one variant of any family with ``epilogue`` (output dtype, bias) fused into its
     final store, from the family's template, for inputs (W, x, bias) of ``shape.dtype`` (FP16 or BF16; FP32
-    accumulation either way). Only validated, typed values reach the template."""
+    accumulation either way). Only validated, typed values reach the template. With ``group`` (a
+    ``gemvtune.kernels.group.GroupShape`` whose fused shape is ``shape``), the grouped variant: one launch over
+    the rows of all its members, each with its own W, y and bias."""
     fam = FAMILIES.get(getattr(config, "family", None))   # type: ignore[arg-type]
     if fam is None or not isinstance(config, fam.config_cls):
         raise UsageError(f"render needs a config of a gemvtune family ({', '.join(FAMILIES)}), got {type(config).__name__}")
@@ -91,9 +93,19 @@ def render(config: Any, shape: Shape, epilogue: Epilogue = DEFAULT) -> str:
     if reasons:
         raise UsageError(f"config {config.label} cannot fuse the epilogue out={epilogue.out} bias={epilogue.bias}: "
                          + "; ".join(reasons))
+    members = 0
+    if group is not None:
+        from ..kernels.group import GroupShape, group_reasons
+
+        if not isinstance(group, GroupShape) or group.fused != shape:
+            raise UsageError(f"render: group {group!r} is not a GroupShape whose fused shape is {shape}")
+        reasons = group_reasons(config, group)
+        if reasons:
+            raise UsageError(f"config {config.label} cannot run the group {group}: " + "; ".join(reasons))
+        members = len(group.Ms)
     values = dict(config.to_dict())
-    values.update(label=config.label + epilogue.label, d=int(shape.d), n=int(shape.n),
-                  out_t=epilogue.out_ctype, out_name=epilogue.out_name, bias=bool(epilogue.bias))
+    values.update(label=config.label + epilogue.label + (f".g{members}" if members else ""), d=int(shape.d), n=int(shape.n),
+                  out_t=epilogue.out_ctype, out_name=epilogue.out_name, bias=bool(epilogue.bias), group=int(members))
     values.update(dtype_values(getattr(shape, "dtype", "fp16")))
     values.update(config.render_values(shape))
     return _env().get_template(fam.template).render(**values)

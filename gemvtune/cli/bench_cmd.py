@@ -127,6 +127,20 @@ def hf(**params: Any) -> None:
     run_hf(**params)
 
 
+@bench.command("group", short_help="a model's sibling linears in one grouped launch, against the members one by one")
+@declared(OPTS, "model table_path batch_text dtype out_dir",
+          model={"required": True, "help": "the model preset whose groups (q, k, v; gate, up) are timed"})
+def group(model: str, table_path: str | None, batch_text: str, dtype: str, out_dir: str | None) -> None:
+    """Per batch size: each group of a model preset's layer (q, k, v; gate, up) as one grouped launch with the
+    fused shape's best GEMV config, against the members one after another with their own table kernels and
+    against the plain fused kernel, in CUDA graphs over cold weight copies, in one process; CSV, JSON, summary."""
+    batches = parse_batches(batch_text)
+    table_path = _tuned_table(table_path)
+    from ..bench.groupbench import run_group_bench
+
+    run_group_bench(model, batches, dtype, table_path, out_dir, echo=click.echo)
+
+
 def _tuned_table(table_path: str | None) -> str:
     """The table of --configs tuned (default results/<gpu>/table.json), loaded once: a missing or corrupt
     table fails before any GPU work; then the GPU check."""

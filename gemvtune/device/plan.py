@@ -31,6 +31,15 @@ from ..kernels.launchspec import LaunchSpec, launch_spec
 from ..kernels.shapes import Shape
 
 _N_PTRS = 6  # W, x, y, bias, ws, counters; then int M (the kernel ABI in launchspec)
+
+
+def group_args_type(members: int) -> type:
+    """The ctypes twin of a grouped kernel's ``GroupArgs { const T* W[G]; OUT_T* y[G]; const T* bias[G];
+    int end[G]; }`` (``gemvtune.kernels.group``): the same fields in the same order, so the same C layout."""
+    P = ctypes.c_void_p
+    return type(f"GroupArgs{members}", (ctypes.Structure,),
+                {"_fields_": [("W", P * members), ("y", P * members), ("bias", P * members),
+                             ("end", ctypes.c_int * members)]})
 _INVALID_CONTEXT = 201  # CUDA_ERROR_INVALID_CONTEXT
 
 
@@ -107,7 +116,7 @@ class LaunchPlan:
         drv = _driver()
         self.spec, self.device = spec, device
         self.align = spec.align
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()   # (reentrant: launch_group fills its struct, then launches)
         self._module = None
         self._ws = 0
         with device_context(device):
@@ -131,8 +140,16 @@ class LaunchPlan:
         self._m = ctypes.c_int(spec.shape.M)
         base = ctypes.addressof(self._vals)
         size = ctypes.sizeof(ctypes.c_void_p)
-        self._params = (ctypes.c_void_p * (_N_PTRS + 1))(*[base + i * size for i in range(_N_PTRS)],
-                                                          ctypes.addressof(self._m))
+        extra = []
+        self._group = None
+        if spec.group is not None:   # one more argument, by value: the members' pointers and row ends
+            G = len(spec.group.Ms)
+            self._group = group_args_type(G)()
+            for i, e in enumerate(spec.group.ends):
+                self._group.end[i] = e
+            extra = [ctypes.addressof(self._group)]
+        self._params = (ctypes.c_void_p * (_N_PTRS + 1 + len(extra)))(*[base + i * size for i in range(_N_PTRS)],
+                                                                    ctypes.addressof(self._m), *extra)
         self._params_addr = ctypes.addressof(self._params)
         self._launches = [(funcs[name], grid, block) for name, grid, block in spec.kernels]
         self._smem = spec.smem
@@ -167,6 +184,34 @@ class LaunchPlan:
         with open(cubin_path, "rb") as f:
             cubin = f.read()
         return cls(spec, cubin, device)
+
+    @classmethod
+    def build_group(cls, config: Any, group: Any, epilogue: Epilogue = DEFAULT, device: int = 0,
+                    arch: str | None = None) -> LaunchPlan:
+        """Compile (or take from the disk cache) and load the grouped variant of ``config`` over ``group``'s
+        members (a ``gemvtune.kernels.group.GroupShape``); launch it with ``launch_group``."""
+        from ..build.compile import compile_variant
+
+        spec = launch_spec(config, group.fused, epilogue, group)
+        path = compile_variant(config, group.fused, arch or arch_of(device), epilogue=epilogue, group=group).cubin_path
+        with open(path, "rb") as f:
+            return cls(spec, f.read(), device)
+
+    def launch_group(self, Ws: Any, x: int, ys: Any, biases: Any = None, stream: int = 0) -> None:
+        """Enqueue one grouped call: ``Ws``, ``ys`` (and ``biases``, when the epilogue has one) one raw device
+        pointer per member, in the group's order; x is shared. Checked by the caller, like ``launch``."""
+        g = self._group
+        if g is None:
+            raise LaunchError(f"{self.spec.config.label} is not a grouped plan: launch it with launch()")
+        G = len(self.spec.group.Ms)
+        if len(Ws) != G or len(ys) != G or (biases is not None and len(biases) != G):
+            raise LaunchError(f"a grouped launch of {G} members needs {G} weights and outputs"
+                              + (" and biases" if biases is not None else ""))
+        with self._lock:   # the struct is the plan's (one launch sequence at a time, as for launch)
+            for i in range(G):
+                g.W[i], g.y[i] = Ws[i], ys[i]
+                g.bias[i] = (biases[i] or None) if biases is not None else None
+            self.launch(Ws[0], x, ys[0], (biases[0] if biases is not None else 0) or 0, stream)
 
     def launch(self, W: int, x: int, y: int, bias: int = 0, stream: int = 0) -> None:
         """Enqueue one call on ``stream`` (a raw ``cudaStream_t``; 0 is the legacy default stream).

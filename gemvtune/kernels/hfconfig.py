@@ -101,6 +101,14 @@ class HFModel:
                 Linear("v_proj", self.kv_width, h, self.qkv_bias), o,
                 Linear("gate_proj", i, h, self.ffn_bias), Linear("up_proj", i, h, self.ffn_bias), down, head]
 
+    def groups(self, n: int = 1, dtype: str = "fp16") -> list[Any]:
+        """The sibling linears of a layer that read the same x, as ``GroupShape``s (``gemvtune.kernels.group``):
+        q, k, v, then gate, up."""
+        from .group import GroupShape
+
+        h, i = self.hidden_size, self.intermediate_size
+        return [GroupShape((self.q_width, self.kv_width, self.kv_width), h, n, dtype), GroupShape((i, i), h, n, dtype)]
+
     def shapes(self, fused: bool = False, n: int = 1) -> list[Shape]:
         """The distinct (M, d) of :meth:`linear_layers`, first seen first, at batch n."""
         return [Shape(M, d, n) for M, d in dict.fromkeys((x.M, x.d) for x in self.linear_layers(fused))]

@@ -12,6 +12,9 @@ Kernel ABI, shared by every kernel of every family (the main kernel and its help
 OUT_T is ``float`` or ``half`` (``Epilogue.out``); ``bias`` is read only when ``Epilogue.bias``
 (it may be null otherwise); ``ws`` holds ``ws_floats`` floats and ``counters`` ``counters`` unsigned
 ints, zero before the first call (the kernels leave them zero again).
+
+A grouped variant (``group``: a ``gemvtune.kernels.group.GroupShape`` whose fused shape is ``shape``) takes one
+more argument after M, the members' pointers and row ends by value (``gemvtune.kernels.group``).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ class LaunchSpec:
     align: int              # bytes every W, x (and bias) pointer must be aligned to
     pdl: bool               # launched with programmatic stream serialization
     smem: int = 0           # dynamic shared memory bytes of every kernel of the call (the launch opts in past 48 KiB)
+    group: Any = None       # a GroupShape: one launch over the rows of its members (None: one weight)
 
     @property
     def counters_offset(self) -> int:
@@ -53,9 +57,15 @@ class LaunchSpec:
         return bool(self.config.needs_workspace(self.shape))
 
 
-def launch_spec(config: Any, shape: Shape, epilogue: Epilogue = DEFAULT) -> LaunchSpec:
-    """The launches of ``config`` on ``shape`` with ``epilogue``; UsageError when it cannot run it."""
+def launch_spec(config: Any, shape: Shape, epilogue: Epilogue = DEFAULT, group: Any = None) -> LaunchSpec:
+    """The launches of ``config`` on ``shape`` with ``epilogue`` (grouped over ``group``'s members when given: its
+    fused shape is ``shape``); UsageError when it cannot run it."""
     reasons = list(config.invalid_reasons(shape)) + epilogue.invalid_reasons(config)
+    if group is not None:
+        from .group import group_reasons
+
+        reasons += ([] if group.fused == shape else [f"the group {group} runs as {group.fused}, not {shape}"])
+        reasons += group_reasons(config, group)
     if reasons:
         raise UsageError(f"config {config.label}{epilogue.label} cannot run {shape}: " + "; ".join(reasons))
     floats, counters = config.workspace(shape)
@@ -63,4 +73,4 @@ def launch_spec(config: Any, shape: Shape, epilogue: Epilogue = DEFAULT) -> Laun
     dynamic = getattr(config, "dynamic_smem", None)
     return LaunchSpec(config, shape, epilogue, kernels, max(1, int(floats)), max(1, int(counters)),
                       int(config.vec_elems) * 2, getattr(config, "pdl", "off") == "on",
-                      int(dynamic(shape)) if dynamic is not None else 0)
+                      int(dynamic(shape)) if dynamic is not None else 0, group)
