@@ -9,7 +9,7 @@
 # Exit 0 if every part passed, 1 if any failed, 2 on a usage error.
 set -uo pipefail
 
-PARTS="tests slow-tests sanitizer bench hf percall search"
+PARTS="tests slow-tests sanitizer bench hf percall search group"
 SAN_CONFIGS=tests/data/sanitize_configs.json
 HF_CONFIG_DEFAULT=gemvtune/kernels/hf_configs/llama-3-8b.json
 
@@ -30,6 +30,8 @@ parts (run in the order given):
               and compiled), fp16 then bf16
   percall     gemvtune percall ops (per-call cost of each launch path), fp16 and bf16 at n = 1 and 4
   search      a short gemvtune search of one shape into a temporary results folder, then its report
+  group       gemvtune bench group (a model's sibling linears in one grouped launch against the members one by
+              one), per dtype; then compute-sanitizer memcheck and racecheck over the grouped-variant GPU tests
 
 output: OUT/PART.log, OUT/PART/, OUT/summary.txt   (OUT: \$OUT if set, else ./gpu-check-out)
 
@@ -45,6 +47,7 @@ environment (defaults in brackets):
   HF_CONFIG        [$HF_CONFIG_DEFAULT]   HF_DTYPES [fp16 bf16]
   HF_ARGS          [--layers 32 --tokens 128 --rounds 2]
   PERCALL_DTYPES   [fp16 bf16]       PERCALL_BATCHES [1 4]
+  GROUP_MODEL      [llama-3-8b]      GROUP_BATCH [1,8]   GROUP_DTYPES [fp16 bf16]   T_GROUP [400]
   SEARCH_SHAPE     [4096x4096]       SEARCH_BATCH [1]   SEARCH_TRIALS [12]   SEARCH_FAMILY [all]
   GEMVTUNE_CACHE_DIR [\${TMPDIR:-/tmp}/gemvtune-cache]   GPU_CHECK_COMMIT (when the checkout has no .git)
 
@@ -206,6 +209,23 @@ part_search() {
   finish "${w:-no winner line}"
 }
 
+part_group() {
+  local dt got=() r tool clean=0 total=0
+  for dt in ${GROUP_DTYPES:-fp16 bf16}; do
+    run "bench group $dt" python3 -m gemvtune bench group --model "${GROUP_MODEL:-llama-3-8b}" \
+      --batch "${GROUP_BATCH:-1,8}" --dtype "$dt" --out "$D"
+    r=$(grep -m1 '^Geometric mean separate / grouped' "$LAST" | grep -o '[0-9.]* over [0-9]* groups')
+    got+=("$dt ${r:--}")
+  done
+  local san=(env GEMVTUNE_NO_POOL=1 compute-sanitizer --report-api-errors no --error-exitcode 9)
+  for tool in memcheck racecheck; do
+    run "$tool group tests" "${san[@]}" --tool "$tool" env -u CI python3 -m pytest -q -m gpu -p no:cacheprovider \
+      tests/test_group_kernels.py -k "odd_members or planted"
+    total=$((total + 1)); clean=$((clean + $(sanitizer_clean)))
+  done
+  finish "separate/grouped geomean: $(joined "${got[@]}"); $clean of $total sanitizer runs clean"
+}
+
 # ---- one part, in its own process (under timeout) ------------------------------------------------
 
 if [ "${1:-}" = __part ]; then
@@ -221,6 +241,7 @@ if [ "${1:-}" = __part ]; then
     hf) part_hf ;;
     percall) part_percall ;;
     search) part_search ;;
+    group) part_group ;;
     *) echo "gpu-check.sh: unknown part '$part'"; exit 2 ;;
   esac
   exit $?
@@ -252,7 +273,7 @@ GPU=${GPU:-no nvidia-smi answer}
 COMMIT=${GPU_CHECK_COMMIT:-$(git describe --always --dirty 2>/dev/null || echo "unknown (no git)")}
 export OUTDIR GPU COMMIT PATH PYTHONUNBUFFERED=1 GEMVTUNE_CACHE_DIR="${GEMVTUNE_CACHE_DIR:-${TMPDIR:-/tmp}/gemvtune-cache}"
 
-declare -A LIMIT=([tests]=540 [slow-tests]=540 [sanitizer]=570 [bench]=560 [hf]=570 [percall]=240 [search]=300)
+declare -A LIMIT=([tests]=540 [slow-tests]=540 [sanitizer]=570 [bench]=560 [hf]=570 [percall]=240 [search]=300 [group]=400)
 rows=() failed=0
 for p in "$@"; do
   var=T_$(echo "${p//-/_}" | tr '[:lower:]' '[:upper:]')

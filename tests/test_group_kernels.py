@@ -130,17 +130,19 @@ def test_grouped_variants_verify_on_odd_members(runner, group):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kind", ["wrong_member_weights", "boundary", "wrong_member_output"])
+@pytest.mark.parametrize("kind", ["wrong_member_weights", "member_rows_reversed", "wrong_member_output"])
 def test_planted_group_faults_are_caught(runner, kind):
+    """Each fault stays inside the members' allocations (member 2 has the fewest rows), so it is a wrong answer,
+    never a stray access: the sanitizer runs these too."""
     from gemvtune.runners.cuda.grouped import measure_group
 
     g = GroupShape((33, 129, 7), 4104, 3)
     src = render(LLAMA_CPP, g.fused, group=g)
-    if kind == "wrong_member_weights":      # member 1's rows read member 0's W (in bounds: 33 < 129 is not needed)
-        bad = src.replace("return Member{g.W[1], g.y[1]", "return Member{g.W[2], g.y[1]")
-    elif kind == "boundary":                # the first row of member 1 taken as member 0's last + 1
-        bad = src.replace("else if (row < g.end[1])", "else if (row <= g.end[1])")
-    else:
+    if kind == "wrong_member_weights":      # member 2's rows read member 0's W
+        bad = src.replace("return Member{g.W[2], g.y[2]", "return Member{g.W[0], g.y[2]")
+    elif kind == "member_rows_reversed":    # member 1's rows in reverse order (each still in bounds)
+        bad = src.replace("row - g.end[0], g.end[1] - g.end[0]}", "g.end[1] - 1 - row, g.end[1] - g.end[0]}")
+    else:                                   # member 2 writes member 1's y (its own stays NaN)
         bad = src.replace("return Member{g.W[2], g.y[2]", "return Member{g.W[2], g.y[1]")
     assert bad != src
     m = measure_group(runner, LLAMA_CPP, g, timed=False, source=bad, name=f"planted-group-{kind}")
