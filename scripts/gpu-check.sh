@@ -31,7 +31,8 @@ parts (run in the order given):
   percall     gemvtune percall ops (per-call cost of each launch path), fp16 and bf16 at n = 1 and 4
   search      a short gemvtune search of one shape into a temporary results folder, then its report
   group       gemvtune bench group (a model's sibling linears in one grouped launch against the members one by
-              one), per dtype; then compute-sanitizer memcheck and racecheck over the grouped-variant GPU tests
+              one), per dtype; then compute-sanitizer memcheck and racecheck over the grouped-variant
+              GPU tests of the 129+33+7x4104 groups (n = 1 and 3)
 
 output: OUT/PART.log, OUT/PART/, OUT/summary.txt   (OUT: \$OUT if set, else ./gpu-check-out)
 
@@ -220,7 +221,7 @@ part_group() {
   local san=(env GEMVTUNE_NO_POOL=1 compute-sanitizer --report-api-errors no --error-exitcode 9)
   for tool in memcheck racecheck; do
     run "$tool group tests" "${san[@]}" --tool "$tool" env -u CI python3 -m pytest -q -m gpu -p no:cacheprovider \
-      tests/test_group_kernels.py -k "odd_members or planted"
+      tests/test_group_kernels.py -k "odd_members and 129"
     total=$((total + 1)); clean=$((clean + $(sanitizer_clean)))
   done
   finish "separate/grouped geomean: $(joined "${got[@]}"); $clean of $total sanitizer runs clean"
