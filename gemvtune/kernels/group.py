@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UsageError
+from .gemv import NAME as GEMV_NAME
 from .shapes import MAX_BATCH, Shape
 
 MAX_GROUP = 4            # members of one group (q, k, v: 3; gate, up: 2)
-GROUP_FAMILIES = ("gemv",)   # the families whose template renders a grouped variant
+GROUP_FAMILIES = (GEMV_NAME,)   # the families whose template renders a grouped variant
 
 
 @dataclass(frozen=True, order=True)
