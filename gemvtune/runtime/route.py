@@ -5,13 +5,17 @@ Per (M, d, n):
 - the table holds the shape: the tuned winner (a gemvtune kernel or a cuBLASLt algorithm, whichever the
   search measured fastest) runs when its measured median beats the cuBLAS baseline
   measured in the same run (``cublas-torch``, torch ``F.linear``, for torch callers; ``cublas``,
-  ``cupy.matmul``, for CuPy) by more than ``MARGIN``; otherwise cuBLAS runs;
-- the table holds the same (M, d) at batch sizes on both sides of n, and the tuned kernel won at both:
-  the winner of the nearer one runs (the time of every n <= 16 is the read of W, so a win on both
+  ``cupy.matmul``, for CuPy) by more than the measured noise of both: the relative win must exceed
+  ``max(MARGIN, tuned spread + cuBLAS spread)``, each the record's spread of round medians over the
+  confirmation's rounds (``gemvtune.runtime.noise``); otherwise cuBLAS runs, and the route states the win and
+  the noise;
+- the table holds the same (M, d) at batch sizes on both sides of n, and the tuned kernel won at both by
+  that rule: the winner of the nearer one runs (the time of every n <= 16 is the read of W, so a win on both
   sides is a measured reason); otherwise cuBLAS;
 - with a cost model (``load_table``'s default: the one beside the table), a shape the table lacks runs the
   model's pick where it is predicted faster than cuBLAS's predicted time by ``zerotrial.MARGIN``
-  (``gemvtune.model.zerotrial``); the route says so;
+  (``gemvtune.model.zerotrial``), or by the largest noise (tuned + cuBLAS spreads) of the tabled neighbours
+  that prediction rests on where that is more; the route says so;
 - anything else goes to cuBLAS ("not in the table"), unless the caller asks for the policy ``tuned``
   (always a gemvtune kernel: the tuned winner, else the nearest tuned shape's config, else the
   llama.cpp config), which is what the benchmarks and kernel tests use.
@@ -24,8 +28,9 @@ from typing import Any
 
 from ..baselines import CUBLAS_FOR, cublas_of
 from .entry import Entry, Measured
+from .noise import MARGIN, Contest, spread
 
-MARGIN = 0.01            # the tuned kernel must be this much faster than cuBLAS (the timing spread is 1-3%)
+__all__ = ["MARGIN", "POLICIES", "Route", "choose", "contest", "measured", "predicted_cublas_us"]
 POLICIES = ("fastest", "tuned")
 
 
@@ -36,6 +41,7 @@ class Route:
     why: str = ""
     tuned_us: float | None = None    # the table's measurements behind the choice (None: not measured)
     cublas_us: float | None = None
+    noise: float | None = None       # the relative win the tuned kernel needed (None: not weighed)
 
     @property
     def tuned(self) -> bool:
@@ -46,8 +52,8 @@ def _us(rec: Measured | None) -> float | None:
     return None if rec is None else rec.ok_us
 
 
-def _candidates(entry: Entry, shape: Any, out: str) -> list[tuple[float, Any]]:
-    """(µs, config) of the entry's measured kernels that can run ``shape`` with an ``out`` epilogue,
+def _candidates(entry: Entry, shape: Any, out: str) -> list[tuple[float, Any, Measured]]:
+    """(µs, config, record) of the entry's measured kernels that can run ``shape`` with an ``out`` epilogue,
     fastest first: the winner (the search's confirmed choice, ties included) when it can, else each
     family's best that can (an FP16 output cannot come from an atomic split-K combine). A library's
     algorithm (cuBLASLt) counts only for the entry's own shape: it is not carried to another n."""
@@ -56,7 +62,7 @@ def _candidates(entry: Entry, shape: Any, out: str) -> list[tuple[float, Any]]:
 
     epi = Epilogue(out)
     own = entry.shape == shape
-    found: dict[Any, float] = {}
+    found: dict[Any, tuple[float, Measured]] = {}
     for rec in entry.records():
         us = rec.ok_us
         if us is None or rec.config is None:
@@ -67,23 +73,25 @@ def _candidates(entry: Entry, shape: Any, out: str) -> list[tuple[float, Any]]:
             continue
         if cfg.is_valid(shape) and not epi.invalid_reasons(cfg) and (own or not FAMILIES[cfg.family].library):
             if rec is entry.winner:
-                return [(us, cfg)]
-            found[cfg] = min(us, found.get(cfg, us))
-    return sorted(((us, cfg) for cfg, us in found.items()), key=lambda p: p[0])
+                return [(us, cfg, rec)]
+            if cfg not in found or us < found[cfg][0]:
+                found[cfg] = (us, rec)
+    return sorted(((us, cfg, rec) for cfg, (us, rec) in found.items()), key=lambda p: p[0])
+
+
+def contest(entry: Entry, framework: str, shape: Any = None, out: str = "fp32") -> Contest:
+    """The table entry's measurements for callers of ``framework`` wanting an ``out`` output: the fastest
+    measured kernel that can fuse it and the cuBLAS baseline, each with its spread (``noise.spread``)."""
+    base = cublas_of(entry.baselines, framework, ok=lambda rec: rec.ok_us is not None)
+    cands = _candidates(entry, entry.shape if shape is None else shape, out)
+    us, cfg, rec = cands[0] if cands else (None, None, None)
+    return Contest(us, _us(base), cfg, spread(rec), spread(base))
 
 
 def measured(entry: Entry, framework: str, shape: Any = None, out: str = "fp32") -> tuple[float | None, float | None, Any]:
-    """(tuned µs, cuBLAS µs, tuned config) of a table entry for callers of ``framework`` wanting an
-    ``out`` output: the fastest measured kernel that can fuse it, and the cuBLAS baseline."""
-    cublas = _us(cublas_of(entry.baselines, framework, ok=lambda rec: rec.ok_us is not None))
-    if shape is None:
-        shape = entry.shape
-    cands = _candidates(entry, shape, out)
-    return (cands[0][0], cublas, cands[0][1]) if cands else (None, cublas, None)
-
-
-def _wins(tuned: float | None, cublas: float | None) -> bool:
-    return tuned is not None and (cublas is None or tuned < cublas * (1.0 - MARGIN))
+    """(tuned µs, cuBLAS µs, tuned config) of ``contest``: its times without their noise."""
+    c = contest(entry, framework, shape, out)
+    return c.tuned_us, c.cublas_us, c.config
 
 
 def predicted_cublas_us(table: Any, shape: Any, floor_of: Any, framework: str = "torch", k: int = 3) -> float | None:
@@ -91,29 +99,37 @@ def predicted_cublas_us(table: Any, shape: Any, floor_of: Any, framework: str = 
     median cuBLAS time / read floor of the ``k`` tabled shapes nearest in weight bytes at the same n (at any n
     where it has none there): small shapes pay cuBLAS's fixed costs, large ones run near the floor. None: the
     table measured no cuBLAS time."""
+    p = _predicted_cublas(table, shape, floor_of, framework, k)
+    return None if p is None else p[0]
+
+
+def _predicted_cublas(table: Any, shape: Any, floor_of: Any, framework: str, k: int = 3) -> tuple[float, float] | None:
+    """(``predicted_cublas_us``, the largest tuned + cuBLAS spread of the ``k`` neighbours it is predicted from)."""
     import math
     import statistics
 
     from ..kernels.shapes import Shape
 
-    pts: dict[int, list[tuple[float, float]]] = {}
+    pts: dict[int, list[tuple[float, float, float]]] = {}
     keys = [k for k in table.keys() if k[3] == shape.dtype] or table.keys()   # the same dtype where measured
     for key in keys:
         s = Shape(*key)
         e = table.entry(s)
-        c = measured(e, framework, s)[1] if e else None
-        if c:
-            pts.setdefault(s.n, []).append((abs(math.log(s.weight_bytes / shape.weight_bytes)), c / floor_of(s)))
+        m = contest(e, framework, s) if e else None
+        if m is not None and m.cublas_us:
+            pts.setdefault(s.n, []).append((abs(math.log(s.weight_bytes / shape.weight_bytes)),
+                                            m.cublas_us / floor_of(s), m.spreads))
     pool = pts.get(shape.n) or [p for v in pts.values() for p in v]
     if not pool:
         return None
     near = sorted(pool)[:k]
-    return floor_of(shape) * statistics.median(r for _, r in near)
+    return floor_of(shape) * statistics.median(r for _, r, _ in near), max(z for _, _, z in near)
 
 
 def _zero_trial(table: Any, shape: Any, framework: str, out: str) -> Route | None:
     """The cost model's pick for a shape the table lacks, where it predicts it faster than cuBLAS's predicted
-    time by ``zerotrial.MARGIN``; None without a model (or a pick that cannot give an ``out`` output)."""
+    time by ``zerotrial.MARGIN``, or by the noise of the neighbours that prediction rests on (their largest tuned +
+    cuBLAS spread) where that is more; None without a model (or a pick that cannot give an ``out`` output)."""
     model = getattr(table, "costmodel", None)
     if model is None:
         return None
@@ -123,14 +139,18 @@ def _zero_trial(table: Any, shape: Any, framework: str, out: str) -> Route | Non
     if zero is None:
         return None
     cfg, us = zero
-    c = predicted_cublas_us(table, shape, model.floor_us, framework)
-    if c is None:   # nothing to weigh the prediction against: cuBLAS, as without a model
+    p = _predicted_cublas(table, shape, model.floor_us, framework)
+    if p is None:   # nothing to weigh the prediction against: cuBLAS, as without a model
         return None
-    if us < c * (1.0 - ZMARGIN):
+    c, noisy = p
+    need = max(ZMARGIN, noisy)
+    pct = f"{need:.0%}" if noisy <= ZMARGIN else f"{need:.1%}"
+    why = "" if noisy <= ZMARGIN else f" (the noise of the tabled neighbours it is predicted from: {noisy:.1%})"
+    if (c - us) / c > need:
         return Route("tuned", cfg, f"not in the table: the cost model's pick {cfg.label}, predicted {us:.2f} µs "
-                     f"against cuBLAS's predicted {c:.2f} µs", us, c)
+                     f"against cuBLAS's predicted {c:.2f} µs, more than {pct} faster{why}", us, c, need)
     return Route("cublas", None, f"not in the table: the cost model's pick {cfg.label} is predicted at {us:.2f} µs, "
-                 f"not {ZMARGIN:.0%} faster than cuBLAS's predicted {c:.2f} µs", us, c)
+                 f"not {pct} faster than cuBLAS's predicted {c:.2f} µs{why}", us, c, need)
 
 
 def choose(table: Any, M: int, d: int, n: int, framework: str = "torch", policy: str = "fastest",
@@ -161,12 +181,11 @@ def choose(table: Any, M: int, d: int, n: int, framework: str = "torch", policy:
         t, c, _ = measured(entry, framework, shape, out) if entry else (None, None, None)
         return Route("tuned", cfg, how, t, c)
     if entry is not None:
-        t, c, cfg = measured(entry, framework, shape, out)
-        if _wins(t, c):
-            return Route("tuned", cfg, f"tuned {t:.2f} µs beats cuBLAS " + (f"{c:.2f} µs" if c else "(not measured)"), t, c)
-        what = f"tuned {t:.2f} µs" if t else f"no measured kernel that gives an {out} output"
-        return Route("cublas", None, f"cuBLAS {c:.2f} µs is faster than, or within {MARGIN:.0%} of, {what}"
-                     if c else f"cuBLAS: {what}", t, c)
+        m = contest(entry, framework, shape, out)
+        if m.wins:
+            return Route("tuned", m.config, m.says(out), m.tuned_us, m.cublas_us, m.noise)
+        return Route("cublas", None, m.says(out) + ("" if m.tuned_us is None else ": cuBLAS runs"),
+                     m.tuned_us, m.cublas_us, m.noise)
     same = {k[2]: table.entry(Shape(*k)) for k in table.keys() if (k[0], k[1], k[3]) == (M, d, dtype)}
     lo = max((m for m in same if m < n), default=None)
     hi = min((m for m in same if m > n), default=None)
@@ -178,10 +197,11 @@ def choose(table: Any, M: int, d: int, n: int, framework: str = "torch", policy:
         if zero is not None:
             return zero
         return Route("cublas", None, f"{M}x{d} at n={n} is not in the table{near}")
-    low, high = measured(same[lo], framework, shape, out), measured(same[hi], framework, shape, out)
-    if not (_wins(*low[:2]) and _wins(*high[:2])):
-        return Route("cublas", None, f"n={n} is not in the table and cuBLAS won at n={lo} or n={hi}")
-    t, c, cfg = low if n - lo <= hi - n else high
+    low, high = contest(same[lo], framework, shape, out), contest(same[hi], framework, shape, out)
+    lost = [f"n={at} ({b.says(out)})" for at, b in ((lo, low), (hi, high)) if not b.wins]
+    if lost:
+        return Route("cublas", None, f"n={n} is not in the table and tuned did not win at " + " nor at ".join(lost))
+    m = low if n - lo <= hi - n else high
     near = lo if n - lo <= hi - n else hi
-    return Route("tuned", cfg, f"n={n} lies between tuned n={lo} and n={hi}, where tuned beat cuBLAS; "
-                 f"the n={near} kernel runs", t, c)
+    return Route("tuned", m.config, f"n={n} lies between tuned n={lo} and n={hi}, where tuned beat cuBLAS beyond "
+                 f"the noise; the n={near} kernel runs ({m.says(out)})", m.tuned_us, m.cublas_us, m.noise)
