@@ -130,22 +130,24 @@ def test_grouped_variants_verify_on_odd_members(runner, group):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kind", ["wrong_member_weights", "member_rows_reversed", "wrong_member_output"])
+@pytest.mark.parametrize("kind", ["wrong_member_weights", "wrong_member_bias", "wrong_member_output"])
 def test_planted_group_faults_are_caught(runner, kind):
     """Each fault stays inside the members' allocations (member 2 has the fewest rows), so it is a wrong answer,
     never a stray access: the sanitizer runs these too."""
     from gemvtune.runners.cuda.grouped import measure_group
 
     g = GroupShape((33, 129, 7), 4104, 3)
-    src = render(LLAMA_CPP, g.fused, group=g)
+    src, epi = render(LLAMA_CPP, g.fused, group=g), Epilogue()
     if kind == "wrong_member_weights":      # member 2's rows read member 0's W
         bad = src.replace("return Member{g.W[2], g.y[2]", "return Member{g.W[0], g.y[2]")
-    elif kind == "member_rows_reversed":    # member 1's rows in reverse order (each still in bounds)
-        bad = src.replace("row - g.end[0], g.end[1] - g.end[0]}", "g.end[1] - 1 - row, g.end[1] - g.end[0]}")
+    elif kind == "wrong_member_bias":       # member 2 adds member 0's bias (a permutation of a member's rows
+        epi = Epilogue("fp16", True)        # would not be a fault: W and y rows move together)
+        src = render(LLAMA_CPP, g.fused, epi, group=g)
+        bad = src.replace("g.bias[2], row - g.end[1]", "g.bias[0], row - g.end[1]")
     else:                                   # member 2 writes member 1's y (its own stays NaN)
         bad = src.replace("return Member{g.W[2], g.y[2]", "return Member{g.W[2], g.y[1]")
     assert bad != src
-    m = measure_group(runner, LLAMA_CPP, g, timed=False, source=bad, name=f"planted-group-{kind}")
+    m = measure_group(runner, LLAMA_CPP, g, epi, timed=False, source=bad, name=f"planted-group-{kind}")
     assert m.status == "wrong", (m.status, m.relerr, m.error)
 
 
