@@ -16,6 +16,10 @@ will capture (on a side stream, as PyTorch's CUDA-graph documentation asks for a
 ``torch.cuda.graph(...)``; ``torch.compile(mode="reduce-overhead")`` warms up by itself.
 
 ``explain(model)`` says, per linear layer, whether it runs a tuned kernel or falls back, and why.
+
+``swap_linears(model, table, group=True)`` also runs sibling layers that read the same x (q/k/v, gate/up) as one
+grouped launch where the table measured that faster than the members alone (``gemvtune.runtime.torch_siblings``);
+``explain(model).groups`` lists the groups, their routes, and the candidates that were not grouped, with why.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import torch.nn.functional as F
 
 from ..kernels.shapes import MAX_BATCH
 from .torch_op import _ALIGN, DTYPES, register_table, run_linear
+from .torch_siblings import attach_groups, detach_groups, group_rows
 
 
 class GemvLinear(torch.nn.Module):
@@ -70,6 +75,11 @@ class GemvLinear(torch.nn.Module):
                                              for n in range(1, max_batch + 1))
                        for tdt, dt in DTYPES.items()}
         self._original = (linear,)  # a tuple: not registered as a submodule (state_dict keys stay the same)
+        # swap_linears(..., group=True): the sibling group (a torch_siblings.LinearGroup, a plain object: not a
+        # submodule), this layer's place in its call order, or why a candidate group of it was not grouped
+        self._sibling: Any = None
+        self._sibling_index = 0
+        self._sibling_note: tuple[str, tuple[str, ...], str] | None = None
 
     @property
     def original(self) -> torch.nn.Linear:
@@ -99,6 +109,11 @@ class GemvLinear(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if torch.compiler.is_compiling():
             return self._traced(x)
+        g = self._sibling
+        if g is not None and g.active:   # a sibling group: one launch for all members, or this member's kept output
+            y = g.eager(self, x)
+            if y is not None:
+                return y
         # Eager: the per-call CPU cost is what a user feels (decode is CPU-bound in eager mode), so
         # this path reads only cheap attributes (dtype singletons, device indices) and one tuple; the
         # route comes first, so a call that runs cuBLAS anyway pays nothing more for the checks below.
@@ -118,6 +133,11 @@ class GemvLinear(torch.nn.Module):
     def _traced(self, x: torch.Tensor) -> torch.Tensor:
         """What torch.compile traces: the same decisions on static properties, then the custom op
         (its implementation checks pointers and alignment at run time)."""
+        g = self._sibling
+        if g is not None and g.active:
+            y = g.traced(self, x)
+            if y is not None:
+                return y
         w, b = self.weight, self.bias
         k = self.in_features
         tuned = self._tuned.get(w.dtype)
@@ -154,17 +174,24 @@ def _linear_children(model: torch.nn.Module):
 
 def swap_linears(model: torch.nn.Module, table: Any,
                  filter: Callable[[str, torch.nn.Module], bool] | None = None,
-                 max_batch: int = MAX_BATCH) -> list[str]:
+                 max_batch: int = MAX_BATCH, group: bool = False) -> list[str]:
     """Replace, in place, every submodule of type exactly ``nn.Linear`` (subclasses such as quantized
     or LoRA layers have their own forward and are left alone) for which ``filter(name, module)`` is
     true (default: all) by a ``GemvLinear`` sharing its Parameters. Any dtype and device may be
     swapped: what the tuned kernels cannot run falls back to ``F.linear``. A module shared under two
-    names gets one wrapper. The root module itself is never replaced. Returns the names replaced."""
+    names gets one wrapper. The root module itself is never replaced. Returns the names replaced.
+
+    ``group=True``: then find, in every module's ``forward``, the sibling ``GemvLinear`` children called on the
+    same input (q/k/v, gate/up: ``gemvtune.runtime.siblings``) and attach a ``LinearGroup`` to each group's members
+    (not a submodule: ``state_dict`` is unchanged), so that a call where the table measured one grouped launch
+    faster than the members alone runs them all in one launch (``gemvtune.runtime.torch_siblings``)."""
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"swap_linears: model must be a torch.nn.Module, got {type(model).__name__}")
     _check_table(table, "swap_linears")
     if filter is not None and not callable(filter):
         raise TypeError(f"swap_linears: filter must be a callable (name, module) -> bool, got {type(filter).__name__}")
+    if not isinstance(group, bool):
+        raise TypeError(f"swap_linears: group must be True or False, got {group!r}")
     done: dict[int, GemvLinear] = {}
     names = []
     for name, parent, cname, child in list(_linear_children(model)):
@@ -174,14 +201,18 @@ def swap_linears(model: torch.nn.Module, table: Any,
             done[id(child)] = GemvLinear(child, table, max_batch)
         setattr(parent, cname, done[id(child)])
         names.append(name)
+    if group:
+        attach_groups(model, table, GemvLinear)
     return names
 
 
 def restore_linears(model: torch.nn.Module) -> list[str]:
     """Put back the original ``nn.Linear`` objects where ``swap_linears`` put a ``GemvLinear`` (a
-    Parameter reassigned on the wrapper meanwhile is carried over). Returns the names restored."""
+    Parameter reassigned on the wrapper meanwhile is carried over), and remove every sibling group.
+    Returns the names restored."""
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"restore_linears: model must be a torch.nn.Module, got {type(model).__name__}")
+    detach_groups(model, GemvLinear)
     names = []
     for name, parent, cname, child in list(_linear_children(model)):
         if not isinstance(child, GemvLinear):
@@ -196,11 +227,20 @@ def restore_linears(model: torch.nn.Module) -> list[str]:
     return names
 
 
-def explain(model: torch.nn.Module, n: int = 1) -> list[dict[str, Any]]:
+class ExplainRows(list[dict[str, Any]]):
+    """``explain``'s rows (a list: one dict per linear layer), and ``groups``: one dict per sibling group."""
+
+    groups: list[dict[str, Any]]
+
+
+def explain(model: torch.nn.Module, n: int = 1) -> ExplainRows:
     """Per linear layer of ``model`` (swapped or not), what a call with n rows runs and why: a dict
     with ``name, M, d, bias, route`` ("tuned", "cublas": ``F.linear`` chosen from the table's
     measurements, or "F.linear": the layer cannot run a tuned kernel), ``why``, ``tuned_us`` and
-    ``cublas_us`` (the table's measurements behind the choice, or None)."""
+    ``cublas_us`` (the table's measurements behind the choice, or None). A grouped member's own row says what
+    it would run alone. ``.groups``: per sibling group (``swap_linears(..., group=True)``) a dict with ``parent,
+    members, shape`` (the GroupShape at n), ``route`` ("grouped": one launch; "separate": each member's own route;
+    "ungrouped": a candidate that could not be grouped), ``why``, ``grouped_us`` and ``separate_us``."""
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"explain: model must be a torch.nn.Module, got {type(model).__name__}")
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_BATCH:
@@ -225,7 +265,9 @@ def explain(model: torch.nn.Module, n: int = 1) -> list[dict[str, Any]]:
             rows.append({"name": name, "M": mod.out_features, "d": mod.in_features, "bias": mod.bias is not None,
                          "route": "F.linear", "why": "not swapped (swap_linears left it, or a filter excluded it)",
                          "tuned_us": None, "cublas_us": None})
-    return rows
+    out = ExplainRows(rows)
+    out.groups = group_rows(model, n, GemvLinear)
+    return out
 
 
 def format_explain(rows: list[dict[str, Any]]) -> str:
@@ -242,4 +284,15 @@ def format_explain(rows: list[dict[str, Any]]) -> str:
     for (M, d, route, why), names in groups.items():
         kinds = ", ".join(sorted(set(names)))
         lines.append(f"  {M}x{d} {route:8s} x{len(names):<4d} [{kinds}] {why}")
+    sib = getattr(rows, "groups", None) or []
+    if sib:
+        counts = Counter(g["route"] for g in sib)
+        lines.append(f"{len(sib)} sibling groups: " + ", ".join(f"{counts[k]} {k}" for k in ("grouped", "separate",
+                                                                                          "ungrouped") if counts[k]))
+        by: dict[tuple, list[str]] = defaultdict(list)
+        for g in sib:
+            by[("+".join(g["members"]), g["shape"] or "", g["route"], g["why"])].append(g["parent"])
+        for (members, shape, route, why), parents in by.items():
+            lines.append(f"  {members} {shape} {route:9s} x{len(parents):<4d} [{parents[0] or '(the model)'}"
+                         + (", ..." if len(parents) > 1 else "") + f"] {why}")
     return "\n".join(lines)

@@ -1,0 +1,138 @@
+"""Whether sibling linears (``gemvtune.kernels.group.GroupShape``: q/k/v, gate/up) run as one grouped launch or
+each alone, decided from the table's measurements (pure: no GPU). Like ``gemvtune.runtime.route``, a group must
+never make a caller slower than what its members would run alone.
+
+- grouped: the fastest measured record of the table's entry for the fused shape (same dtype) whose family has a
+  grouped template (``GROUP_FAMILIES``), that can run the group (``group_reasons``) and fuse the ``out``
+  epilogue. A grouped variant of a config runs what that config runs on the fused shape, so its time is the
+  fused shape's measured time;
+- separate: the sum over the members of what each member's own route runs (``Table.route``): its tuned time where
+  it runs the tuned kernel, else its cuBLAS time. Each member's time must be measured in the table at this n (its
+  own entry): a member whose route takes its time from another n or from the cost model counts as unknown;
+- grouped runs only when grouped_us < separate_us * (1 - max(route.MARGIN, noise)), noise being the grouped
+  record's relative ``spread`` plus the largest ``spread`` among the member records used (absent: 0).
+
+Anything missing (the fused shape not in the table, no grouped-capable record, a member time unknown) is
+"separate", with the reason; nothing here raises on a table that lacks an entry.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+from ..baselines import cublas_of
+from ..kernels.epilogue import Epilogue
+from ..kernels.group import GROUP_FAMILIES, GroupShape, group_reasons
+from ..kernels.shapes import Shape
+from . import route as _route
+
+# Group routes per table (a table is read-only once loaded; Table keeps its own routes the same way).
+_CACHE: weakref.WeakKeyDictionary[Any, dict[tuple, GroupRoute]] = weakref.WeakKeyDictionary()
+
+
+@dataclass(frozen=True)
+class GroupRoute:
+    kind: str                         # "grouped" (one launch over all members) or "separate" (each member's route)
+    config: Any = None                # the config whose grouped variant runs, when kind == "grouped"
+    why: str = ""
+    grouped_us: float | None = None   # the fused shape's measured time of that config (None: none measured)
+    separate_us: float | None = None  # the sum of the members' own routes' times (None: one is unknown)
+
+    @property
+    def grouped(self) -> bool:
+        return self.kind == "grouped"
+
+
+def choose_group(table: Any, group: GroupShape, framework: str = "torch", out: str | None = None) -> GroupRoute:
+    """The ``GroupRoute`` of ``group`` through ``table`` for a caller of ``framework`` wanting an ``out`` result
+    (``fp32`` or the group's dtype; None: the group's dtype, what ``nn.Linear`` returns). Cached per table."""
+    if not isinstance(group, GroupShape):
+        raise TypeError(f"choose_group: group must be a GroupShape, got {type(group).__name__}")
+    out = group.dtype if out is None else out
+    if out not in ("fp32", group.dtype):
+        raise ValueError(f"a {group.dtype} group's output is fp32 or {group.dtype}, not {out!r}")
+    key = (group, framework, out)
+    try:
+        cache = _CACHE.setdefault(table, {})
+    except TypeError:   # (an object that cannot be weakly referenced: no cache)
+        cache = {}
+    r = cache.get(key)
+    if r is None:
+        r = cache[key] = _choose(table, group, framework, out)
+    return r
+
+
+def _separate(why: str, grouped_us: float | None = None, separate_us: float | None = None) -> GroupRoute:
+    return GroupRoute("separate", None, why, grouped_us, separate_us)
+
+
+def _fused_best(entry: Any, group: GroupShape, out: str) -> tuple[float, Any, Any] | None:
+    """(µs, config, record) of the fastest measured record of the fused shape's entry that can run ``group``
+    as one grouped launch with an ``out`` epilogue; None if none can."""
+    epi = Epilogue(out)
+    best = None
+    for rec in entry.records():
+        us = rec.ok_us
+        if us is None or rec.config is None:
+            continue
+        try:
+            cfg = rec.config_object()
+        except Exception:   # (a record whose config this version cannot read: not a candidate)
+            continue
+        if cfg.family not in GROUP_FAMILIES or group_reasons(cfg, group) or epi.invalid_reasons(cfg):
+            continue
+        if best is None or us < best[0]:
+            best = (us, cfg, rec)
+    return best
+
+
+def _member_record(table: Any, shape: Shape, r: Any, framework: str) -> Any:
+    """The record behind a member route's time in the member's own entry (None: the entry lacks it)."""
+    entry = table.entry(shape)
+    if entry is None:
+        return None
+    if not r.tuned:
+        return cublas_of(entry.baselines, framework, ok=lambda rec: rec.ok_us is not None)
+    for rec in entry.records():
+        if rec.ok_us is not None and rec.ok_us == r.tuned_us:
+            return rec
+    return None
+
+
+def _choose(table: Any, group: GroupShape, framework: str, out: str) -> GroupRoute:
+    fused = group.fused
+    entry_of = getattr(table, "entry", None)
+    if not callable(entry_of):
+        return _separate("the table holds no entries to read (not a gemvtune Table)")
+    entry = entry_of(fused)
+    if entry is None:
+        return _separate(f"the fused shape {fused.M}x{fused.d} at n={fused.n} ({fused.dtype}) is not in the table")
+    best = _fused_best(entry, group, out)
+    if best is None:
+        return _separate(f"no measured {'/'.join(GROUP_FAMILIES)} kernel of the fused shape {fused.M}x{fused.d} at "
+                         f"n={fused.n} can run this group with {out} output")
+    g_us, cfg, g_rec = best
+    parts, spreads, total = [], [], 0.0
+    for m in group.members:
+        r = table.route(m.M, m.d, m.n, framework, out, m.dtype)
+        us = r.tuned_us if r.tuned else r.cublas_us
+        what = "tuned" if r.tuned else "cuBLAS"
+        if us is None:
+            return _separate(f"member {m.M}x{m.d}: its {what} time is unknown ({r.why})", g_us)
+        rec = _member_record(table, m, r, framework)
+        if rec is None:
+            return _separate(f"member {m.M}x{m.d} at n={m.n} is not measured in the table ({r.why})", g_us)
+        total += us
+        spreads.append(rec.spread or 0.0)
+        parts.append(f"{m.M}x{m.d} {what} {us:.2f}")
+    noise = (g_rec.spread or 0.0) + max(spreads, default=0.0)
+    margin = max(_route.MARGIN, noise)
+    alone = f"the members alone {total:.2f} µs ({' + '.join(parts)})"
+    rule = f"{margin:.1%} (the larger of the {_route.MARGIN:.0%} margin and the noise {noise:.1%})"
+    if g_us < total * (1.0 - margin):
+        return GroupRoute("grouped", cfg, f"grouped {g_us:.2f} µs ({cfg.label}) beats {alone} by more than {rule}",
+                          g_us, total)
+    return _separate(f"grouped {g_us:.2f} µs ({cfg.label}) is not faster than {alone} by more than {rule}",
+                     g_us, total)
