@@ -12,12 +12,14 @@ from gemvtune.baselines import BASELINES
 from gemvtune.bench.step import (
     IMPLS,
     NOTE,
+    PDL_IMPL,
     check_decode_args,
     decode_markdown,
     ratios,
     step_bytes,
     step_ops,
     summary_frame,
+    with_pdl,
     write_reports,
 )
 
@@ -129,7 +131,7 @@ CEIL = {"read_gbps": 4500.0, "launch_floor_us": 0.5}
 def test_summary_frame_and_ratios():
     df = summary_frame(_synthetic(), META["step_bytes"], CEIL["read_gbps"], {"cublas": "graph (torch F.linear)"})
     assert list(df.impl) == ["tuned", "llama.cpp", "cublas"]   # the step's order; every name the registry's
-    assert all(i in BASELINES for i in IMPLS if i != "tuned")
+    assert all(i in BASELINES for i in IMPLS if i not in ("tuned", PDL_IMPL))
     t = df.set_index("impl")
     assert t.loc["tuned", "us_median"] == pytest.approx(3000 * 1.002)
     assert t.loc["tuned", "us_min"] == pytest.approx(3000 * 0.998) and t.loc["tuned", "samples"] == 15
@@ -141,6 +143,41 @@ def test_summary_frame_and_ratios():
     assert t.loc["cublas", "method"] == "graph (torch F.linear)"
     r = ratios(df)
     assert r["tuned_vs_cublas"] == pytest.approx(1.15) and r["tuned_vs_llama"] == pytest.approx(1.1)
+
+
+def test_with_pdl_sets_the_field_or_says_why():
+    import dataclasses
+
+    from gemvtune.kernels.gemv import LLAMA_CPP
+    from gemvtune.kernels.ring import RingConfig
+
+    shape = Shape(4096, 4096)
+    on, why = with_pdl(LLAMA_CPP, shape)
+    assert why == "" and on.pdl == "on" and on.label.endswith(".pdl") and LLAMA_CPP.pdl == "off"
+    assert with_pdl(on, shape) == (on, "")                                  # already on: itself
+    ring = RingConfig()
+    same, why = with_pdl(ring, shape)
+    assert same is ring and "no programmatic-dependent-launch variant" in why
+    bad = dataclasses.replace(LLAMA_CPP, vec="half8")                   # d = 12 is not a multiple of 8 halves
+    same, why = with_pdl(bad, Shape(7, 12))
+    assert same is bad and why.endswith("d=12 is not divisible by the half8 width (8 halves)") and ".pdl:" in why
+
+
+def test_ratios_and_markdown_with_the_pdl_step():
+    import pandas as pd
+
+    extra = pd.DataFrame([{"impl": PDL_IMPL, "method": "graph", "round": r, "replay": k, "us": 2900.0}
+                          for r in range(3) for k in range(5)])
+    df = summary_frame(pd.concat([_synthetic(), extra]), META["step_bytes"], CEIL["read_gbps"])
+    assert list(df.impl) == ["tuned", PDL_IMPL, "llama.cpp", "cublas"]
+    r = ratios(df)
+    assert r["pdl_vs_tuned"] == pytest.approx(3000 * 1.002 / 2900) and r["pdl_vs_cublas"] == pytest.approx(
+        3450 * 1.002 / 2900)
+    md = decode_markdown(df, {**META, "ceiling": CEIL, "no_pdl": ["4096x4096 (ring: none)"]})
+    assert "gemvtune tuned, PDL" in md and f"×{r['pdl_vs_tuned']:.3f} the tuned step" in md
+    assert "Without a PDL variant" in md and "4096x4096 (ring: none)" in md
+    assert "programmatic dependent launch" not in decode_markdown(summary_frame(_synthetic(), META["step_bytes"],
+                                                                                CEIL["read_gbps"]), META)
 
 
 def test_markdown_and_files(tmp_path):
@@ -176,19 +213,21 @@ def test_two_layer_step_on_the_gpu(tmp_path):
 
     runner = CudaRunner(replays=3)
     ops = step_ops("llama-3-8b", 2)
-    samples, bench, info = measure_decode_step(runner, ops, load_table(TABLE), rounds=2, replays=4, echo=print)
+    samples, bench, info = measure_decode_step(runner, ops, load_table(TABLE), rounds=2, replays=4, echo=print,
+                                               pdl=True)
     try:
-        assert info["verified"] == {"tuned": True, "llama.cpp": True}, info["verify"]
+        assert info["verified"] == {"tuned": True, PDL_IMPL: True, "llama.cpp": True}, info["verify"]
         assert not info["not_tuned"]
         cublas = next(i for i in info["methods"] if i.startswith("cublas"))
-        assert set(info["methods"]) == {"tuned", "llama.cpp", cublas} and set(info["methods"]) <= set(IMPLS)
+        assert set(info["methods"]) == {"tuned", PDL_IMPL, "llama.cpp", cublas} and set(info["methods"]) <= set(IMPLS)
         for impl in info["methods"]:
             t = samples[samples.impl == impl].us
             assert len(t) == 8 and (t > 0).all() and t.notna().all(), impl
             assert info["written"][impl], impl                       # every op of the step wrote its output
-        for i in range(4):                                              # layer 0, after the graph replays
-            ok, rel, why = bench.check_op("tuned", i)
-            assert ok, (ops[i], why)
+        for impl in ("tuned", PDL_IMPL):                                # layer 0, after the graph replays: PDL
+            for i in range(4):                                          # edges in the graph keep every output right
+                ok, rel, why = bench.check_op(impl, i)
+                assert ok, (impl, ops[i], why)
         ok, _, why = bench.check_op(cublas, 0)
         assert ok, why
         assert info["max_rel_diff_vs_cublas"]["tuned"] < 1e-2
@@ -226,7 +265,8 @@ class _FakeStep:
         return "cublas-torch", "graph (torch F.linear)"
 
     def time(self, impl, replays):
-        return [{"tuned": 100.0, "llama.cpp": 110.0, "cublas-torch": 120.0}[impl] + k for k in range(replays)]
+        return [{"tuned": 100.0, PDL_IMPL: 95.0, "llama.cpp": 110.0, "cublas-torch": 120.0}[impl] + k
+                for k in range(replays)]
 
     def written(self, impl):
         return True
@@ -269,6 +309,14 @@ def test_orchestration_with_a_fake_gpu(tmp_path, monkeypatch):
 
     s = pd.read_csv(path)
     assert len(s) == 3 * 2 * 3 and list(s.impl[:3]) == ["tuned"] * 3
+    compiled.clear()
+    path = run_decode_step("llama-3-8b", 2, str(TABLE), str(tmp_path / "pdl"), echo=said.append, rounds=2, replays=3,
+                           pdl=True)
+    prov = json.loads(path.with_suffix(".json").read_text())
+    assert len(compiled) == 15 and set(prov["verified"]) == {"tuned", PDL_IMPL, "llama.cpp"}   # + 5 PDL variants
+    assert prov["pdl"] is True and prov["ratios"]["pdl_vs_tuned"] == pytest.approx(101 / 96)
+    assert all(label.endswith(".pdl") for label in prov["pdl_configs"].values()) and prov["no_pdl"] == []
+    assert set(pd.read_csv(path).impl) == {"tuned", PDL_IMPL, "llama.cpp", "cublas-torch"}
     monkeypatch.setattr(dec, "free_bytes", lambda: 10**9)
     with pytest.raises(UsageError, match="use fewer --layers"):
         run_decode_step("llama-3-8b", 2, str(TABLE), str(tmp_path / "x"), echo=said.append)

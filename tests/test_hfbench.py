@@ -393,8 +393,42 @@ def test_cli_unknown_model_type_and_missing_table(tmp_path):
     _one_line_exit_2(run_cli("bench", "hf", str(cfg), "--table", str(tmp_path / "none.json")), "does not exist")
 
 
+def test_grouped_variants_keep_their_groups_across_switches():
+    """Variants(group=True): restore_linears removes the groups, the swapped variant gets the same LinearGroup
+    objects back each time it is put in place (torch.compile's guards see one fixed set); stock has none."""
+    pytest.importorskip("transformers")
+    import torch
+
+    from gemvtune.hf.check import explain_rows
+    from gemvtune.hf.model import Variants, build_config, build_model
+    from gemvtune.runtime.table import load_table
+
+    cfg, _ = build_config(dict(TINY), 2)
+    model = build_model(cfg, "float16", "cpu")
+    keys = {k: v.clone() for k, v in model.state_dict().items()}
+    v = Variants(model, load_table(TABLE), group=True)
+    assert v.groups == 2 * 2 and len(v.names) == 2 * 7 + 1                # q/k/v and gate/up per layer
+    attn, mlp = model.model.layers[0].self_attn, model.model.layers[0].mlp
+    assert type(attn.q_proj) is torch.nn.Linear and v.current == "stock"
+    v.use("gemvtune")
+    g = attn.q_proj._sibling
+    assert g is not None and g is attn.k_proj._sibling is attn.v_proj._sibling and len(g.members) == 3
+    assert mlp.gate_proj._sibling is mlp.up_proj._sibling is not None and mlp.down_proj._sibling is None
+    rows = explain_rows(model)
+    assert len(rows["groups"]) == 4 and sum(rows["summary"]["sibling_routes"].values()) == 4, rows.get("error")
+    v.use("stock")
+    v.use("gemvtune")
+    assert attn.q_proj._sibling is g and g.members == (attn.q_proj, attn.k_proj, attn.v_proj)
+    assert model.state_dict().keys() == keys.keys() and all(torch.equal(model.state_dict()[k], t)
+                                                            for k, t in keys.items())
+    plain = Variants(build_model(cfg, "float16", "cpu"), load_table(TABLE))
+    plain.use("gemvtune")
+    assert plain.groups == 0 and plain.model.model.layers[0].self_attn.q_proj._sibling is None
+
+
 def test_help_lists_hf_options():
     r = run_cli("bench", "hf", "--help")
+    assert r.returncode == 0 and "--group" in r.stdout
     assert r.returncode == 0 and "CONFIG" in r.stdout and "--tokens" in r.stdout and "--prompt-tokens" in r.stdout
     assert "--shape" not in r.stdout and "--configs" not in r.stdout     # only its own options
 
@@ -435,10 +469,10 @@ def test_whole_bench_on_gpu(tmp_path):
         pytest.skip(f"no table at {TABLE}")
     cfg = _write(tmp_path, LLAMA_3_8B)
     out = tmp_path / "out"
-    r = run_cli("bench", "hf", str(cfg), "--layers", "2", "--tokens", "8", "--rounds", "1",
+    r = run_cli("bench", "hf", str(cfg), "--layers", "2", "--tokens", "8", "--rounds", "1", "--group",
                 "--table", str(TABLE), "--out", str(out), env={"PYTHONUNBUFFERED": "1"})
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    md_files = list(out.glob("hf-*-L2-*-summary.md"))
+    md_files = list(out.glob("hf-*-L2-group-*-summary.md"))
     assert len(md_files) == 1, sorted(p.name for p in out.iterdir())
     stem = md_files[0].name[: -len("-summary.md")]
     for suffix in (".csv", "-summary.csv", "-provenance.json", ".png"):
@@ -449,7 +483,8 @@ def test_whole_bench_on_gpu(tmp_path):
         cells = [c.strip() for c in line.strip("|").split("|")]
         assert all(c not in ("–", "") for c in cells[1:6]), line          # both implementations measured
     prov = json.loads((out / f"{stem}-provenance.json").read_text())
-    assert prov["env"]["gpu"] and prov["swapped"] == 2 * 7 + 1
+    assert prov["env"]["gpu"] and prov["swapped"] == 2 * 7 + 1 and prov["group"] and prov["groups"] == 2 * 2
+    assert len(prov["explain"]["groups"]) == 4, prov["explain"]          # explain lists each group and its route
     assert prov["profile"]["gemvtune"]["eager"].get("per_step", {}).get("gemvtune_n", 0) > 0, prov["profile"]
     assert prov["profile"]["stock"]["eager"]["per_step"]["gemvtune_n"] == 0
     assert "mode" in r.stdout.splitlines()[-3] and "compiled" in r.stdout.splitlines()[-1]

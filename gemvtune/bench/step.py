@@ -26,8 +26,10 @@ from ..workspace import Workspace, replace_previous
 # the step's implementations: the table's kernels, then the baselines by their names in gemvtune.baselines (cuBLAS
 # is torch's F.linear where torch is installed, else cupy.matmul: the registry's fallback chain)
 BASELINE_IMPLS = ("llama.cpp", CUBLAS_FOR["torch"], CUBLAS_FOR["cupy"])
-IMPLS = ("tuned", *BASELINE_IMPLS)
-LABELS = {"tuned": "gemvtune tuned", **{b: BASELINES[b].label for b in BASELINE_IMPLS}}
+PDL_IMPL = "tuned-pdl"   # --pdl: the tuned kernels' pdl=on variants, launched with programmatic stream serialization
+IMPLS = ("tuned", PDL_IMPL, *BASELINE_IMPLS)
+LABELS = {"tuned": "gemvtune tuned", PDL_IMPL: "gemvtune tuned, PDL",
+          **{b: BASELINES[b].label for b in BASELINE_IMPLS}}
 NOTE = ("Linear layers only (no attention, norms, rotary, sampling); every linear reads its own fixed "
         "random x, so the chain is not numerically connected: the memory traffic and launch sequence of "
         "a real batch-1 step are what is reproduced.")
@@ -67,6 +69,22 @@ def step_ops(model: str, layers: int) -> list[tuple[str, Shape]]:
             + [(n, Shape(M, d)) for n, M, d in head])
 
 
+def with_pdl(config: Any, shape: Shape) -> tuple[Any, str]:
+    """``config`` with programmatic dependent launch on (its family's ``pdl`` field set to "on": the kernel prefetches
+    its W into L2, then waits for the previous kernel before it reads x), and "" ; or ``config`` itself and why
+    it has no such variant (a family without the field, or a variant that is not valid on ``shape``)."""
+    import dataclasses
+
+    names = {f.name for f in dataclasses.fields(config)} if dataclasses.is_dataclass(config) else set()
+    if "pdl" not in names:
+        return config, f"{config.label}: its family has no programmatic-dependent-launch variant"
+    if config.pdl == "on":
+        return config, ""
+    on = dataclasses.replace(config, pdl="on")
+    why = "; ".join(on.invalid_reasons(shape))
+    return (config, f"{on.label}: {why}") if why else (on, "")
+
+
 def step_bytes(ops: list[tuple[str, Shape]]) -> int:
     """The fewest bytes one step must move: every W once, every x and y once."""
     return sum(s.bytes_moved for _, s in ops)
@@ -99,15 +117,19 @@ def ratios(df: Any) -> dict[str, float]:
     t = dict(zip(df.impl, df.us_median))
     tu = t.get("tuned", math.nan)
     cublas = cublas_of(t, ok=math.isfinite)   # the registry's chain: torch's F.linear, else cupy.matmul
-    return {"tuned_vs_cublas": (cublas if cublas is not None else math.nan) / tu,
-            "tuned_vs_llama": t.get("llama.cpp", math.nan) / tu}
+    out = {"tuned_vs_cublas": (cublas if cublas is not None else math.nan) / tu,
+           "tuned_vs_llama": t.get("llama.cpp", math.nan) / tu}
+    if PDL_IMPL in t:
+        out["pdl_vs_cublas"] = (cublas if cublas is not None else math.nan) / t[PDL_IMPL]
+        out["pdl_vs_tuned"] = tu / t[PDL_IMPL]
+    return out
 
 
 def decode_markdown(df: Any, meta: dict[str, Any]) -> str:
     ceil = meta.get("ceiling", {})
     floor_us = meta["step_bytes"] / (ceil["read_gbps"] * 1e3) if ceil.get("read_gbps") else math.nan
     r = ratios(df)
-    lines = [f"Decode step of {meta['model']}, {meta['layers']} layers + LM head: {meta['ops']} linear layers, "
+    lines: list[str] = [f"Decode step of {meta['model']}, {meta['layers']} layers + LM head: {meta['ops']} linear layers, "
              f"{meta['step_bytes'] / 1e9:.2f} GB moved per step (weights {meta['weight_bytes'] / 1e9:.2f} GB, all "
              f"resident); one CUDA graph per implementation, {meta.get('rounds')} interleaved rounds of "
              f"{meta.get('replays')} replays.",
@@ -121,6 +143,9 @@ def decode_markdown(df: Any, meta: dict[str, Any]) -> str:
                      f"{x.pct_ceiling:.1f} | {x.x_tuned:.3f} | {x.method} |")
     lines += ["", f"Tuned step vs cuBLAS: ×{r['tuned_vs_cublas']:.3f}; vs the llama.cpp config: "
                   f"×{r['tuned_vs_llama']:.3f} (time of the other / time of the tuned step)."]
+    if "pdl_vs_tuned" in r:
+        lines.append(f"Tuned step with programmatic dependent launch: ×{r['pdl_vs_tuned']:.3f} the tuned step, "
+                     f"×{r['pdl_vs_cublas']:.3f} cuBLAS's.")
     bad = [k for k, v in meta.get("verified", {}).items() if not v]
     lines.append("Every kernel timed was verified against a float64 reference first." if not bad else
                  f"**Verification failed** for: {', '.join(bad)} (their times are not comparable).")
@@ -131,6 +156,9 @@ def decode_markdown(df: Any, meta: dict[str, Any]) -> str:
     if diff:
         lines.append("Outputs of the step against cuBLAS's, worst op (relative L2): "
                      + ", ".join(f"{LABELS.get(k, k)} {v:.1e}" for k, v in diff.items()) + ".")
+    if meta.get("no_pdl"):
+        lines.append("Without a PDL variant (the tuned kernel as it is, launched without the attribute): "
+                     + "; ".join(meta["no_pdl"]) + ".")
     if meta.get("not_tuned"):
         lines.append(f"Not in the table (fallback config used): {', '.join(meta['not_tuned'])}.")
     lines += ["", NOTE]
@@ -146,7 +174,7 @@ def plot_decode(df: Any, path: str | Path, title: str, floor_us: float = math.na
     fig, ax = plt.subplots(figsize=(6, 4))
     xs = list(range(len(df)))
     err = [df.us_median - df.us_min, df.us_max - df.us_median]
-    bars = ax.bar(xs, df.us_median, yerr=err, capsize=4, color=["C0", "C1", "C2", "C3"][:len(df)])
+    bars = ax.bar(xs, df.us_median, yerr=err, capsize=4, color=[f"C{i}" for i in range(len(df))])
     for b, (_, x) in zip(bars, df.iterrows()):
         ax.text(b.get_x() + b.get_width() / 2, x.us_max * 1.02, f"{x.tokens_per_s:.0f} tok/s\n{x.pct_ceiling:.0f}% of ceiling",
                 ha="center", va="bottom", fontsize=8)
@@ -165,9 +193,10 @@ def plot_decode(df: Any, path: str | Path, title: str, floor_us: float = math.na
 
 
 def measure_decode_step(runner: Any, ops: list[tuple[str, Shape]], table: Any, rounds: int = 3, replays: int = 20,
-                        echo: Callable[[str], None] = print) -> tuple[Any, Any, dict[str, Any]]:
+                        echo: Callable[[str], None] = print, pdl: bool = False) -> tuple[Any, Any, dict[str, Any]]:
     """(samples frame, the DecodeStepBench, info): compile and verify each distinct shape's tuned and
-    llama.cpp kernels, allocate the step, capture the three graphs, time them interleaved."""
+    llama.cpp kernels (and with ``pdl`` the tuned kernels' PDL variants), allocate the step, capture one graph per
+    implementation, time them interleaved."""
     import pandas as pd
 
     from ..build.compile import compile_variants
@@ -177,10 +206,17 @@ def measure_decode_step(runner: Any, ops: list[tuple[str, Shape]], table: Any, r
     shapes = list(dict.fromkeys(s for _, s in ops))
     looked = {s: table.lookup(s) for s in shapes}
     configs = {"tuned": {s: c for s, (c, _) in looked.items()}, "llama.cpp": {s: LLAMA_CPP for s in shapes}}
+    no_pdl: list[str] = []
+    if pdl:
+        pdls = {s: with_pdl(c, s) for s, c in configs["tuned"].items()}
+        configs[PDL_IMPL] = {s: c for s, (c, _) in pdls.items()}
+        no_pdl = [f"{s} ({why})" for s, (_, why) in pdls.items() if why]
     compile_variants([(c, s) for cs in configs.values() for s, c in cs.items()], arch=runner.arch)
     info: dict[str, Any] = {"configs": {str(s): {"tuned": c.label, "how": how} for s, (c, how) in looked.items()},
                             "llama_cpp": LLAMA_CPP.label, "verified": {}, "verify": {},
-                            "not_tuned": [str(s) for s, (_, how) in looked.items() if how != "tuned"]}
+                            "not_tuned": [str(s) for s, (_, how) in looked.items() if how != "tuned"],
+                            **({"no_pdl": no_pdl, "pdl_configs": {str(s): c.label for s, c in configs[PDL_IMPL].items()}}
+                               if pdl else {})}
     launch = {impl: launchers(runner, cs) for impl, cs in configs.items()}
     for impl, res in verify(runner, configs, launch).items():
         info["verify"][impl] = {str(s): {"ok": ok, "relerr": rel, "why": why} for s, ok, rel, why in res}
@@ -197,11 +233,12 @@ def measure_decode_step(runner: Any, ops: list[tuple[str, Shape]], table: Any, r
                          f"free: use fewer --layers")
     bench = DecodeStepBench(runner, ops)
     echo(f"allocated {bench.weight_bytes / 1e9:.2f} GB of FP16 weights for {len(ops)} linears")
-    for impl in ("tuned", "llama.cpp"):
+    ours = tuple(configs)
+    for impl in ours:
         bench.capture_kernels(impl, configs[impl], launch[impl])
     cublas, method = bench.capture_cublas()
-    info["methods"] = {**{i: bench.methods[i] for i in ("tuned", "llama.cpp")}, cublas: method}
-    impls = ("tuned", "llama.cpp", cublas)
+    info["methods"] = {**{i: bench.methods[i] for i in ours}, cublas: method}
+    impls = (*ours, cublas)
     rows = []
     for r in range(rounds):
         line = []
@@ -212,7 +249,7 @@ def measure_decode_step(runner: Any, ops: list[tuple[str, Shape]], table: Any, r
             line.append(f"{impl} {statistics.median(t):.1f} µs")
         echo(f"round {r + 1}/{rounds}: " + ", ".join(line))
     info["written"] = {impl: bench.written(impl) for impl in impls}
-    info["max_rel_diff_vs_cublas"] = {i: bench.max_rel_diff(i, cublas) for i in ("tuned", "llama.cpp")}
+    info["max_rel_diff_vs_cublas"] = {i: bench.max_rel_diff(i, cublas) for i in ours}
     return pd.DataFrame(rows), bench, info
 
 
@@ -223,7 +260,7 @@ def write_reports(samples: Any, info: dict[str, Any], meta: dict[str, Any], out:
 
     out.mkdir(parents=True, exist_ok=True)
     df = summary_frame(samples, meta["step_bytes"], ceiling.get("read_gbps", math.nan), info.get("methods"))
-    meta = {**meta, "ceiling": ceiling, **{k: info[k] for k in ("verified", "not_tuned", "written",
+    meta = {**meta, "ceiling": ceiling, **{k: info[k] for k in ("verified", "not_tuned", "written", "no_pdl",
                                                                  "max_rel_diff_vs_cublas") if k in info}}
     path = out / f"{stem}.csv"
     write_csv(samples, path, float_format="%.6g")
@@ -239,7 +276,7 @@ def write_reports(samples: Any, info: dict[str, Any], meta: dict[str, Any], out:
 
 
 def run_decode_step(model: str, layers: int, table_path: str, out_dir: str | None,
-                    echo: Callable[[str], None] = print, rounds: int = 3, replays: int = 20) -> Path:
+                    echo: Callable[[str], None] = print, rounds: int = 3, replays: int = 20, pdl: bool = False) -> Path:
     from ..runtime.table import load_table
     from .kernels import _start
 
@@ -254,9 +291,10 @@ def run_decode_step(model: str, layers: int, table_path: str, out_dir: str | Non
         out.mkdir(parents=True, exist_ok=True)  # an unwritable --out fails before the GPU work
     except OSError as e:
         raise UsageError(f"output folder {out} cannot be created: {e.strerror or e}") from None
-    samples, bench, info = measure_decode_step(runner, ops, table, rounds, replays, echo)
+    samples, bench, info = measure_decode_step(runner, ops, table, rounds, replays, echo, pdl=pdl)
     meta = {"model": model, "layers": layers, "ops": len(ops), "step_bytes": step_bytes(ops),
-            "weight_bytes": bench.weight_bytes, "rounds": rounds, "replays": replays, "table": str(table_path)}
+            "weight_bytes": bench.weight_bytes, "rounds": rounds, "replays": replays, "table": str(table_path),
+            "pdl": pdl}
     bench.close()
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
     path, md = write_reports(samples, info, meta, out, f"decode-{model}-L{layers}-{stamp}", dev, ceil)

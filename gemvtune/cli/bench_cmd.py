@@ -43,6 +43,12 @@ OPTS: dict[str, Decl] = {
                                                   "help": "new tokens per generate  [default: 128]"}),
     "prompt_text": (("--prompt-tokens", "prompt_text"), {"metavar": "N",
                                                          "help": "random prompt tokens  [default: 16]"}),
+    "group": (("--group",), {"is_flag": True, "help": "gemvtune's variant groups sibling linears (q/k/v, gate/up) "
+                                                   "into one launch where the table measured it faster: "
+                                                   "swap_linears(model, table, group=True)"}),
+    "pdl": (("--pdl",), {"is_flag": True, "help": "also time the tuned step with programmatic dependent launch: each "
+                                               "tuned kernel's pdl=on variant (W prefetched into L2 before it "
+                                               "waits for the previous kernel), launched with the attribute"}),
 }
 KERNELS = "shape_texts suite model spec table_path batch_text rounds seed out_dir no_spin_check no_inductor dtype"
 STEP = "model layers_text table_path rounds out_dir"
@@ -79,7 +85,7 @@ def _old_bench(p: dict[str, Any]) -> None:
                  if given]
         if clash:
             raise UsageError(f"--hf-config times a Hugging Face model's generate at batch 1: drop {', '.join(clash)}")
-        run_hf(**{k: p[k] for k in ("hf_config", *HF.split())})
+        run_hf(**{k: p[k] for k in ("hf_config", *HF.split())}, group=False)
         return
     for text, opt in ((p["tokens_text"], "--tokens"), (p["prompt_text"], "--prompt-tokens")):
         if text is not None:
@@ -89,7 +95,7 @@ def _old_bench(p: dict[str, Any]) -> None:
 
         layers = check_decode_args(p["model"], p["layers_text"], p["shape_texts"], p["suite"], p["spec"],
                                    p["batch_text"])
-        run_step(p["model"], layers, p["table_path"], p["rounds"], p["out_dir"])
+        run_step(p["model"], layers, p["table_path"], p["rounds"], p["out_dir"], pdl=False)
         return
     run_kernels(**{k: p[k] for k in KERNELS.split()})
 
@@ -105,19 +111,20 @@ def kernels(**params: Any) -> None:
 
 
 @bench.command("step", short_help="one whole decode step of a model preset in CUDA graphs")
-@declared(OPTS, STEP, model={"required": True, "help": "the model preset whose decode step is timed"},
+@declared(OPTS, STEP + " pdl", model={"required": True, "help": "the model preset whose decode step is timed"},
           layers_text={"required": True, "help": "layers of the step (then the LM head once)"})
-def step(model: str, layers_text: str, table_path: str | None, rounds: int, out_dir: str | None) -> None:
+def step(model: str, layers_text: str, table_path: str | None, rounds: int, out_dir: str | None, pdl: bool) -> None:
     """One whole decode step of a model preset (N layers + LM head, the fused linears) in one CUDA graph per
-    implementation: tuned, llama.cpp config, cuBLAS; µs per token, tokens/s, % of ceiling; CSV, summary, chart."""
+    implementation: tuned (and with --pdl the tuned kernels with programmatic dependent launch), llama.cpp config,
+    cuBLAS; µs per token, tokens/s, % of ceiling; CSV, summary, chart."""
     from ..bench.step import check_decode_args
 
-    run_step(model, check_decode_args(model, layers_text), table_path, rounds, out_dir)
+    run_step(model, check_decode_args(model, layers_text), table_path, rounds, out_dir, pdl=pdl)
 
 
 @bench.command("hf", short_help="a Hugging Face model's greedy decode, stock against gemvtune")
 @click.argument("hf_config", metavar="CONFIG")
-@declared(OPTS, HF, layers_text={"help": "build the model with N layers (default: the config's)"},
+@declared(OPTS, HF + " group", layers_text={"help": "build the model with N layers (default: the config's)"},
           seed={"help": "seed of the model's random weights"},
           rounds={"help": "interleaved rounds of generate, stock and gemvtune"})
 def hf(**params: Any) -> None:
@@ -188,16 +195,17 @@ def run_kernels(shape_texts: tuple[str, ...], suite: str | None, model: str | No
               spin_check=not no_spin_check, inductor=not no_inductor)
 
 
-def run_step(model: str, layers: int, table_path: str | None, rounds: int, out_dir: str | None) -> None:
+def run_step(model: str, layers: int, table_path: str | None, rounds: int, out_dir: str | None,
+             pdl: bool = False) -> None:
     """bench step, its arguments checked (bench.step.check_decode_args)."""
     table_path = _tuned_table(table_path)
     from ..bench.step import run_decode_step
 
-    run_decode_step(model, layers, table_path, out_dir, echo=click.echo, rounds=rounds)
+    run_decode_step(model, layers, table_path, out_dir, echo=click.echo, rounds=rounds, pdl=pdl)
 
 
 def run_hf(hf_config: str, layers_text: str | None, tokens_text: str | None, prompt_text: str | None,
-           table_path: str | None, out_dir: str | None, rounds: int, seed: int, dtype: str) -> None:
+           table_path: str | None, out_dir: str | None, rounds: int, seed: int, dtype: str, group: bool = False) -> None:
     """bench hf: every check that needs no GPU first (the numbers, the config file, transformers, the table),
     then the GPU check, then gemvtune.hf.bench."""
     from ..hf.bench import build_config, check_transformers, positive_int, read_config, run_hf_bench
@@ -220,4 +228,5 @@ def run_hf(hf_config: str, layers_text: str | None, tokens_text: str | None, pro
         table_path = default_table_path()               # results/<gpu>/table.json, named as torch sees the GPU
         load_table(table_path)
     run_hf_bench(hf_config, layers=layers, tokens=tokens, prompt_tokens=prompt, table_path=table_path, out_dir=out_dir,
-                 rounds=rounds, echo=click.echo, seed=seed, dtype={"fp16": "float16", "bf16": "bfloat16"}[dtype])
+                 rounds=rounds, echo=click.echo, seed=seed, dtype={"fp16": "float16", "bf16": "bfloat16"}[dtype],
+                 group=group)

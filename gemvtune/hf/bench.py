@@ -105,8 +105,10 @@ def _gpu_lock(env: dict[str, Any]) -> Any:
 def run_hf_bench(config_path: str, layers: int | None = None, tokens: int = 128, prompt_tokens: int = 16,
                  table_path: str | None = None, out_dir: str | None = None, rounds: int = 3,
                  echo: Callable[[str], None] = print, dtype: str = "float16", device: str = "cuda", seed: int = 0,
-                 profile: bool = True, profile_compiled: bool = True, command: str | None = None) -> dict[str, Path]:
-    """The whole benchmark; returns the paths written (csv, summary_csv, summary_md, provenance, png)."""
+                 profile: bool = True, profile_compiled: bool = True, command: str | None = None,
+                 group: bool = False) -> dict[str, Path]:
+    """The whole benchmark; returns the paths written (csv, summary_csv, summary_md, provenance, png). ``group``:
+    gemvtune's variant is ``swap_linears(model, table, group=True)`` (sibling linears in one launch)."""
     for v, opt in ((tokens, "--tokens"), (prompt_tokens, "--prompt-tokens"), (rounds, "--rounds")):
         positive_int(v, opt)
     if layers is not None:
@@ -135,12 +137,13 @@ def run_hf_bench(config_path: str, layers: int | None = None, tokens: int = 128,
         with contextlib.suppress(Exception):
             table._check_gpu(env["gpu"])
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
-    bench = f"hf-{name}-L{layers}" + ("" if dtype == "float16" else f"-{dtype}")   # the benchmark; a run adds its stamp
+    bench = (f"hf-{name}-L{layers}" + ("" if dtype == "float16" else f"-{dtype}")
+             + ("-group" if group else ""))   # the benchmark; a run adds its stamp
     stem = f"{bench}-{stamp}"
     result: dict[str, Any] = {  # date and command (unless given) as every gemvtune provenance has them
         **provenance(), "model": name, "config_path": str(config_path), "config_file": str(cfg_file), **cinfo,
         "dtype": dtype, "tokens": tokens, "prompt_tokens": prompt_tokens, "rounds": rounds, "seed": seed,
-        "table": str(table_path), "device": device, "env": env, "notes": []}
+        "table": str(table_path), "device": device, "env": env, "group": bool(group), "notes": []}
     if command:
         result["command"] = command
     result["env"]["transformers"] = tf_version
@@ -159,13 +162,14 @@ def run_hf_bench(config_path: str, layers: int | None = None, tokens: int = 128,
         result["notes"].append(f"config fields dropped: {cinfo['dropped_fields'] or 'none'}; per-layer lists "
                                f"fitted to {layers} layers: {cinfo['adjusted_fields'] or 'none'}")
 
-    variants = Variants(model, table)
+    variants = Variants(model, table, group=group)
     result["swapped"] = len(variants.names)
+    result["groups"] = variants.groups
     result["swapped_names"] = variants.names
     if variants.missing:
         result["notes"].append(f"restore_linears did not name {len(variants.missing)} swapped layers "
                                f"(e.g. {variants.missing[0]}); they were put back by setattr")
-    echo(f"swap_linears: {len(variants.names)} linear layers")
+    echo(f"swap_linears: {len(variants.names)} linear layers" + (f", {variants.groups} sibling groups" if group else ""))
     if not variants.names:
         result["notes"].append("swap_linears replaced no layer: gemvtune and stock are the same model")
 

@@ -83,7 +83,13 @@ def explain_rows(model: Any) -> dict[str, Any]:
     try:
         from ..runtime.torch_linear import explain
 
-        rows = [dict(r) for r in explain(model, n=1)]
-        return {"rows": rows, "summary": explain_summary(rows)}
+        ex = explain(model, n=1)
+        rows = [dict(r) for r in ex]
+        groups = [dict(g) for g in ex.groups]
+        summary = explain_summary(rows)
+        if groups:   # per sibling-group route at n=1 ("grouped", "separate", "ungrouped"): how many groups
+            routes = [str(g["route"]) for g in groups]
+            summary["sibling_routes"] = {k: routes.count(k) for k in dict.fromkeys(routes)}
+        return {"rows": rows, "groups": groups, "summary": summary}
     except Exception as e:
         return {"error": first_line(e)}

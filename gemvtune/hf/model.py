@@ -1,6 +1,6 @@
 """The model of ``gemvtune bench hf``: a transformers causal LM built from a local config.json
 (no download: transformers' own config class, random seeded weights), and its two variants on one model
-object, stock and after ``gemvtune.swap_linears`` (``Variants``).
+object, stock and after ``gemvtune.swap_linears`` (``Variants``; with ``group=True``, the sibling groups too).
 
 torch and transformers are imported inside functions only: ``import gemvtune.hf.model`` stays light,
 and without transformers ``check_transformers`` says, in one line, to ``pip install 'gemvtune[hf]'``."""
@@ -190,13 +190,22 @@ class Variants:
     setattr: every round sees the same module objects of each variant, so torch.compile's guards match
     one of two cached graphs instead of recompiling at each switch."""
 
-    def __init__(self, model: Any, table: Any):
+    def __init__(self, model: Any, table: Any, group: bool = False):
         from ..runtime.torch_linear import restore_linears, swap_linears
 
         self.model = model
-        self.names = list(swap_linears(model, table))
+        self.names = list(swap_linears(model, table, group=group))
         self.wrapped = [self._slot(n) for n in self.names]
+        # restore_linears removes the sibling groups; the swapped variant keeps them (the same LinearGroup
+        # objects each time it is put in place, so torch.compile's guards see one fixed set)
+        kept = [(w, w._sibling, w._sibling_index, w._sibling_note, getattr(w._sibling, "members", ()))
+                for _, _, w in self.wrapped if hasattr(w, "_sibling")]
         restored = set(restore_linears(model))
+        for w, g, i, note, members in kept:
+            w._sibling, w._sibling_index, w._sibling_note = g, i, note
+            if g is not None:
+                g.members = members
+        self.groups = len({id(g) for _, g, *_ in kept if g is not None})
         self.stock = [self._slot(n) for n in self.names]
         self.missing = [n for n in self.names if n not in restored]
         for k, ((parent, attr, obj), (_, _, w)) in enumerate(zip(self.stock, self.wrapped)):

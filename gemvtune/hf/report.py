@@ -142,7 +142,9 @@ def summary_markdown(result: dict[str, Any], table: list[dict[str, Any]]) -> str
              f"with random {r.get('dtype', '?')} weights (seed {r.get('seed', '?')}), {r.get('layers', '?')} layers "
              f"(config: {r.get('config_layers', '?')}); batch 1, {r.get('prompt_tokens', '?')} prompt tokens, "
              f"{r.get('tokens', '?')} new tokens per generate; {r.get('swapped', '?')} linear layers swapped for "
-             f"GemvLinear; table `{r.get('table', '?')}`.",
+             f"GemvLinear" + (f", {r['groups']} sibling groups (`swap_linears(..., group=True)`: one grouped launch "
+                              f"where the table measured it faster)" if r.get("group") else "")
+             + f"; table `{r.get('table', '?')}`.",
              f"{r.get('rounds', '?')} timed rounds, scheme **{r.get('scheme', '?')}**: {r.get('scheme_note', '')}", "",
              "| mode | stock tok/s | gemvtune tok/s | ratio | stock ms/token | gemvtune ms/token "
              "| stock tok/s min..max | gemvtune tok/s min..max | per-round ratio median (min..max) "
