@@ -49,10 +49,11 @@ def test_transition_and_decode_step_name_their_contenders_from_the_registry():
     """One vocabulary: every contender of the transition and of the decode step that is not gemvtune's own table is
     a registered baseline (the step's cuBLAS is the registry's chain: torch's F.linear, else cupy.matmul)."""
     from gemvtune.baselines import BASELINES, CUBLAS_FOR
-    from gemvtune.bench.step import IMPLS, LABELS, PDL_IMPL
+    from gemvtune.bench.stepreport import IMPLS, LABELS, OURS
     from gemvtune.transition import measure as tr
 
-    ours = ("tuned", PDL_IMPL)   # the table's kernels, plain and with programmatic dependent launch
+    ours = OURS   # the table's kernels: tuned, the fused step, the fused step with chain PDL
+    assert ours == ("tuned", "fused", "fused-pdl")
     assert [i for i in IMPLS if i not in ours] and all(i in BASELINES for i in IMPLS if i not in ours)
     assert all(LABELS[i] == BASELINES[i].label for i in IMPLS if i not in ours)
     ctx = tr.SeriesContext(None, None, 64, 128, 1000.0, 100.0)

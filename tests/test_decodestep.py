@@ -9,17 +9,18 @@ from conftest import ROOT, run_cli
 
 from gemvtune import MODELS, Shape, UsageError
 from gemvtune.baselines import BASELINES
-from gemvtune.bench.step import (
+from gemvtune.bench.step import check_decode_args, parse_between, step_bytes, step_ops
+from gemvtune.bench.stepfused import FUSED, FUSED_PDL
+from gemvtune.bench.stepreport import (
     IMPLS,
     NOTE,
-    PDL_IMPL,
-    check_decode_args,
+    OURS,
     decode_markdown,
+    key_bytes,
+    key_of,
     ratios,
-    step_bytes,
-    step_ops,
+    split_key,
     summary_frame,
-    with_pdl,
     write_reports,
 )
 
@@ -131,7 +132,7 @@ CEIL = {"read_gbps": 4500.0, "launch_floor_us": 0.5}
 def test_summary_frame_and_ratios():
     df = summary_frame(_synthetic(), META["step_bytes"], CEIL["read_gbps"], {"cublas": "graph (torch F.linear)"})
     assert list(df.impl) == ["tuned", "llama.cpp", "cublas"]   # the step's order; every name the registry's
-    assert all(i in BASELINES for i in IMPLS if i not in ("tuned", PDL_IMPL))
+    assert all(i in BASELINES for i in IMPLS if i not in OURS)
     t = df.set_index("impl")
     assert t.loc["tuned", "us_median"] == pytest.approx(3000 * 1.002)
     assert t.loc["tuned", "us_min"] == pytest.approx(3000 * 0.998) and t.loc["tuned", "samples"] == 15
@@ -145,39 +146,41 @@ def test_summary_frame_and_ratios():
     assert r["tuned_vs_cublas"] == pytest.approx(1.15) and r["tuned_vs_llama"] == pytest.approx(1.1)
 
 
-def test_with_pdl_sets_the_field_or_says_why():
-    import dataclasses
-
-    from gemvtune.kernels.gemv import LLAMA_CPP
-    from gemvtune.kernels.ring import RingConfig
-
-    shape = Shape(4096, 4096)
-    on, why = with_pdl(LLAMA_CPP, shape)
-    assert why == "" and on.pdl == "on" and on.label.endswith(".pdl") and LLAMA_CPP.pdl == "off"
-    assert with_pdl(on, shape) == (on, "")                                  # already on: itself
-    ring = RingConfig()
-    same, why = with_pdl(ring, shape)
-    assert same is ring and "no programmatic-dependent-launch variant" in why
-    bad = dataclasses.replace(LLAMA_CPP, vec="half8")                   # d = 12 is not a multiple of 8 halves
-    same, why = with_pdl(bad, Shape(7, 12))
-    assert same is bad and why.endswith("d=12 is not divisible by the half8 width (8 halves)") and ".pdl:" in why
+def test_keys_between_modes_and_bytes():
+    assert key_of("tuned", "none") == "tuned" and key_of(FUSED_PDL, "pdl") == "fused-pdl@pdl"
+    assert split_key("fused-pdl@pdl") == (FUSED_PDL, "pdl") and split_key("cublas-torch") == ("cublas-torch", "none")
+    assert parse_between(None) == ("none",) and parse_between("pdl, none,plain") == ("none", "plain", "pdl")
+    for bad in ("sometimes", "none,none", ",", "pdl;plain"):
+        with pytest.raises(UsageError, match="--between"):
+            parse_between(bad)
+    gb = {"plain": {"unfused": 400, "fused": 300}}
+    assert key_bytes(["tuned", "fused@plain", "tuned@plain", "cublas-torch@plain"], 10_000, gb) == {
+        "tuned": 10_000, "fused@plain": 10_300, "tuned@plain": 10_400, "cublas-torch@plain": 10_400}
 
 
-def test_ratios_and_markdown_with_the_pdl_step():
+def test_ratios_and_markdown_with_the_fused_steps():
     import pandas as pd
 
-    extra = pd.DataFrame([{"impl": PDL_IMPL, "method": "graph", "round": r, "replay": k, "us": 2900.0}
+    extra = pd.DataFrame([{"impl": impl, "method": "graph", "round": r, "replay": k, "us": us}
+                          for impl, us in ((FUSED, 2950.0), (FUSED_PDL, 2900.0), ("tuned@pdl", 3200.0),
+                                           ("fused-pdl@pdl", 3000.0), ("cublas@pdl", 3600.0))
                           for r in range(3) for k in range(5)])
     df = summary_frame(pd.concat([_synthetic(), extra]), META["step_bytes"], CEIL["read_gbps"])
-    assert list(df.impl) == ["tuned", PDL_IMPL, "llama.cpp", "cublas"]
+    assert list(df.impl) == ["tuned", FUSED, FUSED_PDL, "llama.cpp", "cublas", "tuned@pdl", "fused-pdl@pdl",
+                             "cublas@pdl"]
+    t = df.set_index("impl")
+    assert t.loc["fused-pdl@pdl", "x_tuned"] == pytest.approx(3000 / 3200)   # against the tuned step with the same gaps
     r = ratios(df)
-    assert r["pdl_vs_tuned"] == pytest.approx(3000 * 1.002 / 2900) and r["pdl_vs_cublas"] == pytest.approx(
-        3450 * 1.002 / 2900)
-    md = decode_markdown(df, {**META, "ceiling": CEIL, "no_pdl": ["4096x4096 (ring: none)"]})
-    assert "gemvtune tuned, PDL" in md and f"×{r['pdl_vs_tuned']:.3f} the tuned step" in md
-    assert "Without a PDL variant" in md and "4096x4096 (ring: none)" in md
-    assert "programmatic dependent launch" not in decode_markdown(summary_frame(_synthetic(), META["step_bytes"],
-                                                                                CEIL["read_gbps"]), META)
+    assert r["fused-pdl_vs_tuned"] == pytest.approx(3000 * 1.002 / 2900)
+    assert r["fused-pdl_vs_cublas"] == pytest.approx(3450 * 1.002 / 2900)
+    assert r["fused-pdl_vs_cublas@pdl"] == pytest.approx(3600 / 3000) and r["tuned_vs_cublas@pdl"] == pytest.approx(1.125)
+    assert "tuned_vs_llama@pdl" in r and math.isnan(r["tuned_vs_llama@pdl"])
+    md = decode_markdown(df, {**META, "ceiling": CEIL, "depths": {"none": {"qkv": 2, "o": 4}},
+                              "fused_checked": {FUSED: [("down+r", True, 1e-6, "")]}})
+    assert "gemvtune fused, chain PDL, PDL stand-ins between" in md and "×1.200 cuBLAS's step" in md
+    assert "none: qkv 2, o 4" in md and "matched float64 of their inputs" in md
+    bad = decode_markdown(df, {**META, "fused_checked": {FUSED_PDL: [("down+r", False, 0.3, "x")]}})
+    assert "**Wrong after the replays**: fused-pdl down+r" in bad
 
 
 def test_markdown_and_files(tmp_path):
@@ -214,18 +217,25 @@ def test_two_layer_step_on_the_gpu(tmp_path):
     runner = CudaRunner(replays=3)
     ops = step_ops("llama-3-8b", 2)
     samples, bench, info = measure_decode_step(runner, ops, load_table(TABLE), rounds=2, replays=4, echo=print,
-                                               pdl=True)
+                                               pdl=True, model="llama-3-8b", between=("none", "plain", "pdl"))
     try:
-        assert info["verified"] == {"tuned": True, PDL_IMPL: True, "llama.cpp": True}, info["verify"]
-        assert not info["not_tuned"]
+        assert info["verified"] == {FUSED: True, "tuned": True, "llama.cpp": True}, info["verify"]
+        assert not info["not_tuned"] and len(info["verify"]["fused"]) > 5     # every chain depth of every slot
         cublas = next(i for i in info["methods"] if i.startswith("cublas"))
-        assert set(info["methods"]) == {"tuned", PDL_IMPL, "llama.cpp", cublas} and set(info["methods"]) <= set(IMPLS)
+        impls = {"tuned", FUSED, FUSED_PDL, "llama.cpp", cublas}
+        assert set(info["methods"]) == {key_of(i, b) for i in impls for b in ("none", "plain", "pdl")}
         for impl in info["methods"]:
             t = samples[samples.impl == impl].us
             assert len(t) == 8 and (t > 0).all() and t.notna().all(), impl
             assert info["written"][impl], impl                       # every op of the step wrote its output
-        for impl in ("tuned", PDL_IMPL):                                # layer 0, after the graph replays: PDL
-            for i in range(4):                                          # edges in the graph keep every output right
+        # the fused steps (PDL chains in the graph, down reading the h its gate/up group wrote): right after replays
+        assert len(info["fused_checked"]) == 6
+        for key, rows in info["fused_checked"].items():
+            assert [r[0] for r in rows] == ["qkv.q", "qkv.k", "qkv.v", "o+r", "silu(g)*u", "down+r", "lm_head"]
+            assert all(ok for _, ok, _, _ in rows), (key, rows)
+        assert set(info["depths"]) == {"none", "plain", "pdl"} and all(info["chain_search"].values())
+        for i in range(4):                                              # layer 0 of the tuned step, after replays
+            for impl in ("tuned", "tuned@pdl"):
                 ok, rel, why = bench.check_op(impl, i)
                 assert ok, (impl, ops[i], why)
         ok, _, why = bench.check_op(cublas, 0)
@@ -233,7 +243,7 @@ def test_two_layer_step_on_the_gpu(tmp_path):
         assert info["max_rel_diff_vs_cublas"]["tuned"] < 1e-2
         assert info["methods"]["tuned"] == "graph"
         meta = {"model": "llama-3-8b", "layers": 2, "ops": len(ops), "step_bytes": step_bytes(ops),
-                "weight_bytes": bench.weight_bytes, "rounds": 2, "replays": 4}
+                "weight_bytes": bench.weight_bytes, "rounds": 2, "replays": 4, "depths": info["depths"]}
         ceil = {"read_gbps": 4500.0}
         path, md = write_reports(samples, info, meta, tmp_path, "decode-test", {"name": "gpu"}, ceil)
         assert path.exists() and "µs per token" in md
@@ -248,6 +258,9 @@ def test_two_layer_step_on_the_gpu(tmp_path):
 class _FakeStep:
     """Stands in for runners.cuda.decode.DecodeStepBench: what the orchestration calls, no GPU."""
 
+    TIMES = {"tuned": 100.0, FUSED: 97.0, FUSED_PDL: 95.0, "llama.cpp": 110.0, "cublas-torch": 120.0,
+             "search:incumbent": 96.0, "search:candidate": 95.5}
+
     def __init__(self, runner, ops):
         self.ops, self.methods, self.captured = ops, {}, []
 
@@ -255,18 +268,22 @@ class _FakeStep:
     def weight_bytes(self):
         return sum(s.weight_bytes for _, s in self.ops)
 
-    def capture_kernels(self, impl, configs, launch):
+    def capture_kernels(self, impl, configs, launch, gaps=None, pdl_gaps=False, key=None):
         assert set(configs) == set(launch) == {s for _, s in self.ops}
-        self.captured.append(impl)
-        self.methods[impl] = "graph"
+        assert (gaps is None) == ((key or impl) == impl) and pdl_gaps == (key or "").endswith("@pdl")
+        self.captured.append(key or impl)
+        self.methods[key or impl] = "graph"
 
-    def capture_cublas(self):
-        self.captured.append("cublas-torch")
-        return "cublas-torch", "graph (torch F.linear)"
+    def capture_sequence(self, key, calls, outputs, configs=None):
+        self.captured.append(key)
+        self.methods[key] = "graph"
 
-    def time(self, impl, replays):
-        return [{"tuned": 100.0, PDL_IMPL: 95.0, "llama.cpp": 110.0, "cublas-torch": 120.0}[impl] + k
-                for k in range(replays)]
+    def capture_cublas(self, gaps=None, pdl_gaps=False, suffix=""):
+        self.captured.append("cublas-torch" + suffix)
+        return "cublas-torch" + suffix, "graph (torch F.linear)"
+
+    def time(self, key, replays):
+        return [self.TIMES[split_key(key)[0]] + (5 if "@" in key else 0) + k for k in range(replays)]
 
     def written(self, impl):
         return True
@@ -274,20 +291,48 @@ class _FakeStep:
     def max_rel_diff(self, a, b):
         return 1e-3
 
+    def drop(self, key):
+        self.methods.pop(key, None)
+
     def close(self):
         pass
 
 
+class _FakeFused:
+    def __init__(self, bench, model, layers):
+        self.layers = layers
+
+    def calls(self, kernels, plans, gaps=None, pdl_gaps=False):
+        assert set(kernels) == set(plans) == {"qkv", "o", "gate_up", "down", "lm_head"}
+        return []
+
+    def outputs(self):
+        return []
+
+    def check_last_layer(self, runner, kernels):
+        return [("down+r", True, 1e-6, "")]
+
+
+class _FakeGaps:
+    def __init__(self, runner, standins, gaps, layers):
+        self.bytes_per_layer = sum(g.bytes_moved for g in gaps.values())
+
+
 def test_orchestration_with_a_fake_gpu(tmp_path, monkeypatch):
-    """run_decode_step end to end (lookup, compile list, verification bookkeeping, memory check,
-    interleaved rounds, files) with the GPU half replaced by fakes."""
+    """run_decode_step end to end (lookup, compile list, verification bookkeeping, the fused step and its chain
+    search, stand-in modes, memory check, interleaved rounds, files) with the GPU half replaced by fakes."""
     import gemvtune.bench.kernels
     import gemvtune.build.compile
     import gemvtune.runners.cuda.decode as dec
+    import gemvtune.runners.cuda.fusedstep as fs
+    import gemvtune.runners.cuda.standins as si
     from gemvtune.bench.step import run_decode_step
 
     class Runner:
         arch = "sm_90"
+
+        def release(self):
+            pass
 
     compiled = []
     monkeypatch.setattr(gemvtune.build.compile, "compile_variants", lambda items, arch: compiled.extend(items))
@@ -296,27 +341,40 @@ def test_orchestration_with_a_fake_gpu(tmp_path, monkeypatch):
     monkeypatch.setattr(dec, "verify", lambda runner, cs, launch: {i: [(s, True, 1e-4, "") for s in c] for i, c in cs.items()})
     monkeypatch.setattr(dec, "free_bytes", lambda: 10**12)
     monkeypatch.setattr(dec, "DecodeStepBench", _FakeStep)
+    monkeypatch.setattr(fs, "verify_kernel", lambda runner, k: (True, 1e-6, ""))
+    monkeypatch.setattr(fs, "slot_plan", lambda runner, k: object())
+    monkeypatch.setattr(fs, "FusedStep", _FakeFused)
+    monkeypatch.setattr(fs, "GapBuffers", _FakeGaps)
+    monkeypatch.setattr(si, "StandIns", lambda runner: object())
     said = []
     path = run_decode_step("llama-3-8b", 2, str(TABLE), str(tmp_path), echo=said.append, rounds=2, replays=3)
-    assert len(compiled) == 10 and path.exists()                      # 5 shapes x (tuned, llama.cpp)
+    assert len(compiled) == 15 and path.exists()                      # 5 shapes x (tuned, llama.cpp), 5 fused kernels
+    assert [len(c) for c in compiled[10:]] == [4] * 5 and compiled[10][3] is not None   # (config, shape, epilogue, group)
     prov = json.loads(path.with_suffix(".json").read_text())
-    assert prov["verified"] == {"tuned": True, "llama.cpp": True} and prov["not_tuned"] == []
+    assert prov["verified"] == {FUSED: True, "tuned": True, "llama.cpp": True} and prov["not_tuned"] == []
     assert prov["configs"]["128256x4096"]["how"] == "tuned" and prov["ops"] == 9
     assert prov["ratios"]["tuned_vs_cublas"] == pytest.approx(121 / 101)
+    assert prov["ratios"]["fused_vs_cublas"] == pytest.approx(121 / 98)
+    assert set(prov["fused_kernels"]) == {"qkv", "o", "gate_up", "down", "lm_head"}
+    assert prov["fused_kernels"]["gate_up"].endswith(".o16.swiglu.g2") and prov["fused_kernels"]["o"].endswith(".o16.res")
     md = (tmp_path / f"{path.stem}-summary.md").read_text()
     assert "×1.198" in md and "round 2/2" in "\n".join(said)
     import pandas as pd
 
     s = pd.read_csv(path)
-    assert len(s) == 3 * 2 * 3 and list(s.impl[:3]) == ["tuned"] * 3
+    assert len(s) == 3 * 2 * 4 and list(s.impl[:3]) == ["tuned"] * 3
     compiled.clear()
     path = run_decode_step("llama-3-8b", 2, str(TABLE), str(tmp_path / "pdl"), echo=said.append, rounds=2, replays=3,
-                           pdl=True)
+                           pdl=True, between=("none", "pdl"))
     prov = json.loads(path.with_suffix(".json").read_text())
-    assert len(compiled) == 15 and set(prov["verified"]) == {"tuned", PDL_IMPL, "llama.cpp"}   # + 5 PDL variants
-    assert prov["pdl"] is True and prov["ratios"]["pdl_vs_tuned"] == pytest.approx(101 / 96)
-    assert all(label.endswith(".pdl") for label in prov["pdl_configs"].values()) and prov["no_pdl"] == []
-    assert set(pd.read_csv(path).impl) == {"tuned", PDL_IMPL, "llama.cpp", "cublas-torch"}
+    assert len(compiled) > 15 and any("chain" in c[0].label for c in compiled)      # + the chain depths
+    assert prov["pdl"] is True and prov["ratios"]["fused-pdl_vs_tuned"] == pytest.approx(101 / 96)
+    assert set(prov["depths"]) == {"none", "pdl"} and set(prov["depths"]["pdl"]) == {"qkv", "o", "gate_up", "down",
+                                                                                      "lm_head"}
+    assert prov["gap_bytes"]["pdl"]["unfused"] > prov["gap_bytes"]["pdl"]["fused"] > 0
+    assert set(pd.read_csv(path).impl) == {key_of(i, b) for i in ("tuned", FUSED, FUSED_PDL, "llama.cpp", "cublas-torch")
+                                           for b in ("none", "pdl")}
+    assert "chain search (pdl between the linears):" in said
     monkeypatch.setattr(dec, "free_bytes", lambda: 10**9)
     with pytest.raises(UsageError, match="use fewer --layers"):
         run_decode_step("llama-3-8b", 2, str(TABLE), str(tmp_path / "x"), echo=said.append)

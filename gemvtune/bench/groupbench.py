@@ -17,12 +17,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..kernels.gemv import LLAMA_CPP
+from ..kernels.gemv import LLAMA_CPP, GemvConfig
 from ..kernels.group import GROUP_FAMILIES, GroupShape, group_reasons
 from ..kernels.hfconfig import read_preset
 from ..kernels.shapes import Shape
 from ..safefile import write_text
 from ..workspace import Workspace, replace_previous
+
+# Configs a SwiGLU group can fall back to (an even number of rows per block): the llama.cpp config's loads on two
+# rows per block, then any d (scalar loads, one warp per row).
+SWIGLU_FALLBACKS = (GemvConfig(block=256, vec="half2", tpr=128), GemvConfig(vec="half", tpr=32, block=256))
 
 COLUMNS = ["group", "n", "dtype", "grouped_config", "grouped_us", "grouped_spread", "grouped_pct_ceiling",
            "separate_configs", "separate_us", "separate_spread", "fused_plain_us", "separate_over_grouped"]
@@ -46,12 +50,19 @@ def _template_records(table: Any, shape: Shape) -> list[tuple[float, Any]]:
     return sorted(out, key=lambda p: p[0])
 
 
-def group_config(table: Any, group: GroupShape) -> tuple[Any, str]:
-    """The config a group runs, and where it comes from: the fused shape's fastest measured config of a family
-    with a grouped template, else the llama.cpp config."""
+def group_config(table: Any, group: GroupShape, epilogue: Any = None) -> tuple[Any, str]:
+    """The config a group runs (with ``epilogue``, when given), and where it comes from: the fused shape's fastest
+    measured config of a family with a grouped template that can fuse it, else the first fallback of the GEMV family
+    that can (the llama.cpp config, or for SwiGLU, which pairs rows in a block, one with an even number of rows)."""
+    def fits(cfg: Any) -> bool:
+        return (cfg.family in GROUP_FAMILIES and not group_reasons(cfg, group, epilogue)
+                and not (epilogue is not None and epilogue.invalid_reasons(cfg)))
     for _, cfg in _template_records(table, group.fused):
-        if cfg.family in GROUP_FAMILIES and not group_reasons(cfg, group):
+        if fits(cfg):
             return cfg, f"the table's best {cfg.family} config of {group.fused}"
+    for cfg in (LLAMA_CPP, *SWIGLU_FALLBACKS):
+        if fits(cfg):
+            return cfg, f"{cfg.label} ({group.fused} has no grouped-family record in the table that can run it)"
     return LLAMA_CPP, f"the llama.cpp config ({group.fused} has no grouped-family record in the table)"
 
 

@@ -281,10 +281,11 @@ def precompile_variant(config: Any, shape: Any, arch: str = DEFAULT_ARCH, epilog
 
 def compile_variants(pairs: Iterable[tuple[Any, ...]], arch: str = DEFAULT_ARCH, jobs: int | None = None,
                      epilogue: Epilogue = DEFAULT, progress: str | None = None) -> list[Compiled | CompileError]:
-    """Render and compile (config, shape) or (config, shape, epilogue) items in parallel, in order
-    (an item without its own epilogue gets ``epilogue``: by default FP32 out, no bias); compile failures
-    are returned in place (a config or epilogue render refuses raises UsageError; a library family's config,
-    which has nothing to compile, gets a NothingToCompile in its place); ``progress`` as in ``compile_many``."""
+    """Render and compile (config, shape), (config, shape, epilogue) or (config, shape, epilogue, group) items in
+    parallel, in order (an item without its own epilogue gets ``epilogue``: by default FP32 out, no bias; with a
+    group, its grouped variant); compile failures are returned in place (a config or epilogue render refuses raises
+    UsageError; a library family's config, which has nothing to compile, gets a NothingToCompile in its place);
+    ``progress`` as in ``compile_many``."""
     from ..kernels.families import family_of
     from .render import render
 
@@ -292,9 +293,11 @@ def compile_variants(pairs: Iterable[tuple[Any, ...]], arch: str = DEFAULT_ARCH,
     for i, item in enumerate(pairs):
         c, s = item[0], item[1]
         e = item[2] if len(item) > 2 else epilogue
+        g = item[3] if len(item) > 3 else None
         if family_of(c).library:
             library[i] = NothingToCompile(c)
             continue
-        items.append(((c.label + e.label).replace(".", "_"), render(c, s, e), family_of(c).main_kernel))
+        suffix = f".g{len(g.Ms)}" if g is not None else ""
+        items.append(((c.label + e.label + suffix).replace(".", "_"), render(c, s, e, g), family_of(c).main_kernel))
     done = iter(compile_many(items, arch=arch, jobs=jobs, progress=progress))
     return [library[i] if i in library else next(done) for i in range(len(items) + len(library))]

@@ -85,27 +85,30 @@ def render(config: Any, shape: Shape, epilogue: Epilogue = DEFAULT, group: Any =
         raise UsageError(f"render needs an Epilogue, got {type(epilogue).__name__}")
     reasons = epilogue.shape_reasons(shape)
     if reasons:
-        raise UsageError(f"the epilogue out={epilogue.out} bias={epilogue.bias} cannot serve {shape}: " + "; ".join(reasons))
+        raise UsageError(f"the epilogue {epilogue.label or 'default'} cannot serve {shape}: " + "; ".join(reasons))
     reasons = config.invalid_reasons(shape)
     if reasons:
         raise UsageError(f"config {config.label} is invalid for {shape}: " + "; ".join(reasons))
     reasons = epilogue.invalid_reasons(config)
     if reasons:
-        raise UsageError(f"config {config.label} cannot fuse the epilogue out={epilogue.out} bias={epilogue.bias}: "
-                         + "; ".join(reasons))
+        raise UsageError(f"config {config.label} cannot fuse the epilogue out={epilogue.out} bias={epilogue.bias}"
+                         + "".join(f" {f}=True" for f in epilogue.fusions) + ": " + "; ".join(reasons))
     members = 0
     if group is not None:
         from ..kernels.group import GroupShape, group_reasons
 
         if not isinstance(group, GroupShape) or group.fused != shape:
             raise UsageError(f"render: group {group!r} is not a GroupShape whose fused shape is {shape}")
-        reasons = group_reasons(config, group)
+        reasons = group_reasons(config, group, epilogue)
         if reasons:
             raise UsageError(f"config {config.label} cannot run the group {group}: " + "; ".join(reasons))
         members = len(group.Ms)
+    elif epilogue.swiglu:
+        raise UsageError(f"config {config.label}: swiglu is the epilogue of a grouped launch (gate, up): give the group")
     values = dict(config.to_dict())
     values.update(label=config.label + epilogue.label + (f".g{members}" if members else ""), d=int(shape.d), n=int(shape.n),
-                  out_t=epilogue.out_ctype, out_name=epilogue.out_name, bias=bool(epilogue.bias), group=int(members))
+                  out_t=epilogue.out_ctype, out_name=epilogue.out_name, bias=bool(epilogue.bias), group=int(members),
+                  residual=bool(epilogue.residual), swiglu=bool(epilogue.swiglu))
     values.update(dtype_values(getattr(shape, "dtype", "fp16")))
     values.update(config.render_values(shape))
     return _env().get_template(fam.template).render(**values)

@@ -46,9 +46,15 @@ OPTS: dict[str, Decl] = {
     "group": (("--group",), {"is_flag": True, "help": "gemvtune's variant groups sibling linears (q/k/v, gate/up) "
                                                    "into one launch where the table measured it faster: "
                                                    "swap_linears(model, table, group=True)"}),
-    "pdl": (("--pdl",), {"is_flag": True, "help": "also time the tuned step with programmatic dependent launch: each "
-                                               "tuned kernel's pdl=on variant (W prefetched into L2 before it "
-                                               "waits for the previous kernel), launched with the attribute"}),
+    "pdl": (("--pdl",), {"is_flag": True, "help": "also time the fused step with programmatic dependent launch: each "
+                                               "kernel loads its first W vectors before it waits for the previous "
+                                               "one, at the depth a chain search picks in the step's own graph"}),
+    "between": (("--between",), {"metavar": "MODES", "default": "none", "show_default": True,
+                                 "help": "comma list of none, plain, pdl: the step as it is, and with stand-ins of the "
+                                         "kernels a model runs between its linears (plain: they end a PDL chain; "
+                                         "pdl: PDL-aware)"}),
+    "context": (("--context",), {"default": 128, "show_default": True, "type": click.IntRange(1, 1 << 20),
+                                 "help": "KV-cache tokens the attention stand-in reads"}),
 }
 KERNELS = "shape_texts suite model spec table_path batch_text rounds seed out_dir no_spin_check no_inductor dtype"
 STEP = "model layers_text table_path rounds out_dir"
@@ -95,7 +101,8 @@ def _old_bench(p: dict[str, Any]) -> None:
 
         layers = check_decode_args(p["model"], p["layers_text"], p["shape_texts"], p["suite"], p["spec"],
                                    p["batch_text"])
-        run_step(p["model"], layers, p["table_path"], p["rounds"], p["out_dir"], pdl=False)
+        run_step(p["model"], layers, p["table_path"], p["rounds"], p["out_dir"], pdl=False, between=("none",),
+                 context=128)
         return
     run_kernels(**{k: p[k] for k in KERNELS.split()})
 
@@ -111,15 +118,19 @@ def kernels(**params: Any) -> None:
 
 
 @bench.command("step", short_help="one whole decode step of a model preset in CUDA graphs")
-@declared(OPTS, STEP + " pdl", model={"required": True, "help": "the model preset whose decode step is timed"},
+@declared(OPTS, STEP + " pdl between context", model={"required": True, "help": "the model preset whose decode step is timed"},
           layers_text={"required": True, "help": "layers of the step (then the LM head once)"})
-def step(model: str, layers_text: str, table_path: str | None, rounds: int, out_dir: str | None, pdl: bool) -> None:
-    """One whole decode step of a model preset (N layers + LM head, the fused linears) in one CUDA graph per
-    implementation: tuned (and with --pdl the tuned kernels with programmatic dependent launch), llama.cpp config,
-    cuBLAS; µs per token, tokens/s, % of ceiling; CSV, summary, chart."""
-    from ..bench.step import check_decode_args
+def step(model: str, layers_text: str, table_path: str | None, rounds: int, out_dir: str | None, pdl: bool,
+         between: str, context: int) -> None:
+    """One whole decode step of a model preset (N layers + LM head) in one CUDA graph per implementation: the tuned
+    kernels on the fused shapes, the fused step (sibling groups, residual and SwiGLU epilogues; with --pdl also with
+    chain PDL), llama.cpp config, cuBLAS; with --between, again with stand-ins between the linears; µs per token,
+    tokens/s, % of ceiling; CSV, summary, chart."""
+    from ..bench.step import check_decode_args, parse_between
 
-    run_step(model, check_decode_args(model, layers_text), table_path, rounds, out_dir, pdl=pdl)
+    modes = parse_between(between)
+    run_step(model, check_decode_args(model, layers_text), table_path, rounds, out_dir, pdl=pdl, between=modes,
+             context=context)
 
 
 @bench.command("hf", short_help="a Hugging Face model's greedy decode, stock against gemvtune")
@@ -196,12 +207,13 @@ def run_kernels(shape_texts: tuple[str, ...], suite: str | None, model: str | No
 
 
 def run_step(model: str, layers: int, table_path: str | None, rounds: int, out_dir: str | None,
-             pdl: bool = False) -> None:
-    """bench step, its arguments checked (bench.step.check_decode_args)."""
+             pdl: bool = False, between: tuple[str, ...] = ("none",), context: int = 128) -> None:
+    """bench step, its arguments checked (bench.step.check_decode_args, parse_between)."""
     table_path = _tuned_table(table_path)
     from ..bench.step import run_decode_step
 
-    run_decode_step(model, layers, table_path, out_dir, echo=click.echo, rounds=rounds, pdl=pdl)
+    run_decode_step(model, layers, table_path, out_dir, echo=click.echo, rounds=rounds, pdl=pdl, between=between,
+                    context=context)
 
 
 def run_hf(hf_config: str, layers_text: str | None, tokens_text: str | None, prompt_text: str | None,

@@ -18,6 +18,11 @@ class ConfigBase:
 
     family = ""
     DOMAINS: dict[str, tuple[Any, ...]] = {}
+    # Values a field accepts beyond its searched domain: configs that are chosen elsewhere than in a per-shape search
+    # (the GEMV family's pdl=chainK: chosen in a model's chain of launches, never timed as an isolated kernel).
+    EXTRA_VALUES: dict[str, tuple[Any, ...]] = {}
+    # The epilogue fusions the family's template renders (``gemvtune.kernels.epilogue``: residual, swiglu)
+    EPILOGUE_FUSIONS: tuple[str, ...] = ()
 
     if TYPE_CHECKING:   # what every family's config defines (declared for the type checker only)
         @property
@@ -34,7 +39,8 @@ class ConfigBase:
         point of a space (345,600 for gemv), and ``dataclasses.fields`` on each call was most of its cost."""
         sets = cls.__dict__.get("_DOMAIN_SETS")
         if sets is None:
-            sets = tuple((f.name, frozenset(cls.DOMAINS[f.name])) for f in fields(cls))  # type: ignore[arg-type]
+            sets = tuple((f.name, frozenset(cls.DOMAINS[f.name]) | frozenset(cls.EXTRA_VALUES.get(f.name, ())))
+                         for f in fields(cls))  # type: ignore[arg-type]
             cls._DOMAIN_SETS = sets   # type: ignore[attr-defined]
         return sets
 
@@ -43,7 +49,7 @@ class ConfigBase:
         for name, allowed in self._domain_sets():
             v = getattr(self, name)
             if type(v) is bool or v not in allowed:   # (True == 1: a bool is never a domain value)
-                errs.append(f"{name}={v!r} is not one of {list(self.DOMAINS[name])}")
+                errs.append(f"{name}={v!r} is not one of {list(self.DOMAINS[name]) + list(self.EXTRA_VALUES.get(name, ()))}")
         return errs
 
     def invalid_reasons(self, shape: Any) -> list[str]:

@@ -1,4 +1,5 @@
-"""What a call does with its sums before the final store: the output dtype and an optional bias.
+"""What a call does with its sums before the final store: the output dtype, an optional bias, and the two fusions
+a model's decode step needs around its linears (a residual add, SwiGLU).
 
 The epilogue is not a tunable (it is what the caller asks for: ``nn.Linear`` returns FP16 and may have
 a bias; ``table.gemv`` returns FP32), so it is not part of a config's search space; it is rendered
@@ -7,6 +8,16 @@ kernel(s). The default (FP32 out, no bias) is the kernel every measurement in th
 
 The output is FP32 or the inputs' dtype (``Shape.dtype``: FP16 or BF16); ``shape_reasons`` refuses the rest
 (an FP16 y of BF16 inputs, a BF16 y of FP16 ones). The bias, when there is one, is of the inputs' dtype.
+
+Two fusions, rendered by the families that declare them (``config.EPILOGUE_FUSIONS``; the GEMV family):
+
+- ``residual``: ``y = W·x + r``, ``r`` [n, M] of y's dtype added in FP32 (o_proj and down_proj followed by the
+  residual add). ``r`` rides the kernel ABI's bias slot (so the ABI is unchanged), hence no bias beside it; y must
+  not alias r.
+- ``swiglu``: a grouped launch of two members of equal rows (gate, up: ``gemvtune.kernels.group``) writes
+  ``silu(g)·u`` (each plus its bias, when there is one, in FP32) into the first member's y [n, M]: the input of the
+  down projection, with no ``g``, ``u`` or elementwise kernel in between. Launch rows 2i and 2i+1 are gate row i and
+  up row i (in one block: the family's reasons ask for an even number of rows per block).
 """
 
 from __future__ import annotations
@@ -28,12 +39,23 @@ class Epilogue:
 
     out: str = "fp32"
     bias: bool = False
+    residual: bool = False
+    swiglu: bool = False
 
     def __post_init__(self) -> None:
         if self.out not in OUT_DTYPES:
             raise UsageError(f"epilogue out must be one of {', '.join(OUT_DTYPES)}, got {self.out!r}")
-        if not isinstance(self.bias, bool):
-            raise UsageError(f"epilogue bias must be True or False, got {self.bias!r}")
+        for name in ("bias", "residual", "swiglu"):
+            if not isinstance(getattr(self, name), bool):
+                raise UsageError(f"epilogue {name} must be True or False, got {getattr(self, name)!r}")
+        if self.residual and (self.bias or self.swiglu):
+            raise UsageError("a residual epilogue has no bias and no SwiGLU (the residual rides the bias slot; "
+                             "SwiGLU's output feeds another linear)")
+
+    @property
+    def fusions(self) -> tuple[str, ...]:
+        """The fusions asked for (``residual``, ``swiglu``), in that order."""
+        return tuple(f for f in ("residual", "swiglu") if getattr(self, f))
 
     @property
     def out_ctype(self) -> str:
@@ -47,7 +69,8 @@ class Epilogue:
     @property
     def label(self) -> str:
         """Suffix of a variant's name: empty for the default epilogue (FP32 out, no bias)."""
-        return _LABELS[self.out] + (".bias" if self.bias else "")
+        return (_LABELS[self.out] + (".bias" if self.bias else "") + (".res" if self.residual else "")
+                + (".swiglu" if self.swiglu else ""))
 
     @property
     def out_name(self) -> str:
@@ -68,9 +91,14 @@ class Epilogue:
         return []
 
     def invalid_reasons(self, config: Any) -> list[str]:
-        """Why ``config`` cannot fuse this epilogue (empty: it can): its family's rule
-        (``config.epilogue_reasons``; e.g. a split-K GEMM combining with FP32 atomics has no 16-bit output).
-        Whether it suits a shape's dtype is ``shape_reasons``."""
+        """Why ``config`` cannot fuse this epilogue (empty: it can): a fusion its family's template does not render
+        (``config.EPILOGUE_FUSIONS``), then its family's rule (``config.epilogue_reasons``; e.g. a split-K GEMM
+        combining with FP32 atomics has no 16-bit output). Whether it suits a shape's dtype is ``shape_reasons``;
+        SwiGLU's group (two members of equal rows) is ``gemvtune.kernels.group.group_reasons``'s."""
+        have = getattr(config, "EPILOGUE_FUSIONS", ())
+        missing = [f for f in self.fusions if f not in have]
+        if missing:
+            return [f"the {getattr(config, 'family', '?')} family's template does not fuse {' or '.join(missing)}"]
         rule = getattr(config, "epilogue_reasons", None)
         return list(rule(self)) if rule is not None else []
 

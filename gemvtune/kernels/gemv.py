@@ -39,6 +39,14 @@ DOMAINS: dict[str, tuple[Any, ...]] = {
 }
 MAX_THREADS_PER_SM, MAX_BLOCKS_PER_SM = 2048, 32      # sm_90
 
+# Programmatic dependent launch as a chain of a model's linears runs it (pdl=chainK, outside the searched space: a
+# per-shape search times isolated kernels, where it means nothing): each thread loads its first K W vectors into
+# registers before ``griddepcontrol.wait`` (W is never written by an earlier kernel), reads x only after it, and the
+# block releases the next kernel (``launch_dependents``) once its last W load is issued. K is chosen where the
+# kernel runs: in the decode step's chain (``gemvtune bench step --pdl``).
+CHAIN_DEPTHS = (1, 2, 4, 8)
+CHAIN_VALUES = tuple(f"chain{k}" for k in CHAIN_DEPTHS)
+
 
 # A 16-bit accumulator is offered for FP16 inputs only: with BF16 ones it would be a BF16 accumulator (8 significant
 # bits, u = 2^-8), whose error at any useful chain length passes every bound a GEMV is held to.
@@ -69,6 +77,8 @@ class GemvConfig(ConfigBase):
 
     family = NAME
     DOMAINS = DOMAINS
+    EXTRA_VALUES = {"pdl": CHAIN_VALUES}
+    EPILOGUE_FUSIONS = ("residual", "swiglu")
 
     # ---- derived values -------------------------------------------------------------------
     @property
@@ -93,6 +103,11 @@ class GemvConfig(ConfigBase):
     @property
     def rows_per_block(self) -> int:
         return self.block // self.tpr
+
+    @property
+    def chain_depth(self) -> int:
+        """W vectors each thread loads before ``griddepcontrol.wait`` (pdl=chainK: K; otherwise 0)."""
+        return int(self.pdl[5:]) if self.pdl.startswith("chain") else 0
 
     @property
     def loads_in_flight(self) -> int:
@@ -130,8 +145,11 @@ class GemvConfig(ConfigBase):
         per_thread = -(-self.vectors_per_split(d) // self.tpr)
         if n > 1:
             return max(1, per_thread * self.vec_elems // lanes)
-        main = per_thread // self.unroll if self.unroll > 1 and self.unroll * self.tpr <= self.vectors_per_split(d) else 0
-        slot0 = main + (per_thread - main * self.unroll)
+        pf = min(self.chain_depth, per_thread)   # pdl=chainK: the first K vectors go to the slots in turn
+        rest = per_thread - pf                    # then the loops start K vectors later: rest // unroll iterations
+        runs = self.unroll * self.tpr <= self.vectors_per_split(d) if not pf else True
+        main = rest // self.unroll if self.unroll > 1 and runs else 0
+        slot0 = -(-pf // self.unroll) + main + (rest - main * self.unroll)
         return max(1, slot0 * self.vec_elems // lanes)
 
     # ---- validity -------------------------------------------------------------------------
@@ -169,6 +187,10 @@ class GemvConfig(ConfigBase):
                     r.append(f"fp16 accumulation chains of {chain} terms exceed {most} "
                              f"(max(16, d/128)): the error would pass the fp16 bound; use more threads per row, "
                              f"more unroll, or fp32")
+        pf = self.chain_depth
+        if pf and pf * tpr > vps:
+            r.append(f"pdl={self.pdl} loads {pf} vectors per thread before the wait: {pf * tpr} vectors per split for "
+                     f"{tpr} threads per row, the row has {vps}")
         if self.x_load == "smem" and shape.n * vps * ve * 2 > SMEM_X_LIMIT:
             r.append(f"x slice of {shape.n * vps * ve * 2} B ({shape.n} column(s)) does not fit the {SMEM_X_LIMIT // 1024} KiB of shared memory")
         return r
@@ -180,13 +202,21 @@ class GemvConfig(ConfigBase):
         return (levers, self.split, self.unroll, self != LLAMA_CPP)
 
     def render_values(self, shape: Shape) -> dict[str, Any]:
-        return {"vec_elems": self.vec_elems, "rows": self.rows_per_block, "min_blocks": self.min_blocks}
+        return {"vec_elems": self.vec_elems, "rows": self.rows_per_block, "min_blocks": self.min_blocks,
+                "pf": self.chain_depth}
+
+    def epilogue_reasons(self, epilogue: Any) -> list[str]:
+        """SwiGLU pairs launch rows 2i (gate) and 2i+1 (up) inside one block: an even number of rows per block."""
+        if getattr(epilogue, "swiglu", False) and self.rows_per_block % 2:
+            return [f"swiglu pairs a gate row with an up row in one block: {self.rows_per_block} row(s) per block "
+                    f"(block {self.block} / tpr {self.tpr}) is odd"]
+        return []
 
     @property
     def label(self) -> str:
         return (
             f"b{self.block}.{self.vec}.{self.acc}.t{self.tpr}.u{self.unroll}.k{self.split_k}"
-            f".{self.hint}.{self.x_load}" + (".pdl" if self.pdl == "on" else "")
+            f".{self.hint}.{self.x_load}" + (".pdl" if self.pdl == "on" else f".{self.pdl}" if self.pdl != "off" else "")
             + (f".occ{self.occ}" if self.occ != "auto" else "")
         )
 

@@ -65,10 +65,16 @@ class GroupShape:
         return "+".join(map(str, self.Ms)) + f"x{self.d}" + (f"@n{self.n}" if self.n != 1 else "") + self.fused.dtype_suffix(".")
 
 
-def group_reasons(config: Any, group: GroupShape) -> list[str]:
-    """Why ``config`` cannot run ``group`` as one grouped launch (empty: it can): its family has a grouped
-    template, and it runs the fused shape."""
+def group_reasons(config: Any, group: GroupShape, epilogue: Any = None) -> list[str]:
+    """Why ``config`` cannot run ``group`` as one grouped launch with ``epilogue`` (empty: it can): its family has a
+    grouped template, it runs the fused shape, and the epilogue suits a group (SwiGLU: two members of equal rows,
+    gate then up; a residual belongs to one linear, never to a group)."""
     fam = getattr(config, "family", None)
     if fam not in GROUP_FAMILIES:
         return [f"the {fam} family has no grouped template (grouped: {', '.join(GROUP_FAMILIES)})"]
-    return list(config.invalid_reasons(group.fused))
+    r = list(config.invalid_reasons(group.fused))
+    if getattr(epilogue, "residual", False):
+        r.append("a residual is added to one linear's output, not to a group's")
+    if getattr(epilogue, "swiglu", False) and (len(group.Ms) != 2 or group.Ms[0] != group.Ms[1]):
+        r.append(f"swiglu needs two members of equal rows (gate, up), got {group}")
+    return r

@@ -38,7 +38,7 @@ class LaunchSpec:
     ws_floats: int          # float workspace elements (>= 1)
     counters: int           # unsigned counters (>= 1)
     align: int              # bytes every W, x (and bias) pointer must be aligned to
-    pdl: bool               # launched with programmatic stream serialization
+    pdl: bool               # launched with programmatic stream serialization (pdl=on or chainK)
     smem: int = 0           # dynamic shared memory bytes of every kernel of the call (the launch opts in past 48 KiB)
     group: Any = None       # a GroupShape: one launch over the rows of its members (None: one weight)
 
@@ -65,12 +65,14 @@ def launch_spec(config: Any, shape: Shape, epilogue: Epilogue = DEFAULT, group: 
         from .group import group_reasons
 
         reasons += ([] if group.fused == shape else [f"the group {group} runs as {group.fused}, not {shape}"])
-        reasons += group_reasons(config, group)
+        reasons += group_reasons(config, group, epilogue)
+    elif epilogue.swiglu:
+        reasons.append("swiglu is the epilogue of a grouped launch (gate, up): give the group")
     if reasons:
         raise UsageError(f"config {config.label}{epilogue.label} cannot run {shape}: " + "; ".join(reasons))
     floats, counters = config.workspace(shape)
     kernels = tuple((str(k), tuple(g), tuple(b)) for k, g, b in config.kernels(shape))
     dynamic = getattr(config, "dynamic_smem", None)
     return LaunchSpec(config, shape, epilogue, kernels, max(1, int(floats)), max(1, int(counters)),
-                      int(config.vec_elems) * 2, getattr(config, "pdl", "off") == "on",
+                      int(config.vec_elems) * 2, getattr(config, "pdl", "off") != "off",
                       int(dynamic(shape)) if dynamic is not None else 0, group)

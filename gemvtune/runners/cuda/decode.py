@@ -66,6 +66,7 @@ class DecodeStepBench:
         self.configs: dict[str, dict[Shape, Any]] = {}
         self._timers: dict[str, Callable[[int], list[float]]] = {}
         self._keep: list = []
+        self._graphs: dict[str, Any] = {}
         with runner.on_stream():
             for _, s in ops:
                 self.W.append(rand_elems((s.M, s.d), runner.rng, s.dtype))
@@ -76,34 +77,51 @@ class DecodeStepBench:
     def weight_bytes(self) -> int:
         return sum(s.weight_bytes for _, s in self.ops)
 
-    # ---- our kernels (tuned, llama.cpp config) ------------------------------------------------------
-    def capture_kernels(self, impl: str, configs: dict[Shape, Any], launch: dict[Shape, Callable]) -> None:
-        """The whole step (ops in order) captured into one CuPy graph on the runner's stream."""
+    # ---- our kernels (tuned, llama.cpp config, the fused step) -------------------------------------------
+    def capture_sequence(self, key: str, calls: list[Callable[[], None]], outputs: list[Any],
+                         configs: dict[Shape, Any] | None = None) -> None:
+        """``calls`` (each enqueues one launch on the current stream) captured in order into one CuPy graph on the
+        runner's stream, timed as ``key``; ``outputs`` are what the step writes (checked for NaN poison)."""
         s = self.runner.stream
-        self.configs[impl] = configs
         with self.runner.on_stream():
-            ys = self.y[impl] = [cp.full(sh.M, cp.nan, dtype=cp.float32) for _, sh in self.ops]
             s.begin_capture()
             try:
-                for i, (_, shape) in enumerate(self.ops):
-                    launch[shape](self.W[i], self.x[i], ys[i])
+                for c in calls:
+                    c()
             finally:
                 g = s.end_capture()
-        self._keep.append(g)
-        self.methods[impl] = "graph"
-        self._timers[impl] = lambda replays: self.runner.replay_times(g, replays)
+        self._graphs[key] = g   # (a key captured again drops its old graph)
+        self.y[key] = outputs
+        if configs is not None:
+            self.configs[key] = configs
+        self.methods[key] = "graph"
+        self._timers[key] = lambda replays: self.runner.replay_times(g, replays)
+
+    def capture_kernels(self, impl: str, configs: dict[Shape, Any], launch: dict[Shape, Callable],
+                        gaps: Any = None, pdl_gaps: bool = False, key: str | None = None) -> None:
+        """The whole step (ops in order, with the stand-ins of ``gaps`` between them) captured into one CuPy graph on
+        the runner's stream, timed as ``key`` (default ``impl``)."""
+        from .fusedstep import unfused_calls
+
+        with self.runner.on_stream():
+            ys = [cp.full(sh.M, cp.nan, dtype=cp.float32) for _, sh in self.ops]
+
+        def linear(i: int) -> None:
+            launch[self.ops[i][1]](self.W[i], self.x[i], ys[i])
+        self.capture_sequence(key or impl, unfused_calls(self.ops, linear, gaps, pdl_gaps), ys, configs)
 
     # ---- cuBLAS ---------------------------------------------------------------------------------
-    def capture_cublas(self) -> tuple[str, str]:
-        """cuBLAS for every op: torch F.linear captured in one torch CUDA graph (as the baselines do);
-        without torch, cupy.matmul enqueued op by op behind a spin kernel (CuPy refuses cuBLAS in
-        capture). Returns its name in the baseline registry (``cublas-torch`` or ``cublas``) and the method."""
+    def capture_cublas(self, gaps: Any = None, pdl_gaps: bool = False, suffix: str = "") -> tuple[str, str]:
+        """cuBLAS for every op: torch F.linear captured in one torch CUDA graph (as the baselines do), with the
+        stand-ins of ``gaps`` between; without torch, cupy.matmul enqueued op by op behind a spin kernel (CuPy refuses
+        cuBLAS in capture; no stand-ins). Returns its key (its name in the baseline registry, ``cublas-torch`` or
+        ``cublas``, then ``suffix``) and the method."""
         try:
             import torch
             have_torch = True
         except Exception:
             have_torch = False
-        impl = CUBLAS_FOR["torch" if have_torch else "cupy"]
+        impl = CUBLAS_FOR["torch" if have_torch else "cupy"] + suffix
         if not have_torch:
             ys = self.y[impl] = [None] * len(self.ops)
 
@@ -113,18 +131,31 @@ class DecodeStepBench:
             self._timers[impl] = lambda replays: self._spin(step, replays)
             self.methods[impl] = "spin (cupy.matmul)"
             return impl, self.methods[impl]
+        from .fusedstep import unfused_calls
+
         with self.runner.on_stream():   # the runner's device (torch's too) and stream (the DLPack hand-overs)
             Wt = [torch.from_dlpack(w) for w in self.W]
             xt = [torch.from_dlpack(x).view(1, -1) for x in self.x]
 
             def linears() -> list:
-                return [torch.nn.functional.linear(x, w) for w, x in zip(Wt, xt)]
+                outs: list = [None] * len(Wt)
+
+                def one(i: int) -> None:
+                    outs[i] = torch.nn.functional.linear(xt[i], Wt[i])
+                for c in unfused_calls(self.ops, one, gaps, pdl_gaps, lambda: torch.cuda.current_stream().cuda_stream):
+                    c()
+                return outs
             g, outs = torch_graph(torch, lambda: [linears() for _ in range(2)], linears)
             self.y[impl] = [cp.from_dlpack(o.view(-1)) for o in outs]
         self._keep += [g, Wt, xt, outs]
         self.methods[impl] = "graph (torch F.linear)"
         self._timers[impl] = lambda replays: torch_replay_times(torch, g, replays)
         return impl, self.methods[impl]
+
+    def drop(self, key: str) -> None:
+        """Forget ``key``'s graph, outputs and timer."""
+        for d in (self._graphs, self._timers, self.y, self.methods, self.configs):
+            d.pop(key, None)
 
     def _spin(self, step: Callable[[int], None], replays: int) -> list[float]:
         out: list[float] = []
@@ -166,6 +197,7 @@ class DecodeStepBench:
     def close(self) -> None:
         self._timers.clear()
         self._keep.clear()
+        self._graphs.clear()
         self.W, self.x, self.y = [], [], {}
         with self.runner.on_stream():
             cp.get_default_memory_pool().free_all_blocks()

@@ -49,16 +49,21 @@ def _launcher(plan: LaunchPlan) -> Callable[..., None]:
 def verify_group(runner: Any, launch: Callable[..., None], group: GroupShape, bound: float,
                  epilogue: Epilogue = DEFAULT) -> tuple[bool, float, float, str]:
     """One grouped launch on fresh random members (each its own allocation), y poisoned with NaN, checked
-    against the float64 products of every member, as one [n, sum M] answer (``Verifier.check``)."""
+    against the float64 products of every member, as one [n, sum M] answer (``Verifier.check``); with a SwiGLU
+    epilogue, the one output ``silu(g) * u`` against its float64 value (``swiglu_reference``)."""
     dt, n, d = group.dtype, group.n, group.d
     Ws = [rand_elems((M, d), runner.rng, dt) for M in group.Ms]
     x = rand_elems((d,) if n == 1 else (n, d), runner.rng, dt)
     biases = [rand_elems((M,), runner.rng, dt) for M in group.Ms] if epilogue.bias else None
     ys = [nan_fill(cp, (M,) if n == 1 else (n, M), epilogue.out) for M in group.Ms]
+    if epilogue.swiglu:   # one output, silu(g) * u, in the first member's y
+        ys[1] = ys[0]
     launch([w.data.ptr for w in Ws], x.data.ptr, [y.data.ptr for y in ys],
            [b.data.ptr for b in biases] if biases is not None else None)
     runner.stream.synchronize()
     x64 = to_float64(x, dt).reshape(n, d)
+    if epilogue.swiglu:
+        return _check_swiglu(runner, Ws, x64, biases, ys[0], group, bound, epilogue)
     refs, sqs, gots = [], [], []
     for i, (W, y) in enumerate(zip(Ws, ys)):
         W64 = to_float64(W, dt)
@@ -71,6 +76,32 @@ def verify_group(runner: Any, launch: Callable[..., None], group: GroupShape, bo
         gots.append(to_float64(y, epilogue.out).reshape(n, -1))
     return runner.verifier.check(cp.concatenate(gots, axis=1), cp.concatenate(refs, axis=1),
                                  cp.sqrt(cp.concatenate(sqs, axis=1)), bound)
+
+
+def swiglu_reference(g: Any, sg: Any, u: Any, su: Any) -> tuple[Any, Any]:
+    """float64 ``silu(g) * u`` and each output's scale from the scales of g and u (their root-sum-squares of terms):
+    an error e_g in g and e_u in u move h by ``silu'(g) u e_g + silu(g) e_u`` to first order, so the scale is
+    ``|silu'(g)| |u| s_g + |silu(g)| s_u``, and the check's bound on ||e|| / ||s|| carries over unchanged."""
+    xp = cp.get_array_module(g)
+    sig = 1.0 / (1.0 + xp.exp(-xp.clip(g, -700.0, 700.0)))
+    silu = g * sig
+    dsilu = sig * (1.0 + g * (1.0 - sig))
+    return silu * u, xp.abs(dsilu) * xp.abs(u) * sg + xp.abs(silu) * su
+
+
+def _check_swiglu(runner: Any, Ws: Sequence[Any], x64: Any, biases: Any, y: Any, group: GroupShape, bound: float,
+                  epilogue: Epilogue) -> tuple[bool, float, float, str]:
+    parts = []
+    for i, W in enumerate(Ws):
+        W64 = to_float64(W, group.dtype)
+        ref, sq = x64 @ W64.T, (x64 * x64) @ (W64 * W64).T
+        if biases is not None:
+            b64 = to_float64(biases[i], group.dtype)
+            ref, sq = ref + b64, sq + b64 * b64
+        parts.append((ref, cp.sqrt(sq)))
+    (g, sg), (u, su) = parts
+    ref, scale = swiglu_reference(g, sg, u, su)
+    return runner.verifier.check(to_float64(y, epilogue.out).reshape(group.n, -1), ref, scale, bound)
 
 
 def _member_views(b: Any, i: int, group: GroupShape) -> tuple[list[int], list[int]]:
@@ -94,7 +125,7 @@ def measure_group(runner: Any, config: Any, group: GroupShape, epilogue: Epilogu
     fused = group.fused
     m = Measurement.of(name or f"{config.label}{epilogue.label}.g{len(group.Ms)}", "group", fused, Status.OK,
                        params=config_to_dict(config))
-    why = group_reasons(config, group) + epilogue.shape_reasons(fused) + epilogue.invalid_reasons(config)
+    why = group_reasons(config, group, epilogue) + epilogue.shape_reasons(fused) + epilogue.invalid_reasons(config)
     if why:
         m.status, m.error = Status.INVALID, "; ".join(why)
         return m

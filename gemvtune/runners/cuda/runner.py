@@ -319,6 +319,8 @@ class CudaRunner(RunnerBase):
             b = self.buffers(shape)
             n = self.launches(shape, b.copies, flush=b.flush)
             bias = rand_elems((shape.M,), self.rng, shape.dtype) if epilogue.bias else None   # y buffers are FP32: room for 16 bits too
+            if epilogue.residual:   # r [n, M] of y's dtype (read through the bias slot)
+                bias = rand_elems((shape.n * shape.M,), self.rng, epilogue.out)
             t = self.time_graph(lambda i: launch(b.W[i % b.copies], b.x[i % b.copies], b.y[i % b.copies], bias), n,
                                 flush=b.flush)
         except Exception as e:

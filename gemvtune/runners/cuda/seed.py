@@ -48,7 +48,8 @@ def seed_source(n: int, dtype: str = "fp16") -> str:
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_BATCH:
         raise ValueError(f"seed kernel: n must be an integer in 1..{MAX_BATCH}, got {n!r}")
     return _env().get_template(SEED_TEMPLATE).render(n=n, out_t=DEFAULT.out_ctype, out_name=DEFAULT.out_name,
-                                                     bias=DEFAULT.bias, **dtype_values(dtype))
+                                                     bias=DEFAULT.bias, residual=False, swiglu=False,
+                                                     **dtype_values(dtype))
 
 
 def compile_seed(n: int, arch: str = DEFAULT_ARCH, dtype: str = "fp16") -> Compiled:

@@ -89,19 +89,23 @@ class Verifier:
         float64 reference (two float64 GEMVs against the resident copies, plus the bias).
 
         ``run(W, x, y)`` for the default epilogue (FP32 out, no bias), else ``run(W, x, y, bias)``
-        (bias None without one); it may return its own output instead of writing y. The bias is one
-        more term of each row: ref_i += b_i and s_i^2 += b_i^2."""
+        (bias None without one; with a residual epilogue, r [n, M] of y's dtype in its place); it may return its
+        own output instead of writing y. The bias (or r) is one more term of each output: ref += b and
+        s^2 += b^2."""
         with self._scope():
             W, W64, W64sq = self._verify_matrix(shape)
             x = rand_elems(x_shape(shape), self.rng, shape.dtype)
             bias = rand_elems((shape.M,), self.rng, shape.dtype) if epilogue.bias else None
+            if epilogue.residual:   # r [n, M] of y's dtype, through the bias slot
+                bias = rand_elems(y_shape(shape), self.rng, epilogue.out)
             y = nan_fill(cp, y_shape(shape), epilogue.out)
             out = run(W, x, y) if epilogue == DEFAULT else run(W, x, y, bias)
             self.stream.synchronize()
             x64 = to_float64(x, shape.dtype).reshape(shape.n, shape.d)
             ref, sq = x64 @ W64.T, (x64 * x64) @ W64sq.T   # [n, M], like y
             if bias is not None:
-                b64 = to_float64(bias, shape.dtype)        # [M]: broadcast over the n columns
+                b64 = (to_float64(bias, epilogue.out).reshape(shape.n, shape.M) if epilogue.residual
+                       else to_float64(bias, shape.dtype))   # a bias [M] is broadcast over the n columns
                 ref, sq = ref + b64, sq + b64 * b64
             if out is None:
                 got = to_float64(y, epilogue.out)
