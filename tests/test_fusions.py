@@ -58,7 +58,9 @@ def test_chain_configs_live_outside_the_searched_space():
     c = GemvConfig.from_dict({**LLAMA_CPP.to_dict(), "pdl": "chain4", "vec": "half8", "tpr": 64})
     assert c.chain_depth == 4 and c.label.endswith(".chain4") and LLAMA_CPP.chain_depth == 0
     assert launch_spec(c, Shape(4096, 4096)).pdl                       # launched with programmatic serialization
-    assert not any(x.pdl.startswith("chain") for x in gemv.all_configs())
+    assert not any(x.pdl in gemv.CHAIN_VALUES for x in gemv.all_configs())
+    early = dataclasses.replace(c, pdl="early4")
+    assert early.chain_depth == 4 and early.chain_trigger == "start" and c.chain_trigger == "end"
     assert sum(1 for _ in gemv.all_configs()) == 345_600               # the searched space is unchanged
     with pytest.raises(UsageError, match="pdl='chain3' is not one of"):
         GemvConfig.from_dict({"pdl": "chain3"})
@@ -111,6 +113,8 @@ def test_rendered_fusions_read_where_they_should():
     wait, first_x, trigger = src.index("griddepcontrol.wait"), src.index("X_AT(c, vj)"), src.index("launch_dependents")
     assert src.index("pre[j] = load_w") < wait < first_x < trigger       # W before the wait, x after, trigger last
     assert "prefetch.global.L2" not in src                               # (pdl=on's L2 prefetch is another variant)
+    early = render(dataclasses.replace(chain, pdl="early2"), Shape(4096, 4096))
+    assert early.count("launch_dependents") == 1 and early.index("launch_dependents") < early.index("griddepcontrol.wait")
     res = render(LLAMA_CPP, Shape(4096, 4096, 3), Epilogue("fp16", residual=True))
     assert "epilogue_res(sum[c], bias, (size_t)c * M + row)" in res
     k = render(dataclasses.replace(TWO_ROWS, split_k=4), GATE_UP.fused, Epilogue("fp16", True, swiglu=True), GATE_UP)
@@ -125,14 +129,14 @@ def test_fusion_sources_compile_without_spills_both_dtypes():
         sw = Epilogue(g.dtype, i == 1, swiglu=True)
         cfgs = cover([c for c in valid_of("gemv", g.fused) if not sw.invalid_reasons(c)], TWO_ROWS, gemv.DOMAINS, 3, i)
         for j, c in enumerate(cfgs):
-            c = dataclasses.replace(c, pdl=gemv.CHAIN_VALUES[j % 4]) if j % 3 == 0 else c
-            if c.is_valid(g.fused) and not group_reasons(c, g, sw):
+            c = dataclasses.replace(c, pdl=gemv.CHAIN_VALUES[j % 8]) if j % 3 == 0 else c
+            if c.is_valid(g.fused) and not group_reasons(c, g, sw) and not sw.invalid_reasons(c):
                 items.append((c, g.fused, sw, g))
     for i, s in enumerate([Shape(4096, 14336), Shape(129, 4104, 3, "bf16"), Shape(7, 72, 16)]):
         cfgs = cover(valid_of("gemv", s), LLAMA_CPP, gemv.DOMAINS, 3, 10 + i)
         for j, c in enumerate(cfgs):
             e = Epilogue(s.dtype if j % 2 else "fp32", residual=True)
-            c = dataclasses.replace(c, pdl=gemv.CHAIN_VALUES[j % 4]) if j % 3 == 1 else c
+            c = dataclasses.replace(c, pdl=gemv.CHAIN_VALUES[j % 8]) if j % 3 == 1 else c
             if c.is_valid(s):
                 items.append((c, s, e, None))
     assert {it[0].split_k > 1 for it in items} == {True, False} and len(items) > 100
@@ -176,9 +180,9 @@ def test_the_fused_steps_kernels_from_the_committed_table():
     for k in ks.values():
         assert k.config.family == "gemv" and not k.epilogue.invalid_reasons(k.config)
         assert not (k.group and group_reasons(k.config, k.group, k.epilogue)) and not k.config.invalid_reasons(k.shape)
-        assert depths_of(k)[0] == 0 and len(depths_of(k)) >= 3
+        assert depths_of(k)[0] == ("", 0) and len(depths_of(k)) >= 5
         deep = at_depth(k, depths_of(k)[-1])
-        assert deep.config.pdl.startswith("chain") and deep.label != k.label
+        assert deep.config.pdl.startswith("early") and deep.label != k.label and deep.variant == depths_of(k)[-1]
     o = table.entry(Shape(4096, 4096)).winner_config()
     assert ks["o"].config == o and "the winner of" in ks["o"].why
 
@@ -190,7 +194,7 @@ def test_residual_and_chain_variants_verify(runner, shape):
     from cover import verify_failures
 
     cfgs = cover(valid_of("gemv", shape), LLAMA_CPP, gemv.DOMAINS, 4, 7)
-    chains = [dataclasses.replace(c, pdl=gemv.CHAIN_VALUES[i % 4]) for i, c in enumerate(cfgs)]
+    chains = [dataclasses.replace(c, pdl=gemv.CHAIN_VALUES[i % 8]) for i, c in enumerate(cfgs)]
     failed = verify_failures(runner, [c for c in chains if c.is_valid(shape)], shape)
     failed += verify_failures(runner, cfgs[:24], shape, Epilogue(shape.dtype, residual=True))
     failed += verify_failures(runner, cfgs[24:48], shape, Epilogue("fp32", residual=True))
@@ -207,8 +211,8 @@ def test_swiglu_groups_verify(runner, group):
     cfgs = []
     for j, c in enumerate(cover(valid_of("gemv", group.fused), TWO_ROWS, gemv.DOMAINS, 4, 5)):
         e = Epilogue(group.dtype if j % 2 else "fp32", j % 3 == 0, swiglu=True)
-        c = dataclasses.replace(c, pdl=gemv.CHAIN_VALUES[j % 4]) if j % 4 == 1 else c
-        if c.is_valid(group.fused) and not group_reasons(c, group, e):
+        c = dataclasses.replace(c, pdl=gemv.CHAIN_VALUES[j % 8]) if j % 4 == 1 else c
+        if c.is_valid(group.fused) and not group_reasons(c, group, e) and not e.invalid_reasons(c):
             cfgs.append((c, e))
     assert len(cfgs) > 20
     compile_variants([(c, group.fused, e, group) for c, e in cfgs], arch=runner.arch)

@@ -18,12 +18,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..kernels.epilogue import Epilogue
-from ..kernels.gemv import CHAIN_DEPTHS, LLAMA_CPP
+from ..kernels.gemv import CHAIN_DEPTHS, CHAIN_TRIGGERS, LLAMA_CPP
 from ..kernels.group import GROUP_FAMILIES, GroupShape
 from ..kernels.shapes import Shape
 
 SLOTS = ("qkv", "o", "gate_up", "down", "lm_head")
-DEPTHS = (0, *CHAIN_DEPTHS)        # 0: no programmatic dependent launch
+# A chain variant: (trigger, depth); ("", 0) is no programmatic dependent launch (gemvtune.kernels.gemv: chainK, earlyK)
+VARIANTS = (("", 0), *((t, d) for t in CHAIN_TRIGGERS for d in CHAIN_DEPTHS))
 
 
 @dataclass(frozen=True)
@@ -42,8 +43,10 @@ class StepKernel:
         return self.config.label + self.epilogue.label + (f".g{len(self.group.Ms)}" if self.group else "")
 
     @property
-    def depth(self) -> int:
-        return int(getattr(self.config, "chain_depth", 0))
+    def variant(self) -> tuple[str, int]:
+        """(trigger family, depth) of its chain variant; ("", 0): no programmatic dependent launch."""
+        d = int(getattr(self.config, "chain_depth", 0))
+        return (self.config.pdl[:5], d) if d else ("", 0)
 
 
 def _gemv_record(table: Any, shape: Shape, epilogue: Epilogue) -> tuple[Any, str]:
@@ -90,17 +93,23 @@ def step_kernels(table: Any, model: Any, dtype: str = "fp16") -> dict[str, StepK
     return {s: out[s] for s in SLOTS}
 
 
-def at_depth(k: StepKernel, depth: int) -> StepKernel | None:
-    """``k`` with programmatic dependent launch at prefetch depth ``depth`` (0: none); None where its family has no
-    chain variant or the config cannot run it (too few vectors per thread for the depth)."""
+def pdl_value(variant: tuple[str, int]) -> str:
+    """The ``pdl`` field of a chain variant: ``off``, ``chainK`` or ``earlyK``."""
+    trigger, depth = variant
+    return f"{trigger}{depth}" if depth else "off"
+
+
+def at_depth(k: StepKernel, variant: tuple[str, int]) -> StepKernel | None:
+    """``k`` as chain variant ``variant`` ((trigger, depth); ("", 0): no programmatic dependent launch); None where its
+    family has no chain variant or the config cannot run it (too few vectors per thread for the depth)."""
     if not hasattr(k.config, "chain_depth"):
-        return k if depth == 0 else None
-    cfg = dataclasses.replace(k.config, pdl=f"chain{depth}" if depth else "off")
+        return k if variant[1] == 0 else None
+    cfg = dataclasses.replace(k.config, pdl=pdl_value(variant))
     if cfg.invalid_reasons(k.shape):
         return None
     return dataclasses.replace(k, config=cfg)
 
 
-def depths_of(k: StepKernel) -> list[int]:
-    """The depths ``k`` can run at (0 always)."""
-    return [d for d in DEPTHS if at_depth(k, d) is not None]
+def depths_of(k: StepKernel) -> list[tuple[str, int]]:
+    """The chain variants ``k`` can run as (("", 0) always first)."""
+    return [v for v in VARIANTS if at_depth(k, v) is not None]

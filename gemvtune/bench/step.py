@@ -175,6 +175,9 @@ def measure_decode_step(runner: Any, ops: list[tuple[str, Shape]], table: Any, r
                 bench.time(k, 1)   # one more replay, then its last layer against float64
                 depths = info["depths"].get(split_key(k)[1], {}) if split_key(k)[0] == FUSED_PDL else {}
                 info["fused_checked"][k] = fstep.check_last_layer(runner, prep.chosen(depths))
+    # every unfused step's first layer, after the replays, against float64 of its W and x (a baseline too)
+    info["checked"] = {k: [list(bench.check_op(k, i)) for i in range(min(4, len(ops)))] for k in keys
+                       if split_key(k)[0] not in (FUSED, FUSED_PDL) and bench.y.get(k) and bench.y[k][0] is not None}
     cub = {split_key(k)[1]: k for k in keys if split_key(k)[0] in BASELINE_IMPLS[1:]}
     info["max_rel_diff_vs_cublas"] = {k: bench.max_rel_diff(k, cub[split_key(k)[1]]) for k in keys
                                       if split_key(k)[0] in configs}

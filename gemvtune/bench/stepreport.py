@@ -126,7 +126,8 @@ def decode_markdown(df: Any, meta: dict[str, Any]) -> str:
                 lines.append(f"{label_of(key_of(impl, between))}: ×{r[f'{impl}_vs_cublas{at}']:.3f} cuBLAS's step, "
                              f"×{r.get(f'{impl}_vs_tuned{at}', math.nan):.3f} the tuned step's.")
     if meta.get("depths"):
-        lines.append("Chain PDL prefetch depths (W vectors per thread before the wait; 0: no PDL), picked in this "
+        lines.append("Chain PDL variants (chainK: the next kernel released after the last W load, earlyK: at the "
+                     "block's start; K W vectors per thread loaded before the wait; off: no PDL), picked in this "
                      "step's graph: " + "; ".join(f"{b}: " + ", ".join(f"{s} {d}" for s, d in ds.items())
                                                  for b, ds in meta["depths"].items()) + ".")
     if meta.get("fused_kernels"):
@@ -138,6 +139,10 @@ def decode_markdown(df: Any, meta: dict[str, Any]) -> str:
     if meta.get("fused_checked"):
         lines.append("After the replays, the fused steps' last layer and LM head matched float64 of their inputs."
                      if not wrong else f"**Wrong after the replays**: {', '.join(wrong)}.")
+    off = [f"{k} op {i}" for k, rows in meta.get("checked", {}).items() for i, (ok, *_) in enumerate(rows) if not ok]
+    if meta.get("checked"):
+        lines.append("After the replays, every unfused step's first layer matched float64 of its W and x."
+                     if not off else f"**Wrong after the replays** (first layer): {', '.join(off)}.")
     unwritten = [k for k, v in meta.get("written", {}).items() if not v]
     if unwritten:
         lines.append(f"**Outputs left unwritten** (NaN poison) by: {', '.join(unwritten)}.")
@@ -198,7 +203,7 @@ def write_reports(samples: Any, info: dict[str, Any], meta: dict[str, Any], out:
     nbytes = key_bytes(set(samples.impl), meta["step_bytes"], info.get("gap_bytes", {}))
     df = summary_frame(samples, nbytes, ceiling.get("read_gbps", math.nan), info.get("methods"))
     meta = {**meta, "ceiling": ceiling, **{k: info[k] for k in ("verified", "not_tuned", "written", "depths",
-                                                                 "fused_kernels", "fused_checked",
+                                                                 "fused_kernels", "fused_checked", "checked",
                                                                  "max_rel_diff_vs_cublas") if k in info}}
     path = out / f"{stem}.csv"
     write_csv(samples, path, float_format="%.6g")

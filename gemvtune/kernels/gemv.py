@@ -39,13 +39,16 @@ DOMAINS: dict[str, tuple[Any, ...]] = {
 }
 MAX_THREADS_PER_SM, MAX_BLOCKS_PER_SM = 2048, 32      # sm_90
 
-# Programmatic dependent launch as a chain of a model's linears runs it (pdl=chainK, outside the searched space: a
-# per-shape search times isolated kernels, where it means nothing): each thread loads its first K W vectors into
-# registers before ``griddepcontrol.wait`` (W is never written by an earlier kernel), reads x only after it, and the
-# block releases the next kernel (``launch_dependents``) once its last W load is issued. K is chosen where the
-# kernel runs: in the decode step's chain (``gemvtune bench step --pdl``).
+# Programmatic dependent launch as a chain of a model's linears runs it (outside the searched space: a per-shape search
+# times isolated kernels, where it means nothing): each thread loads its first K W vectors into registers before
+# ``griddepcontrol.wait`` (W is never written by an earlier kernel) and reads x only after it. ``chainK`` releases the
+# next kernel (``launch_dependents``) once the block's last W load is issued; ``earlyK`` at the block's start, so the
+# next kernel is launched as soon as this one's last wave is on the SMs and its blocks take the slots this one's
+# finishing blocks free (a block waits holding nothing this kernel still needs: all of its blocks have started). K and
+# the trigger are chosen where the kernel runs: in the decode step's chain (``gemvtune bench step --pdl``).
 CHAIN_DEPTHS = (1, 2, 4, 8)
-CHAIN_VALUES = tuple(f"chain{k}" for k in CHAIN_DEPTHS)
+CHAIN_TRIGGERS = {"chain": "end", "early": "start"}
+CHAIN_VALUES = tuple(f"{t}{k}" for t in CHAIN_TRIGGERS for k in CHAIN_DEPTHS)
 
 
 # A 16-bit accumulator is offered for FP16 inputs only: with BF16 ones it would be a BF16 accumulator (8 significant
@@ -106,8 +109,13 @@ class GemvConfig(ConfigBase):
 
     @property
     def chain_depth(self) -> int:
-        """W vectors each thread loads before ``griddepcontrol.wait`` (pdl=chainK: K; otherwise 0)."""
-        return int(self.pdl[5:]) if self.pdl.startswith("chain") else 0
+        """W vectors each thread loads before ``griddepcontrol.wait`` (pdl=chainK or earlyK: K; otherwise 0)."""
+        return int(self.pdl[5:]) if self.pdl[:5] in CHAIN_TRIGGERS else 0
+
+    @property
+    def chain_trigger(self) -> str:
+        """Where a chain variant releases the next kernel: ``end`` (chainK), ``start`` (earlyK); "" otherwise."""
+        return CHAIN_TRIGGERS.get(self.pdl[:5], "") if self.chain_depth else ""
 
     @property
     def loads_in_flight(self) -> int:
@@ -203,7 +211,7 @@ class GemvConfig(ConfigBase):
 
     def render_values(self, shape: Shape) -> dict[str, Any]:
         return {"vec_elems": self.vec_elems, "rows": self.rows_per_block, "min_blocks": self.min_blocks,
-                "pf": self.chain_depth}
+                "pf": self.chain_depth, "trigger": self.chain_trigger}
 
     def epilogue_reasons(self, epilogue: Any) -> list[str]:
         """SwiGLU pairs launch rows 2i (gate) and 2i+1 (up) inside one block: an even number of rows per block."""

@@ -78,15 +78,23 @@ def verify_group(runner: Any, launch: Callable[..., None], group: GroupShape, bo
                                  cp.sqrt(cp.concatenate(sqs, axis=1)), bound)
 
 
-def swiglu_reference(g: Any, sg: Any, u: Any, su: Any) -> tuple[Any, Any]:
+# The smallest normal number of each output dtype: below it a stored value is rounded to an absolute step, not a
+# relative one (FP16's subnormals are 2^-24 apart), so an output's scale is never taken under it.
+NORMAL_MIN = {"fp16": 2.0**-14, "bf16": 2.0**-126, "fp32": 2.0**-126}
+
+
+def swiglu_reference(g: Any, sg: Any, u: Any, su: Any, out: str = "fp32") -> tuple[Any, Any]:
     """float64 ``silu(g) * u`` and each output's scale from the scales of g and u (their root-sum-squares of terms):
     an error e_g in g and e_u in u move h by ``silu'(g) u e_g + silu(g) e_u`` to first order, so the scale is
-    ``|silu'(g)| |u| s_g + |silu(g)| s_u``, and the check's bound on ||e|| / ||s|| carries over unchanged."""
+    ``|silu'(g)| |u| s_g + |silu(g)| s_u``, and the check's bound on ||e|| / ||s|| carries over unchanged. A scale is
+    at least ``out``'s smallest normal number (``NORMAL_MIN``): for g far below 0, silu(g) u underflows there (H200,
+    2026-12-04: 0.048 x a scale of ~1e-9 at an FP16 zero), and the store's absolute step is what it can be held to."""
     xp = cp.get_array_module(g)
     sig = 1.0 / (1.0 + xp.exp(-xp.clip(g, -700.0, 700.0)))
     silu = g * sig
     dsilu = sig * (1.0 + g * (1.0 - sig))
-    return silu * u, xp.abs(dsilu) * xp.abs(u) * sg + xp.abs(silu) * su
+    scale = xp.abs(dsilu) * xp.abs(u) * sg + xp.abs(silu) * su
+    return silu * u, xp.maximum(scale, NORMAL_MIN[out])
 
 
 def _check_swiglu(runner: Any, Ws: Sequence[Any], x64: Any, biases: Any, y: Any, group: GroupShape, bound: float,
@@ -100,7 +108,7 @@ def _check_swiglu(runner: Any, Ws: Sequence[Any], x64: Any, biases: Any, y: Any,
             ref, sq = ref + b64, sq + b64 * b64
         parts.append((ref, cp.sqrt(sq)))
     (g, sg), (u, su) = parts
-    ref, scale = swiglu_reference(g, sg, u, su)
+    ref, scale = swiglu_reference(g, sg, u, su, epilogue.out)
     return runner.verifier.check(to_float64(y, epilogue.out).reshape(group.n, -1), ref, scale, bound)
 
 
