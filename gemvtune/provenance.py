@@ -18,3 +18,20 @@ def provenance(device: dict[str, Any] | None = None, **extra: Any) -> dict[str, 
         "device": device or {},
         **extra,
     }
+
+
+def source_commit() -> str:
+    """``git describe --always --dirty`` of the checkout gemvtune runs from; "" where it is not a git checkout (an
+    installed wheel, a copied tree) or git does not answer."""
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    if not (root / ".git").exists():
+        return ""
+    try:
+        r = subprocess.run(["git", "-C", str(root), "describe", "--always", "--dirty"], capture_output=True,
+                           text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return r.stdout.strip() if r.returncode == 0 else ""

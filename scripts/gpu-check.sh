@@ -9,7 +9,7 @@
 # Exit 0 if every part passed, 1 if any failed, 2 on a usage error.
 set -uo pipefail
 
-PARTS="tests slow-tests sanitizer bench hf percall search group"
+PARTS="tests slow-tests sanitizer bench hf percall search group guard"
 SAN_CONFIGS=tests/data/sanitize_configs.json
 HF_CONFIG_DEFAULT=gemvtune/kernels/hf_configs/llama-3-8b.json
 
@@ -33,6 +33,9 @@ parts (run in the order given):
   group       gemvtune bench group (a model's sibling linears in one grouped launch against the members one by
               one), per dtype; then compute-sanitizer memcheck and racecheck over the grouped-variant
               GPU tests of the 129+33+7x4104 groups (n = 1 and 3)
+  guard       gemvtune bench guard (the never-slower check: stock nn.Linear against swap_linears in torch CUDA
+              graphs over cold weight copies; the decode suite, n = 1..16, fp16 and bf16, in one process);
+              fails when a row is slower than stock by more than 1% beyond the paired noise, or wrong
 
 output: OUT/PART.log, OUT/PART/, OUT/summary.txt   (OUT: \$OUT if set, else ./gpu-check-out)
 
@@ -49,6 +52,7 @@ environment (defaults in brackets):
   HF_ARGS          [--layers 32 --tokens 128 --rounds 2]
   PERCALL_DTYPES   [fp16 bf16]       PERCALL_BATCHES [1 4]
   GROUP_MODEL      [llama-3-8b]      GROUP_BATCH [1,8]   GROUP_DTYPES [fp16 bf16]   T_GROUP [400]
+  GUARD_ARGS       []  (e.g. --dtype fp16 --batch 1,8; default: the whole suite)   T_GUARD [300]
   SEARCH_SHAPE     [4096x4096]       SEARCH_BATCH [1]   SEARCH_TRIALS [12]   SEARCH_FAMILY [all]
   GEMVTUNE_CACHE_DIR [\${TMPDIR:-/tmp}/gemvtune-cache]   GPU_CHECK_COMMIT (when the checkout has no .git)
 
@@ -227,6 +231,19 @@ part_group() {
   finish "separate/grouped geomean: $(joined "${got[@]}"); $clean of $total sanitizer runs clean"
 }
 
+part_guard() {
+  local args=() got
+  read -r -a args <<< "${GUARD_ARGS:-}"
+  run "bench guard" python3 -m gemvtune bench guard "${args[@]}" --out "$D"
+  # per dtype, from the summary: the tuned rows' geomean speed-up and worst ratio
+  got=$(awk '/^## (fp16|bf16)$/ {dt = $2}
+             /routed to a tuned kernel: geomean/ {
+               match($0, /×[0-9.]+/); g = substr($0, RSTART, RLENGTH)
+               match($0, /worst ratio [0-9.]+/); w = substr($0, RSTART + 12, RLENGTH - 12)
+               printf "%s%s %s worst %s", sep, dt, g, w; sep = ", "}' "$LAST")
+  finish "$(grep -m1 '^\*\*Verdict' "$LAST" | squeeze || echo 'no verdict'); tuned rows: ${got:--}"
+}
+
 # ---- one part, in its own process (under timeout) ------------------------------------------------
 
 if [ "${1:-}" = __part ]; then
@@ -243,6 +260,7 @@ if [ "${1:-}" = __part ]; then
     percall) part_percall ;;
     search) part_search ;;
     group) part_group ;;
+    guard) part_guard ;;
     *) echo "gpu-check.sh: unknown part '$part'"; exit 2 ;;
   esac
   exit $?
@@ -274,7 +292,7 @@ GPU=${GPU:-no nvidia-smi answer}
 COMMIT=${GPU_CHECK_COMMIT:-$(git describe --always --dirty 2>/dev/null || echo "unknown (no git)")}
 export OUTDIR GPU COMMIT PATH PYTHONUNBUFFERED=1 GEMVTUNE_CACHE_DIR="${GEMVTUNE_CACHE_DIR:-${TMPDIR:-/tmp}/gemvtune-cache}"
 
-declare -A LIMIT=([tests]=540 [slow-tests]=540 [sanitizer]=570 [bench]=560 [hf]=570 [percall]=240 [search]=300 [group]=400)
+declare -A LIMIT=([tests]=540 [slow-tests]=540 [sanitizer]=570 [bench]=560 [hf]=570 [percall]=240 [search]=300 [group]=400 [guard]=300)
 rows=() failed=0
 for p in "$@"; do
   var=T_$(echo "${p//-/_}" | tr '[:lower:]' '[:upper:]')

@@ -1,6 +1,7 @@
 """The bench commands (a group, registered on the main group): ``bench kernels`` (per shape, the tuned table
-or chosen configs against the baselines), ``bench step`` (one decode step of a model preset) and ``bench hf``
-(greedy decode of a Hugging Face model, stock against gemvtune). The old spelling without a subcommand
+or chosen configs against the baselines), ``bench step`` (one decode step of a model preset), ``bench hf``
+(greedy decode of a Hugging Face model, stock against gemvtune), ``bench group`` (sibling linears in one launch)
+and ``bench guard`` (the never-slower check: swapped layers against stock nn.Linear in a torch-only harness). The old spelling without a subcommand
 (``bench --shape ...``, ``bench --model NAME --layers N``, ``bench --hf-config PATH``) runs the same code for
 one release, saying so in one line on stderr."""
 
@@ -11,7 +12,7 @@ from typing import Any
 import click
 
 from ..errors import UsageError
-from ..kernels.shapes import Shape, parse_batches, parse_shape
+from ..kernels.shapes import DTYPES, Shape, parse_batches, parse_shape
 from ..tuning.search_options import SEED, ModelPreset
 from .options import DTYPE_DECL, Decl, declared, given_options, old_spelling, select_configs
 from .options import gpu_check as _gpu_check
@@ -36,6 +37,10 @@ OPTS: dict[str, Decl] = {
         "is_flag": True, "help": "skip the Inductor baseline: torch.compile(F.linear, mode=max-autotune-no-cudagraphs), "
                                  "compiled and autotuned once per shape (tens of seconds each)"}),
     "dtype": DTYPE_DECL,
+    "dtypes": (("--dtype", "dtypes"), {"type": click.Choice(DTYPES), "multiple": True,
+                                       "help": "dtype of W and x: fp16 and/or bf16 (repeatable; default both)"}),
+    "replays": (("--replays",), {"default": 10, "show_default": True, "type": click.IntRange(1, 1000),
+                                 "help": "graph replays per contender per round"}),
     "layers_text": (("--layers", "layers_text"), {"metavar": "N", "help": "N layers"}),
     "hf_config": (("--hf-config", "hf_config"), {"metavar": "PATH",
                                                  "help": "a Hugging Face config.json (or its folder)"}),
@@ -157,6 +162,79 @@ def group(model: str, table_path: str | None, batch_text: str, dtype: str, out_d
     from ..bench.groupbench import run_group_bench
 
     run_group_bench(model, batches, dtype, table_path, out_dir, echo=click.echo)
+
+
+@bench.command("guard", short_help="the never-slower check: swapped layers against stock nn.Linear, torch only")
+@declared(OPTS, "table_path suite shape_texts batch_text dtypes rounds replays out_dir",
+          table_path={"help": "the table to check (default: the one load_table() loads on this GPU)"},
+          suite={"help": "the decode suite of shapes (the default without --shape)"},
+          batch_text={"default": None, "show_default": False,
+                      "help": "batch sizes n, e.g. 1,2,4  [default: every n in 1..16]"},
+          rounds={"default": 7, "type": click.IntRange(2, 50),
+                  "help": "interleaved rounds, stock and gemvtune back to back (the order swapped every round)"})
+def guard(**params: Any) -> None:
+    """The table's promise checked in a harness of its own (torch only, not the search's): per shape, n and dtype,
+    stock nn.Linear against the same modules after swap_linears, each in one CUDA graph over weight copies of at
+    least 3x the L2, replays timed with CUDA events in interleaved rounds, outputs checked against float64; CSV,
+    JSON, summary. Exit 1 when a row is slower than stock by more than 1% beyond the paired noise (FAIL) or a
+    contender's output is wrong (ERROR); the rule is in docs/commands.md."""
+    run_guard(**params)
+
+
+def run_guard(table_path: str | None, suite: str | None, shape_texts: tuple[str, ...], batch_text: str | None,
+              dtypes: tuple[str, ...], rounds: int, replays: int, out_dir: str | None) -> None:
+    """bench guard: every check that needs no GPU first (shapes, batches, the table, --out, torch), then the GPU."""
+    from ..errors import GemvtuneError, NoDeviceError
+    from ..kernels.shapes import DECODE_SUITE, MAX_BATCH
+    from .options import writable_dir
+
+    shapes = [parse_shape(t) for t in shape_texts]
+    if suite == "decode" or not shapes:
+        shapes += [Shape(M, d) for M, d in DECODE_SUITE]
+    pairs = list(dict.fromkeys((s.M, s.d) for s in shapes))
+    batches = parse_batches(batch_text) if batch_text is not None else list(range(1, MAX_BATCH + 1))
+    kinds = list(dict.fromkeys(dtypes)) or list(DTYPES)
+    for dt in kinds:
+        for M, d in pairs:
+            Shape(M, d, 1, dt)
+    if table_path is not None:
+        from ..runtime.table import load_table
+
+        load_table(table_path)                  # a missing or corrupt table fails before any GPU work
+    out = writable_dir(out_dir) if out_dir is not None else None
+    try:
+        import torch
+    except ImportError:
+        raise UsageError("bench guard times PyTorch layers and needs torch: pip install 'gemvtune[torch]'") from None
+    _gpu_check()
+    if not torch.cuda.is_available():
+        raise NoDeviceError("torch sees no CUDA device (torch.cuda.is_available() is False)")
+    from ..bench.guard import CudaBackend
+    from ..bench.guard import run_guard as measure
+    from ..bench.guardverdict import estimate_seconds
+    from ..runtime.table import load_table
+    from ..workspace import Workspace
+
+    backend = CudaBackend()
+    name = str(backend.props.name)
+    table = load_table(table_path)              # no path: this GPU's table (yours, else the one shipped)
+    table._check_gpu(name)
+    free = backend.free_bytes()
+    big = [f"{M}x{d}" for M, d in pairs if 2 * M * d * 2 > free]
+    if big:
+        raise UsageError(f"not enough free device memory ({free / 1e9:.1f} GB) for one weight and its float64 "
+                         f"reference blocks of {', '.join(big)}")
+    folder = out if out is not None else writable_dir(Workspace.for_gpu(name).benchmarks)
+    est = estimate_seconds(pairs, len(batches), len(kinds), rounds, replays, backend.info()["l2_bytes"])
+    click.echo(f"table {table.path} ({table.origin}); {len(pairs)} shapes x {len(batches)} n x {len(kinds)} dtypes = "
+               f"{len(pairs) * len(batches) * len(kinds)} rows, {rounds} rounds of {replays} replays; about "
+               f"{est / 60:.1f} min")
+    res = measure(pairs, batches, kinds, table, folder, rounds, replays, echo=click.echo, backend=backend,
+                  keep_latest=out is None)
+    click.echo(res.markdown)
+    click.echo(f"wrote {res.csv}, {res.csv.with_suffix('.json').name} and {res.csv.stem}-summary.md")
+    if res.failure:
+        raise GemvtuneError(res.failure)
 
 
 def _tuned_table(table_path: str | None) -> str:
