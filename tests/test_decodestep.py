@@ -298,6 +298,9 @@ class _FakeStep:
     def drop(self, key):
         self.methods.pop(key, None)
 
+    def keep(self, *objs):
+        self.kept = getattr(self, "kept", []) + list(objs)
+
     def close(self):
         pass
 

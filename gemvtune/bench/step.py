@@ -126,6 +126,7 @@ def measure_decode_step(runner: Any, ops: list[tuple[str, Shape]], table: Any, r
         from ..runners.cuda.fusedstep import FusedStep
 
         fstep = FusedStep(bench, hf, layers)
+        bench.keep(fstep)
     for b in between:
         gaps_u = gaps_f = None
         if b != "none":
@@ -140,6 +141,9 @@ def measure_decode_step(runner: Any, ops: list[tuple[str, Shape]], table: Any, r
 
             gaps_u = GapBuffers(runner, standins, layer_gaps(read_preset(model), 1, False, context), layers)
             gaps_f = GapBuffers(runner, standins, layer_gaps(read_preset(model), 1, True, context), layers)
+            # kept as long as the graphs that captured their pointers (the H200, 2026-12-04: buffers of one mode freed
+            # when the next mode's were made, then reused by its outputs, which the first mode's stand-ins overwrote)
+            bench.keep(standins, gaps_u, gaps_f)
             info["gap_bytes"][b] = {"unfused": gaps_u.bytes_per_layer * layers, "fused": gaps_f.bytes_per_layer * layers}
         for impl in configs:
             k = key_of(impl, b)

@@ -152,6 +152,10 @@ class DecodeStepBench:
         self._timers[impl] = lambda replays: torch_replay_times(torch, g, replays)
         return impl, self.methods[impl]
 
+    def keep(self, *objs: Any) -> None:
+        """Keep ``objs`` (buffers a captured graph points into) until ``close``."""
+        self._keep.extend(objs)
+
     def drop(self, key: str) -> None:
         """Forget ``key``'s graph, outputs and timer."""
         for d in (self._graphs, self._timers, self.y, self.methods, self.configs):
