@@ -28,8 +28,12 @@ BASELINES: dict[str, Baseline] = {b.name: b for b in (
     Baseline("seed", "gemvtune", "seed kernel", "llama.cpp's kernel as written (d at run time), in a graph"),
 )}
 
-# the cuBLAS baseline of each framework a table serves (what "never slower" is measured against)
-CUBLAS_FOR = {"torch": "cublas-torch", "cupy": "cublas"}
+# the cuBLAS baseline of each kind of caller a table serves (what "never slower" is measured against): torch eager,
+# CuPy, and torch under torch.compile (F.linear there is Inductor's to compile; cuBLAS through torch all the same)
+CUBLAS_FOR = {"torch": "cublas-torch", "cupy": "cublas", "torch-compile": "cublas-torch"}
+# the callers whose own compiler makes a kernel of F.linear, and the baseline that kernel is timed as: the route
+# runs the tuned kernel for them only where it beats that one too (``gemvtune.runtime.verdict``)
+COMPILER_FOR = {"torch-compile": "inductor"}
 
 
 def cublas_of(found: Any, framework: str | None = None, ok: Callable[[Any], bool] = bool) -> Any:

@@ -310,3 +310,29 @@ def test_a_contender_wrong_in_its_first_round_is_verified_again_every_round():
     assert _check(first, "seed")                                   # its first round
     first["seed"], first["tuned"] = _m(s, "seed", 1.0), _m(s, "tuned", 1.0, ok=False)
     assert not _check(first, "seed") and _check(first, "tuned") and _check(first, "inductor")
+
+
+def test_a_second_inductor_compile_is_its_own_with_the_caches_off(monkeypatch):
+    """Inductor's pick moves between compiles: ``compile=1`` compiles the shape again (its own code object, tagged
+    ``_1``, Inductor's caches off for it), kept apart from the first in the cache and reused by later rounds."""
+    from gemvtune.runners.cuda import inductor
+
+    compiles, real = [], inductor.compile_linear
+
+    def fake_compile(torch_, tag, args, **kw):
+        compiles.append((tag, kw.get("fresh", False)))
+        return real(torch_, tag, args, backend="eager")
+
+    monkeypatch.setattr(inductor, "compile_linear", fake_compile)
+    h, cache, s = _Harness(), {}, Shape(6, 8, 2)
+    for _ in range(2):
+        for i in (0, 1):
+            m = inductor.measure_inductor(h, s, cache, h.time_torch, verify=False, compile=i)
+            assert m.ok and m.kind == "inductor", m.error
+    assert compiles == [("6x8@n2", False), ("6x8@n2_1", True)] and set(cache) == {s, (s, 1)}
+    assert m.name == "inductor (max-autotune-no-cudagraphs) #2"
+    import torch
+
+    with inductor._no_caches(torch, True):                          # the switch this torch has, on for the block
+        assert torch._inductor.config.force_disable_caches is True
+    assert torch._inductor.config.force_disable_caches is False

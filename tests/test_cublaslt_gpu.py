@@ -122,7 +122,7 @@ def test_table_gemv_runs_an_algorithm_on_torch_and_cupy(runner, n):
 def test_short_search_writes_a_table_entry(tmp_path):
     pytest.importorskip("nvmath.bindings.cublasLt", reason="the cublaslt family needs nvmath-python (gemvtune[blas])")
     r = run_cli("search", "--shape", "4096x4096", "--batch", "8", "--family", "cublaslt", "--trials", "6",
-                "--rounds", "1", "--top-k", "2", "--results", str(tmp_path))
+                "--rounds", "1", "--top-k", "2", "--no-reconfirm", "--results", str(tmp_path))
     assert r.returncode == 0, r.stderr[-3000:]
     data = json.loads((tmp_path / "table.json").read_text())
     e = data["entries"]["4096x4096x8"]

@@ -58,7 +58,7 @@ def test_tiny_shape_search_ends(tmp_path):
     """`search --shape 1x4096 --trials 40` hung the harness (23,000 weight copies); the shape queued
     behind it (33x8200) never ran. Both now finish, and the table says they are launch-bound."""
     r = subprocess.run([sys.executable, "-m", "gemvtune", "search", "--shape", "1x4096", "--shape", "33x8200",
-                        "--trials", "40", "--family", "gemv", "--results", str(tmp_path)],
+                        "--trials", "40", "--family", "gemv", "--no-reconfirm", "--results", str(tmp_path)],
                        cwd=ROOT, capture_output=True, text=True, timeout=540)
     assert r.returncode == 0, r.stderr[-2000:]
     table = json.loads((tmp_path / "table.json").read_text())

@@ -1,6 +1,8 @@
 """The check command: is a table still right on this GPU? Re-measures every entry's winner and its cuBLAS
 baselines in one process and flags drift past 3% or a loss to cuBLAS; ``--stale-only`` (no GPU) lists the entries
-worth re-tuning (searched with less than the default budget, or beaten by the cost model's predicted best)."""
+worth re-tuning (searched with less than the default budget, or beaten by the cost model's predicted best);
+``--reconfirm`` re-measures each entry's route in a fresh process and writes the result into the table, where the
+route then requires the tuned win in both measurements (``tuning.reconfirm``)."""
 
 from __future__ import annotations
 
@@ -35,24 +37,37 @@ def _write(rows: list[dict], out: Path, tag: str, meta: dict) -> Path:
 @click.command("check")
 @click.option("--table", "table_path", required=True, help="the table to check, e.g. results/nvidia-h200/table.json")
 @click.option("--shape", "shape_texts", multiple=True, help="M x d[@n] entries to check (default: every entry)")
-@click.option("--rounds", default=2, show_default=True, type=click.IntRange(1, 20), help="interleaved re-measurements")
+@click.option("--rounds", default=None, type=click.IntRange(1, 20),
+              help="interleaved re-measurements (default: 2; with --reconfirm 5, as the search's confirmation)")
 @click.option("--framework", type=click.Choice(["torch", "cupy"]), default="torch", show_default=True,
               help="whose cuBLAS path the winner must beat (torch F.linear, or cupy.matmul)")
 @click.option("--stale-only", is_flag=True, default=False,
               help="no GPU: list the entries to re-tune (budget below the default, or the cost model beside the "
                    "table predicts a config more than 3% faster than the winner)")
 @click.option("--out", "out_dir", default=None, help="folder for the CSV (default: <table folder>/check)")
-@click.option("--strict", is_flag=True, default=False, help="exit 1 when an entry is flagged (or stale)")
+@click.option("--reconfirm", is_flag=True, default=False,
+              help="re-measure each entry's route (its kernels, cuBLAS) in a fresh process and write the result "
+                   "into the table: the tuned kernel then runs only where both measurements show its win")
+@click.option("--inductor", is_flag=True, default=False,
+              help="with --reconfirm: time Inductor max-autotune too (best of 2 compiles; tens of seconds per "
+                   "shape), which the route for callers under torch.compile must also beat")
+@click.option("--strict", is_flag=True, default=False,
+              help="exit 1 when an entry is flagged (or stale, or its re-confirmation lost)")
 @DTYPE
-def check(table_path: str, shape_texts: tuple[str, ...], rounds: int, framework: str, stale_only: bool,
-          out_dir: str | None, strict: bool, dtype: str) -> None:
+def check(table_path: str, shape_texts: tuple[str, ...], rounds: int | None, framework: str, stale_only: bool,
+          out_dir: str | None, reconfirm: bool, inductor: bool, strict: bool, dtype: str) -> None:
     """Re-measure a table's winners and baselines on this GPU (one process, interleaved) and flag every entry
     whose winner drifted more than 3% from its record or lost to cuBLAS; with --stale-only, list the entries
-    worth re-tuning, without a GPU."""
+    worth re-tuning, without a GPU; with --reconfirm, re-confirm each entry's route in a fresh process and write
+    it into the table."""
     from ..reports.runcsv import provenance
     from ..runtime.table import load_table
     from ..tuning.check import recheck, stale
 
+    if reconfirm and stale_only:
+        raise UsageError("--reconfirm measures on the GPU and --stale-only does not: give one of them")
+    if inductor and not reconfirm:
+        raise UsageError("--inductor is timed by the re-confirmation: give --reconfirm too")
     table = load_table(table_path)
     keys = set(table.keys())
     shapes = []
@@ -77,6 +92,19 @@ def check(table_path: str, shape_texts: tuple[str, ...], rounds: int, framework:
         if strict and rows:
             raise GemvtuneError(f"{len(rows)} stale entries (--strict)")
         return
+    if reconfirm:
+        from ..tuning.reconfirm import DEFAULT_ROUNDS, summary
+        from ..tuning.reconfirm import reconfirm as run_reconfirm
+
+        rows = run_reconfirm(table_path, shapes, rounds or DEFAULT_ROUNDS, inductor, echo=click.echo)
+        path = _write(rows, out, "reconfirm", provenance(None, table=str(table_path), rounds=rounds or DEFAULT_ROUNDS,
+                                                         inductor=inductor))
+        click.echo(f"{summary(rows)}; wrote {path}")
+        lost = [r for r in rows if r["lost_again"]]
+        if strict and lost:
+            raise GemvtuneError(f"{len(lost)} entries lost their re-confirmation (--strict)")
+        return
+    rounds = rounds or 2
     _gpu_check()
     from ..bench.kernels import _start
 

@@ -44,6 +44,9 @@ def search(**params: Any) -> None:
         raise UsageError("--fused picks the fused shapes of --model/--hf-config: give one of them")
     shapes = tune_shapes(p["shape_texts"], p["model"], p["hf_configs"], p["fused"], p["batch_text"], p["dtype"])
     opts = from_cli(params)
+    if p["inductor"] and (p["no_reconfirm"] or p["replay_path"]):
+        raise UsageError("--inductor is timed by the re-confirmation, which "
+                         + ("--no-reconfirm turns off" if p["no_reconfirm"] else "a replayed search never runs"))
     devices = _parse_devices(p["devices_text"])
     if devices and p["workers"] > 1:
         raise UsageError("give --devices (one worker per GPU) or --workers N, not both")
@@ -70,9 +73,23 @@ def search(**params: Any) -> None:
         opts.families = tuple(dict.fromkeys(runner.sweep(s).family for s in shapes))
     from ..tuning.search_run import run_searches
 
-    run_searches(runner, shapes, opts, results_dir or default_results, table_path, echo=click.echo,
-                 writable=_writable_dir, heartbeat_s=p["heartbeat_s"], allow_replay_into_measured=p["allow_replay"],
-                 worker_index=p["worker_index"])
+    recorded: list[Shape] = []
+    table = run_searches(runner, shapes, opts, results_dir or default_results, table_path, echo=click.echo,
+                         writable=_writable_dir, heartbeat_s=p["heartbeat_s"],
+                         allow_replay_into_measured=p["allow_replay"], worker_index=p["worker_index"],
+                         recorded=recorded)
+    if recorded and not runner.replayed and not p["no_reconfirm"]:
+        # the entries this process wrote, measured again in a fresh process (docs/search.md#re-confirmation)
+        from ..tuning.reconfirm import ReconfirmError, reconfirm, summary
+
+        release = getattr(runner, "close", None)   # (a watched runner's child: its GPU memory back first)
+        if callable(release):
+            release()
+        try:
+            click.echo(summary(reconfirm(table, recorded, opts.rounds, p["inductor"], echo=click.echo)))
+        except ReconfirmError as e:   # the search's entries are written: say how to re-confirm them later
+            raise ReconfirmError(f"{e}; the search's entries are written: re-confirm them with gemvtune check "
+                                 f"--reconfirm --table {table}", e.exit_code) from None
 
 
 @click.command()

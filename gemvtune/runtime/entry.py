@@ -1,6 +1,7 @@
 """A table entry as a typed, frozen value: ``Entry`` (one (M, d, n, dtype) of a table), its ``Measured`` records
-(the winner, each family's best, the confirmation's candidates, the baselines) and its ``SearchRecord`` (the
-search's provenance).
+(the winner, each family's best, the confirmation's candidates, the baselines), its ``SearchRecord`` (the
+search's provenance) and its ``Reconfirmation`` (the route's kernels and baselines measured again in a fresh
+process: ``gemvtune check --reconfirm``).
 
 ``from_json`` reads the object a table file holds (types only: ranges, configs valid for the shape and the rest are
 the schema's, ``tableschema``, which builds every entry of a table once, when it is loaded); ``to_json`` gives the
@@ -98,7 +99,7 @@ def _value(kind: str, v: Any) -> Any:
 
 
 def _json(v: Any) -> Any:
-    if isinstance(v, (Measured, SearchRecord)):
+    if isinstance(v, (Measured, SearchRecord, Reconfirmation)):
         return v.to_json()
     if isinstance(v, Mapping):
         return {k: _json(x) for k, x in v.items()}
@@ -263,6 +264,36 @@ class SearchRecord:
         return _write(self)
 
 
+_RECONFIRM_KINDS = {"kernels": "list", "baselines": "object", "rounds": "integer", "date": "string",
+                    "pid": "integer", "host": "string", "gpu": "object"}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Reconfirmation:
+    """The entry's route measured again in a fresh process (``tuning.reconfirm``): each kernel the route can run
+    (``kernels``, configs with their medians and spreads) and the baselines by name (cuBLAS per framework;
+    ``inductor`` when asked), interleaved over ``rounds``; when (``date``), by which process (``pid`` on ``host``)
+    and on which GPU (``gpu``: its name and PCI bus id)."""
+
+    KINDS: ClassVar[dict[str, str]] = _RECONFIRM_KINDS
+    kernels: tuple[Measured, ...] = ()
+    baselines: Mapping[str, Measured] = field(default_factory=_frozen)
+    rounds: int | None = None
+    date: str | None = None
+    pid: int | None = None
+    host: str | None = None
+    gpu: Mapping[str, Any] | None = None
+    extra: Mapping[str, Any] = field(default_factory=_frozen, repr=False)
+    blank: Mapping[str, Any] = field(default_factory=_frozen, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, raw: Any, where: str = "reconfirmed") -> Reconfirmation:
+        return _read(cls, raw, where, {"kernels": _candidates, "baselines": _baselines})
+
+    def to_json(self) -> dict[str, Any]:
+        return _write(self)
+
+
 def _record(v: Any, where: str) -> Measured:
     return Measured.from_json(v, where)
 
@@ -287,17 +318,23 @@ def _search(v: Any, where: str) -> SearchRecord | None:
     return SearchRecord.from_json(v, where) if v else None
 
 
+def _reconfirmed(v: Any, where: str) -> Reconfirmation | None:
+    return Reconfirmation.from_json(v, where) if v else None
+
+
 _ENTRY_KINDS = {"M": "integer", "d": "integer", "n": "integer", "dtype": "string", "winner": "object",
                 "candidates": "list", "baselines": "object", "search": "object", "tie": "bool",
-                "launch_bound": "bool", "updated": "string"}
-_CONVERT = {"winner": _record, "candidates": _candidates, "baselines": _baselines, "search": _search}
+                "launch_bound": "bool", "updated": "string", "reconfirmed": "object"}
+_CONVERT = {"winner": _record, "candidates": _candidates, "baselines": _baselines, "search": _search,
+            "reconfirmed": _reconfirmed}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Entry:
     """One entry of a table: its shape's numbers, the winner, each family's best (``best``: family name ->
     record; in the file, a key per family), the confirmation's candidates, the baselines by name
-    (``gemvtune.baselines``), the search record, and whether the winner tied and was launch-bound."""
+    (``gemvtune.baselines``), the search record, whether the winner tied and was launch-bound, and its
+    re-confirmation in a fresh process (``reconfirmed``)."""
 
     KINDS: ClassVar[dict[str, str]] = {**_ENTRY_KINDS, **{f: "object" for f in FAMILY_NAMES}}
     M: int
@@ -312,6 +349,7 @@ class Entry:
     tie: bool | None = None
     launch_bound: bool | None = None
     updated: str | None = None
+    reconfirmed: Reconfirmation | None = None   # absent: never re-confirmed in a fresh process
     extra: Mapping[str, Any] = field(default_factory=_frozen, repr=False)
     blank: Mapping[str, Any] = field(default_factory=_frozen, repr=False, compare=False)
 

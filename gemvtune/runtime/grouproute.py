@@ -6,9 +6,11 @@ never make a caller slower than what its members would run alone.
   grouped template (``GROUP_FAMILIES``), that can run the group (``group_reasons``) and fuse the ``out``
   epilogue. A grouped variant of a config runs what that config runs on the fused shape, so its time is the
   fused shape's measured time;
-- separate: the sum over the members of what each member's own route runs (``Table.route``): its tuned time where
-  it runs the tuned kernel, else its cuBLAS time. Each member's time must be measured in the table at this n (its
-  own entry): a member whose route takes its time from another n or from the cost model counts as unknown;
+- separate: the sum over the members of what each member's own route runs (``Table.route``, for the same kind of
+  caller): its tuned time where it runs the tuned kernel, else its cuBLAS time (for a caller under
+  ``torch.compile``, framework ``torch-compile``: the faster of cuBLAS and the Inductor time the entry records,
+  since F.linear there is Inductor's). Each member's time must be measured in the table at this n (its own
+  entry): a member whose route takes its time from another n or from the cost model counts as unknown;
 - grouped runs only when grouped_us < separate_us * (1 - max(route.MARGIN, noise)), noise being the grouped
   record's relative ``spread`` plus the largest ``spread`` among the member records used (absent: 0).
 
@@ -88,17 +90,22 @@ def _fused_best(entry: Any, group: GroupShape, out: str) -> tuple[float, Any, An
     return best
 
 
-def _member_record(table: Any, shape: Shape, r: Any, framework: str) -> Any:
-    """The record behind a member route's time in the member's own entry (None: the entry lacks it)."""
+def _member_record(table: Any, shape: Shape, r: Any, framework: str) -> tuple[str, float | None, Any]:
+    """(what runs, its time, the record behind that time in the member's own entry; None: the entry lacks it)."""
     entry = table.entry(shape)
+    if r.tuned:
+        recs = entry.records() if entry is not None else []
+        return "tuned", r.tuned_us, next((rec for rec in recs if rec.ok_us is not None and rec.ok_us == r.tuned_us),
+                                         None)
+    if r.inductor_us is not None and (r.cublas_us is None or r.inductor_us < r.cublas_us):
+        again = entry.reconfirmed if entry is not None else None
+        recs = [entry.baselines.get("inductor") if entry is not None else None,
+                again.baselines.get("inductor") if again is not None else None]
+        return "Inductor", r.inductor_us, next((rec for rec in recs if rec is not None and rec.ok_us == r.inductor_us),
+                                               None)
     if entry is None:
-        return None
-    if not r.tuned:
-        return cublas_of(entry.baselines, framework, ok=lambda rec: rec.ok_us is not None)
-    for rec in entry.records():
-        if rec.ok_us is not None and rec.ok_us == r.tuned_us:
-            return rec
-    return None
+        return "cuBLAS", r.cublas_us, None
+    return "cuBLAS", r.cublas_us, cublas_of(entry.baselines, framework, ok=lambda rec: rec.ok_us is not None)
 
 
 def _choose(table: Any, group: GroupShape, framework: str, out: str) -> GroupRoute:
@@ -117,11 +124,9 @@ def _choose(table: Any, group: GroupShape, framework: str, out: str) -> GroupRou
     parts, spreads, total = [], [], 0.0
     for m in group.members:
         r = table.route(m.M, m.d, m.n, framework, out, m.dtype)
-        us = r.tuned_us if r.tuned else r.cublas_us
-        what = "tuned" if r.tuned else "cuBLAS"
+        what, us, rec = _member_record(table, m, r, framework)
         if us is None:
             return _separate(f"member {m.M}x{m.d}: its {what} time is unknown ({r.why})", g_us)
-        rec = _member_record(table, m, r, framework)
         if rec is None:
             return _separate(f"member {m.M}x{m.d} at n={m.n} is not measured in the table ({r.why})", g_us)
         total += us

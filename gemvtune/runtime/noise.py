@@ -33,13 +33,15 @@ def spread(rec: Any) -> float:
 @dataclass(frozen=True)
 class Contest:
     """The table's measurements behind one route: the tuned kernel's and cuBLAS's times (None: not measured),
-    the tuned config, and each side's relative spread."""
+    the tuned config, and each side's relative spread. ``rival`` names the other side where it is not cuBLAS
+    (Inductor, for a caller under ``torch.compile``: ``runtime.verdict``); ``cublas_us`` is then its time."""
 
     tuned_us: float | None
     cublas_us: float | None
     config: Any = None
     tuned_spread: float = 0.0
     cublas_spread: float = 0.0
+    rival: str = "cuBLAS"
 
     @property
     def spreads(self) -> float:
@@ -72,11 +74,11 @@ class Contest:
     def says(self, out: str = "fp32") -> str:
         """The two times, the win and the noise it was weighed against (the route adds ": cuBLAS runs" where
         the tuned kernel does not win)."""
-        t, c, w = self.tuned_us, self.cublas_us, self.win
+        t, c, w, rival = self.tuned_us, self.cublas_us, self.win, self.rival
         if t is None:
             return f"cuBLAS: no measured kernel that gives an {out} output"
         if c is None or w is None:
-            return f"tuned {t:.2f} µs beats cuBLAS (not measured)"
+            return f"tuned {t:.2f} µs beats {rival} (not measured)"
         if w <= 0:
-            return f"cuBLAS {c:.2f} µs is faster than tuned {t:.2f} µs"
-        return f"tuned {t:.2f} µs beats cuBLAS {c:.2f} µs by {w:.1%}, {'beyond' if self.wins else 'inside'} {self.noise_text()}"
+            return f"{rival} {c:.2f} µs is faster than tuned {t:.2f} µs"
+        return f"tuned {t:.2f} µs beats {rival} {c:.2f} µs by {w:.1%}, {'beyond' if self.wins else 'inside'} {self.noise_text()}"

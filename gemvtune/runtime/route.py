@@ -7,8 +7,11 @@ Per (M, d, n):
   measured in the same run (``cublas-torch``, torch ``F.linear``, for torch callers; ``cublas``,
   ``cupy.matmul``, for CuPy) by more than the measured noise of both: the relative win must exceed
   ``max(MARGIN, tuned spread + cuBLAS spread)``, each the record's spread of round medians over the
-  confirmation's rounds (``gemvtune.runtime.noise``); otherwise cuBLAS runs, and the route states the win and
-  the noise;
+  confirmation's rounds (``gemvtune.runtime.noise``); where the entry was re-confirmed in a fresh process
+  (``gemvtune check --reconfirm``), the re-confirmation must show that win too; for a caller under
+  ``torch.compile`` (framework ``torch-compile``) the kernel must also beat the Inductor time the entry
+  records (``gemvtune.runtime.verdict``); otherwise cuBLAS (``F.linear``) runs, and the route states every
+  win and its noise;
 - the table holds the same (M, d) at batch sizes on both sides of n, and the tuned kernel won at both by
   that rule: the winner of the nearer one runs (the time of every n <= 16 is the read of W, so a win on both
   sides is a measured reason); otherwise cuBLAS;
@@ -23,25 +26,30 @@ Per (M, d, n):
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from ..baselines import CUBLAS_FOR, cublas_of
+from ..baselines import COMPILER_FOR, CUBLAS_FOR, cublas_of
 from .entry import Entry, Measured
 from .noise import MARGIN, Contest, spread
+from .verdict import Verdict, verdict
 
-__all__ = ["MARGIN", "POLICIES", "Route", "choose", "contest", "measured", "predicted_cublas_us"]
+__all__ = ["MARGIN", "POLICIES", "Route", "choose", "contest", "judge", "measured", "predicted_cublas_us"]
 POLICIES = ("fastest", "tuned")
 
 
 @dataclass(frozen=True)
 class Route:
-    kind: str                        # "tuned" (a gemvtune kernel) or "cublas"
-    config: Any = None               # the config to launch when kind == "tuned"
+    kind: str                        # "tuned" (a gemvtune kernel), "cublas", or "inductor" (a compiled caller's
+    config: Any = None               # F.linear where Inductor beat the tuned kernel); the config when "tuned"
     why: str = ""
-    tuned_us: float | None = None    # the table's measurements behind the choice (None: not measured)
+    tuned_us: float | None = None    # the search's measurements behind the choice (None: not measured)
     cublas_us: float | None = None
-    noise: float | None = None       # the relative win the tuned kernel needed (None: not weighed)
+    noise: float | None = None       # the relative win the tuned kernel needed over cuBLAS (None: not weighed)
+    again_tuned_us: float | None = None    # the re-confirmation's (None: not re-confirmed)
+    again_cublas_us: float | None = None
+    inductor_us: float | None = None       # Inductor's recorded time (compiled callers; None: not measured)
 
     @property
     def tuned(self) -> bool:
@@ -86,6 +94,18 @@ def contest(entry: Entry, framework: str, shape: Any = None, out: str = "fp32") 
     cands = _candidates(entry, entry.shape if shape is None else shape, out)
     us, cfg, rec = cands[0] if cands else (None, None, None)
     return Contest(us, _us(base), cfg, spread(rec), spread(base))
+
+
+def judge(entry: Entry, framework: str, shape: Any = None, out: str = "fp32") -> Verdict:
+    """Every contest the tuned kernel of ``entry`` must win for callers of ``framework`` (``runtime.verdict``):
+    cuBLAS in the search and in the re-confirmation, Inductor for a compiled caller."""
+    return verdict(entry, framework, contest(entry, framework, shape, out))
+
+
+def _route(v: Verdict, why: str) -> Route:
+    s, a = v.search, v.again
+    return Route(v.kind, v.config if v.wins else None, why, s.tuned_us, s.cublas_us, s.noise,
+                 a.tuned_us if a else None, a.cublas_us if a else None, v.inductor_us)
 
 
 def measured(entry: Entry, framework: str, shape: Any = None, out: str = "fp32") -> tuple[float | None, float | None, Any]:
@@ -181,11 +201,8 @@ def choose(table: Any, M: int, d: int, n: int, framework: str = "torch", policy:
         t, c, _ = measured(entry, framework, shape, out) if entry else (None, None, None)
         return Route("tuned", cfg, how, t, c)
     if entry is not None:
-        m = contest(entry, framework, shape, out)
-        if m.wins:
-            return Route("tuned", m.config, m.says(out), m.tuned_us, m.cublas_us, m.noise)
-        return Route("cublas", None, m.says(out) + ("" if m.tuned_us is None else ": cuBLAS runs"),
-                     m.tuned_us, m.cublas_us, m.noise)
+        v = judge(entry, framework, shape, out)
+        return _route(v, v.says(out))
     same = {k[2]: table.entry(Shape(*k)) for k in table.keys() if (k[0], k[1], k[3]) == (M, d, dtype)}
     lo = max((m for m in same if m < n), default=None)
     hi = min((m for m in same if m > n), default=None)
@@ -194,14 +211,19 @@ def choose(table: Any, M: int, d: int, n: int, framework: str = "torch", policy:
         if not same and dtype != "fp16" and any(k[:2] == (M, d) for k in table.keys()):
             near = f" for {dtype} (its entries are of another dtype)"
         zero = _zero_trial(table, shape, framework, out)
+        if zero is not None and zero.tuned and framework in COMPILER_FOR:
+            zero = dataclasses.replace(zero, why=zero.why + "; Inductor not measured")
         if zero is not None:
             return zero
         return Route("cublas", None, f"{M}x{d} at n={n} is not in the table{near}")
-    low, high = contest(same[lo], framework, shape, out), contest(same[hi], framework, shape, out)
-    lost = [f"n={at} ({b.says(out)})" for at, b in ((lo, low), (hi, high)) if not b.wins]
+    low, high = judge(same[lo], framework, shape, out), judge(same[hi], framework, shape, out)
+    lost = [(at, b) for at, b in ((lo, low), (hi, high)) if not b.wins]
     if lost:
-        return Route("cublas", None, f"n={n} is not in the table and tuned did not win at " + " nor at ".join(lost))
+        kind = "inductor" if all(b.beats_cublas for _, b in lost) else "cublas"
+        return Route(kind, None, f"n={n} is not in the table and tuned did not win at "
+                     + " nor at ".join(f"n={at} ({b.says(out, runs=False)})" for at, b in lost) + lost[0][1].runs())
     m = low if n - lo <= hi - n else high
     near = lo if n - lo <= hi - n else hi
-    return Route("tuned", m.config, f"n={n} lies between tuned n={lo} and n={hi}, where tuned beat cuBLAS beyond "
-                 f"the noise; the n={near} kernel runs ({m.says(out)})", m.tuned_us, m.cublas_us, m.noise)
+    beat = "cuBLAS and Inductor" if low.rivals and high.rivals else "cuBLAS"
+    return _route(m, f"n={n} lies between tuned n={lo} and n={hi}, where tuned beat {beat} beyond the noise; the "
+                  f"n={near} kernel runs ({m.says(out)})")

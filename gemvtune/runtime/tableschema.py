@@ -168,6 +168,52 @@ def _family_trials(search: dict[str, Any]) -> None:
         raise SchemaError("search.space_measured", f"must be a list of families, got {_show(sm)}")
 
 
+_DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
+_MAX_US = 1e7          # µs (ten seconds): no GEMV re-measured takes longer; a larger time is not a measurement
+_MAX_SPREAD = 100.0    # a relative spread of round medians
+_MAX_ROUNDS = 1000
+_MAX_KERNELS = 16
+
+
+def _bounded(rec: dict, where: str) -> dict:
+    """A re-confirmation's measured record: ``_measured``'s checks, and its times, spread and rounds in range."""
+    _measured(rec, where)
+    for k, top in (*((t, _MAX_US) for t in _TIMES), ("spread", _MAX_SPREAD), ("rounds", _MAX_ROUNDS)):
+        v = rec.get(k)
+        if v is not None and v > top:
+            raise SchemaError(f"{where}.{k}", f"is {v!r}; expected at most {top:g}")
+    return rec
+
+
+def _reconfirmed(rec: Any, shape: Any) -> None:
+    """The entry's re-confirmation in a fresh process (``tuning.reconfirm``): its kernels (configs valid for the
+    shape), its baselines (registered names), rounds, date, process and GPU."""
+    from ..baselines import BASELINES
+
+    if rec is None:
+        return
+    rec = _dict(rec, "reconfirmed")
+    kernels = rec.get("kernels")
+    if not isinstance(kernels, list) or not 1 <= len(kernels) <= _MAX_KERNELS:
+        raise SchemaError("reconfirmed.kernels", f"must be a list of 1 to {_MAX_KERNELS} measured kernels, got "
+                          f"{_type_name(kernels) if not isinstance(kernels, list) else f'{len(kernels)} of them'}")
+    for i, k in enumerate(kernels):
+        _config(_bounded(_dict(k, f"reconfirmed.kernels[{i}]"), f"reconfirmed.kernels[{i}]"),
+                f"reconfirmed.kernels[{i}]", shape)
+    for name, b in _dict(rec.get("baselines") or {}, "reconfirmed.baselines").items():
+        if name not in BASELINES:
+            raise SchemaError("reconfirmed.baselines", f"names {_show(name)}, not a baseline ({', '.join(BASELINES)})")
+        _bounded(_dict(b, f"reconfirmed.baselines.{name}"), f"reconfirmed.baselines.{name}")
+    _num(rec, "rounds", "reconfirmed", required=True, positive=True, integer=True)
+    _num(rec, "pid", "reconfirmed", positive=True, integer=True)
+    for k, top in (("rounds", _MAX_ROUNDS), ("pid", 2**31)):
+        if rec.get(k) is not None and rec[k] > top:
+            raise SchemaError(f"reconfirmed.{k}", f"is {rec[k]!r}; expected at most {top}")
+    _str(rec, "date", "reconfirmed", required=True, pattern=_DATE_RE)
+    _str(rec, "host", "reconfirmed")
+    check_gpu(rec.get("gpu") or {}, "reconfirmed.gpu")
+
+
 _SEARCH_INTS = ("seed", "measured_trials", "total_trials", "trials_budget", "confirm_rounds", "top_k")
 _SEARCH_STRS = ("sampler", "study", "started", "finished")
 
@@ -220,6 +266,7 @@ def _entry(key: Any, e: Any) -> Entry:
     _bool(e, "tie", "")
     _bool(e, "launch_bound", "")
     _str(e, "updated", "")
+    _reconfirmed(e.get("reconfirmed"), shape)
     return Entry.from_json(e)
 
 

@@ -15,7 +15,9 @@ it sees a batch size n; that must happen outside capture. Run the model once wit
 will capture (on a side stream, as PyTorch's CUDA-graph documentation asks for any warm-up) before
 ``torch.cuda.graph(...)``; ``torch.compile(mode="reduce-overhead")`` warms up by itself.
 
-``explain(model)`` says, per linear layer, whether it runs a tuned kernel or falls back, and why.
+``explain(model)`` says, per linear layer, whether it runs a tuned kernel or falls back, and why, and, where it
+differs, what the layer runs under ``torch.compile`` (there the tuned kernel must also beat the Inductor time the
+table records: ``gemvtune.runtime.verdict``).
 
 ``swap_linears(model, table, group=True)`` also runs sibling layers that read the same x (q/k/v, gate/up) as one
 grouped launch where the table measured that faster than the members alone (``gemvtune.runtime.torch_siblings``);
@@ -47,7 +49,9 @@ class GemvLinear(torch.nn.Module):
     kernels cannot take is ``F.linear`` too: CPU, FP32, x of another dtype than the weight, n > max_batch,
     a gradient needed, a weight not contiguous or not 16-byte aligned. Eager calls launch directly
     (``torch_op.run_linear``); under ``torch.compile`` the layer is the custom op ``torch.ops.gemvtune.linear``, so
-    ``fullgraph=True`` traces it and Inductor's CUDA graphs capture its kernels.
+    ``fullgraph=True`` traces it and Inductor's CUDA graphs capture its kernels, where the table's route for
+    compiled callers (framework ``torch-compile``) says tuned: the tuned kernel beat cuBLAS and the Inductor time
+    the table records; elsewhere the layer traces ``F.linear`` and Inductor compiles it.
     """
 
     weight: torch.nn.Parameter          # registered in __init__ (declared for the type checker)
@@ -70,16 +74,22 @@ class GemvLinear(torch.nn.Module):
         # that torch.compile reads without tracing the table (a weight cast after the swap finds its dtype's).
         # A zero-sized layer (0 in or out features) has no shape to tune: F.linear for every n.
         empty = not (self.in_features and self.out_features)
-        self._tuned = {tdt: (False,) + tuple(not empty and table.route(self.out_features, self.in_features, n, "torch",
-                                                                       dt, dt).tuned
-                                             for n in range(1, max_batch + 1))
-                       for tdt, dt in DTYPES.items()}
+        self._tuned = self._routes(table, "torch", empty)
+        # the same under torch.compile: a subset of the eager routes (tuned there beat cuBLAS too), so the op, which
+        # routes again at run time for eager callers, runs the tuned kernel wherever the trace calls it
+        self._compiled = self._routes(table, "torch-compile", empty)
         self._original = (linear,)  # a tuple: not registered as a submodule (state_dict keys stay the same)
         # swap_linears(..., group=True): the sibling group (a torch_siblings.LinearGroup, a plain object: not a
         # submodule), this layer's place in its call order, or why a candidate group of it was not grouped
         self._sibling: Any = None
         self._sibling_index = 0
         self._sibling_note: tuple[str, tuple[str, ...], str] | None = None
+
+    def _routes(self, table: Any, framework: str, empty: bool) -> dict[torch.dtype, tuple[bool, ...]]:
+        return {tdt: (False,) + tuple(not empty and table.route(self.out_features, self.in_features, n, framework,
+                                                                dt, dt).tuned
+                                      for n in range(1, self.max_batch + 1))
+                for tdt, dt in DTYPES.items()}
 
     @property
     def original(self) -> torch.nn.Linear:
@@ -140,7 +150,7 @@ class GemvLinear(torch.nn.Module):
                 return y
         w, b = self.weight, self.bias
         k = self.in_features
-        tuned = self._tuned.get(w.dtype)
+        tuned = self._compiled.get(w.dtype)
         if not (tuned is not None and x.is_cuda and x.dtype == w.dtype and x.device == w.device
                 and x.dim() > 0 and x.shape[-1] == k and w.is_contiguous()
                 and (b is None or (b.dtype == w.dtype and b.is_contiguous()))):
@@ -237,8 +247,9 @@ def explain(model: torch.nn.Module, n: int = 1) -> ExplainRows:
     """Per linear layer of ``model`` (swapped or not), what a call with n rows runs and why: a dict
     with ``name, M, d, bias, route`` ("tuned", "cublas": ``F.linear`` chosen from the table's
     measurements, or "F.linear": the layer cannot run a tuned kernel), ``why``, ``tuned_us`` and
-    ``cublas_us`` (the table's measurements behind the choice, or None). A grouped member's own row says what
-    it would run alone. ``.groups``: per sibling group (``swap_linears(..., group=True)``) a dict with ``parent,
+    ``cublas_us`` (the table's measurements behind the choice, or None), and ``compiled_route`` and
+    ``compiled_why``: what the same call runs under ``torch.compile`` where that differs ("inductor": Inductor's
+    F.linear beat the tuned kernel, "cublas"), else None. A grouped member's own row says what it would run alone. ``.groups``: per sibling group (``swap_linears(..., group=True)``) a dict with ``parent,
     members, shape`` (the GroupShape at n), ``route`` ("grouped": one launch; "separate": each member's own route;
     "ungrouped": a candidate that could not be grouped), ``why``, ``grouped_us`` and ``separate_us``."""
     if not isinstance(model, torch.nn.Module):
@@ -249,7 +260,7 @@ def explain(model: torch.nn.Module, n: int = 1) -> ExplainRows:
     for name, mod in model.named_modules():
         if isinstance(mod, GemvLinear):
             row = {"name": name, "M": mod.out_features, "d": mod.in_features, "bias": mod.bias is not None,
-                   "tuned_us": None, "cublas_us": None}
+                   "tuned_us": None, "cublas_us": None, "compiled_route": None, "compiled_why": None}
             why = mod.static_reason()
             if why:
                 rows.append({**row, "route": "F.linear", "why": why})
@@ -259,12 +270,15 @@ def explain(model: torch.nn.Module, n: int = 1) -> ExplainRows:
                 continue
             dt = DTYPES[mod.weight.dtype]
             r = mod.table.route(mod.out_features, mod.in_features, n, "torch", dt, dt)
+            c = mod.table.route(mod.out_features, mod.in_features, n, "torch-compile", dt, dt)
+            if c.tuned != r.tuned:
+                row.update(compiled_route=c.kind, compiled_why=c.why)
             rows.append({**row, "route": "tuned" if r.tuned else "cublas", "why": r.why,
                          "tuned_us": r.tuned_us, "cublas_us": r.cublas_us})
         elif type(mod) is torch.nn.Linear:
             rows.append({"name": name, "M": mod.out_features, "d": mod.in_features, "bias": mod.bias is not None,
                          "route": "F.linear", "why": "not swapped (swap_linears left it, or a filter excluded it)",
-                         "tuned_us": None, "cublas_us": None})
+                         "tuned_us": None, "cublas_us": None, "compiled_route": None, "compiled_why": None})
     out = ExplainRows(rows)
     out.groups = group_rows(model, n, GemvLinear)
     return out
@@ -280,10 +294,13 @@ def format_explain(rows: list[dict[str, Any]]) -> str:
                                                         if counts[k])]
     groups: dict[tuple, list[str]] = defaultdict(list)
     for r in rows:
-        groups[(r["M"], r["d"], r["route"], r["why"])].append(r["name"].rsplit(".", 1)[-1])
-    for (M, d, route, why), names in groups.items():
+        groups[(r["M"], r["d"], r["route"], r["why"], r.get("compiled_route"), r.get("compiled_why"))].append(
+            r["name"].rsplit(".", 1)[-1])
+    for (M, d, route, why, c_route, c_why), names in groups.items():
         kinds = ", ".join(sorted(set(names)))
         lines.append(f"  {M}x{d} {route:8s} x{len(names):<4d} [{kinds}] {why}")
+        if c_route is not None:
+            lines.append(f"    under torch.compile: {c_route} ({c_why})")
     sib = getattr(rows, "groups", None) or []
     if sib:
         counts = Counter(g["route"] for g in sib)
@@ -291,8 +308,11 @@ def format_explain(rows: list[dict[str, Any]]) -> str:
                                                                                           "ungrouped") if counts[k]))
         by: dict[tuple, list[str]] = defaultdict(list)
         for g in sib:
-            by[("+".join(g["members"]), g["shape"] or "", g["route"], g["why"])].append(g["parent"])
-        for (members, shape, route, why), parents in by.items():
+            by[("+".join(g["members"]), g["shape"] or "", g["route"], g["why"], g.get("compiled_route"),
+                g.get("compiled_why"))].append(g["parent"])
+        for (members, shape, route, why, c_route, c_why), parents in by.items():
             lines.append(f"  {members} {shape} {route:9s} x{len(parents):<4d} [{parents[0] or '(the model)'}"
                          + (", ..." if len(parents) > 1 else "") + f"] {why}")
+            if c_route is not None:
+                lines.append(f"    under torch.compile: {c_route} ({c_why})")
     return "\n".join(lines)

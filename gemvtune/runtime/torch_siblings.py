@@ -39,8 +39,13 @@ class LinearGroup:
         self.Ms = tuple(int(m.out_features) for m in members)
         self.max_batch = min(m.max_batch for m in members)
         # Per torch dtype and n (index 0 unused): whether the group route says "grouped" (constants for torch.compile)
+        # for eager callers and, under torch.compile, against the members' compiled routes (their F.linear is
+        # Inductor's: grouproute); the op decides again at run time with the eager route, so a compiled group is
+        # also grouped for eager callers (a group the eager route leaves separate runs its members' own routes)
         self._grouped = {tdt: (False,) + tuple(self.route(n, dt).grouped for n in range(1, self.max_batch + 1))
                          for tdt, dt in DTYPES.items()}
+        self._grouped_compiled = {tdt: tuple(g and self.route(n, DTYPES[tdt], "torch-compile").grouped
+                                             for n, g in enumerate(v)) for tdt, v in self._grouped.items()}
         self.active = any(any(v) for v in self._grouped.values())
         self._x: torch.Tensor | None = None   # the x whose outputs are kept, its version, and the outputs by member
         self._ver = -1
@@ -49,12 +54,12 @@ class LinearGroup:
     def shape(self, n: int, dtype: str) -> GroupShape:
         return GroupShape(self.Ms, self.d, n, dtype)
 
-    def route(self, n: int, dtype: str) -> grouproute.GroupRoute:
+    def route(self, n: int, dtype: str, framework: str = "torch") -> grouproute.GroupRoute:
         try:
             group = self.shape(n, dtype)
         except UsageError as e:
             return grouproute.GroupRoute("separate", None, f"not a group shape: {e}")
-        return grouproute.choose_group(self.table, group, "torch", dtype)
+        return grouproute.choose_group(self.table, group, framework, dtype)
 
     def clear(self) -> None:
         self._x, self._ver, self._out = None, -1, {}
@@ -62,9 +67,9 @@ class LinearGroup:
     def __repr__(self) -> str:
         return f"LinearGroup({self.parent}: {'+'.join(self.names)}, {'+'.join(map(str, self.Ms))}x{self.d})"
 
-    def _runs(self, x: torch.Tensor) -> list[Any] | None:
+    def _runs(self, x: torch.Tensor, compiled: bool = False) -> list[Any] | None:
         """The members' (weights, biases) when this call runs the group, else None (static properties only)."""
-        grouped = self._grouped.get(x.dtype)
+        grouped = (self._grouped_compiled if compiled else self._grouped).get(x.dtype)
         if grouped is None or x.dim() == 0 or x.shape[-1] != self.d:
             return None
         n = x.numel() // self.d if self.d else 0
@@ -112,7 +117,7 @@ class LinearGroup:
                 return y
             return None
         self._x, self._out = None, {}
-        wb = self._runs(x)
+        wb = self._runs(x, compiled=True)
         if wb is None:
             return None
         ys = torch.ops.gemvtune.linear_group(x, wb[0], wb[1], self.tid)
@@ -121,9 +126,10 @@ class LinearGroup:
         return ys[0]
 
     def explain_row(self, n: int) -> dict[str, Any]:
-        """What a call with n rows runs: one grouped launch or each member's own route, and why."""
+        """What a call with n rows runs: one grouped launch or each member's own route, and why; under
+        torch.compile, where that differs (``compiled_route``, ``compiled_why``; None where it does not)."""
         row: dict[str, Any] = {"parent": self.parent, "members": list(self.names), "grouped_us": None,
-                               "separate_us": None}
+                               "separate_us": None, "compiled_route": None, "compiled_why": None}
         w = self.members[0].weight
         dt = DTYPES.get(w.dtype)
         why = next((f"{name}: {r}" for name, m in zip(self.names, self.members) if (r := m.static_reason())), "")
@@ -136,6 +142,10 @@ class LinearGroup:
         if n > self.max_batch:
             return {**row, "route": "separate", "why": f"n={n} above the members' max_batch={self.max_batch}"}
         r = self.route(n, dt)
+        if r.grouped:
+            c = self.route(n, dt, "torch-compile")
+            if not c.grouped:
+                row.update(compiled_route=c.kind, compiled_why=c.why)
         return {**row, "route": r.kind, "why": r.why, "grouped_us": r.grouped_us, "separate_us": r.separate_us}
 
 
@@ -228,5 +238,6 @@ def group_rows(model: torch.nn.Module, n: int, gemv_type: type[Any]) -> list[dic
         if note is not None and note not in notes:
             notes.add(note)
             rows.append({"parent": note[0], "members": list(note[1]), "shape": None, "route": "ungrouped",
-                         "why": note[2], "grouped_us": None, "separate_us": None})
+                         "why": note[2], "grouped_us": None, "separate_us": None, "compiled_route": None,
+                         "compiled_why": None})
     return rows

@@ -129,6 +129,13 @@ OPTIONS: tuple[Opt, ...] = (   # in ``gemvtune search --help`` order
         help="one worker process per GPU of this host, pinned to it (CUDA_VISIBLE_DEVICES), sharing the studies"),
     Opt("--workers", "workers", click.IntRange(1, 256), 1, show_default=True, workers=False,
         help="worker processes on this host sharing the studies (without --devices: all on the same GPU)"),
+    Opt("--no-reconfirm", "no_reconfirm", is_flag=True, default=False,
+        help="do not re-confirm the new entries at the end (by default each entry this process writes is measured "
+             "again in a fresh process, gemvtune check --reconfirm, and the route needs the win in both; a "
+             "replayed search never re-confirms)"),
+    Opt("--inductor", "inductor", is_flag=True, default=False,
+        help="the re-confirmation times Inductor max-autotune too (best of 2 compiles, tens of seconds per shape), "
+             "which the route for callers under torch.compile must also beat"),
     Opt("--heartbeat", "heartbeat_s", click.FloatRange(min=0.1), HEARTBEAT_S, show_default=True,
         help="seconds between a running trial's heartbeats; a trial silent for 3 of them is failed and retried"),
     Opt("--worker-index", "worker_index", click.IntRange(min=0), 0, hidden=True, workers=False,   # (run_workers')

@@ -49,7 +49,10 @@ def device_label(dev: dict[str, Any]) -> str:
 def run_searches(runner: Any, shapes: list[Shape], opts: SearchOptions, results_dir: str | None,
                  table_path: str | None, echo: Callable[[str], None], writable: Callable[[str], Path],
                  heartbeat_s: float = HEARTBEAT_S, joiner: bool = False,
-                 allow_replay_into_measured: bool = False, worker_index: int = 0) -> Path:
+                 allow_replay_into_measured: bool = False, worker_index: int = 0,
+                 recorded: list[Shape] | None = None) -> Path:
+    """Search ``shapes`` and record each winner in the table; returns the table's path. ``recorded``: the shapes
+    whose entries this process wrote are appended to it (another worker of a shared study may write the rest)."""
     opts = searchable(runner, opts, echo)   # a library family this runner cannot ask: before any work
     dev = runner.device_info()
     out = writable(results_dir or str(Workspace.for_gpu(dev["name"]).root))
@@ -66,7 +69,8 @@ def run_searches(runner: Any, shapes: list[Shape], opts: SearchOptions, results_
     optuna_log = optimize_logger()
     optuna_log.addFilter(quiet)
     try:
-        _search_shapes(runner, shapes, opts, out, table, storage_url, coord, dev, echo, joiner)
+        _search_shapes(runner, shapes, opts, out, table, storage_url, coord, dev, echo, joiner,
+                       recorded if recorded is not None else [])
     except Exception as e:   # a full disk (or a folder turned read-only) mid-search: one line, work kept
         failure = write_failure(e)
         if failure is None:
@@ -233,7 +237,8 @@ def _warm(opts: SearchOptions, out: Path, shape: Shape, echo: Callable[[str], No
 
 
 def _search_shapes(runner: Any, shapes: list[Shape], opts: SearchOptions, out: Path, table: Path, storage_url: str,
-                   coord: Coordinator, dev: dict[str, Any], echo: Callable[[str], None], joiner: bool) -> None:
+                   coord: Coordinator, dev: dict[str, Any], echo: Callable[[str], None], joiner: bool,
+                   recorded: list[Shape]) -> None:
     import pandas as pd
 
     storage, slug = coord.store.storage, gpu_slug(dev["name"])
@@ -254,6 +259,7 @@ def _search_shapes(runner: Any, shapes: list[Shape], opts: SearchOptions, out: P
                           search=res.entry["search"], winner=res.entry["winner"], baselines=res.entry["baselines"])
         write_text(csv.with_suffix(".json"), json.dumps(meta, indent=1, sort_keys=True, default=str) + "\n")
         e = record(table, shape, res.entry, dev, ceil)   # the entry as the table now holds it
+        recorded.append(shape)
         w, b = e.winner, e.baselines
         c = cublas_of(b)
         cub = c.us if c else None

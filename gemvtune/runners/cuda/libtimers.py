@@ -93,7 +93,7 @@ class Baselines:
 
     def __init__(self, harness: Harness):
         self.h = harness
-        self._inductor: dict[Shape, Any] = {}   # shape -> inductor.InductorCompile: compiled once per process
+        self._inductor: dict[Any, Any] = {}   # shape (, compile) -> inductor.InductorCompile: once per process
 
     def measure_cublas(self, shape: Shape) -> Measurement:
         """cuBLAS through cupy.matmul (FP16 in, FP32 compute, FP16 out), timed with the spin method
@@ -175,14 +175,14 @@ class Baselines:
             h.fill_times(m, t, shape, "graph", k, b)
         return m
 
-    def measure_inductor(self, shape: Shape, verify: bool = True) -> Measurement:
+    def measure_inductor(self, shape: Shape, verify: bool = True, compile: int = 0) -> Measurement:
         """torch.compile(F.linear, mode="max-autotune-no-cudagraphs") in the torch F.linear harness
-        (``inductor.measure_inductor``), compiled once per shape for this object's life; FP16 output,
-        verified. A failure (no torch, no Triton, a compile error, dynamo running it eagerly) is a
-        LAUNCH_ERROR measurement with its reason."""
+        (``inductor.measure_inductor``), compiled once per shape (and ``compile``: another compile, its
+        caches off) for this object's life; FP16 output, verified. A failure (no torch, no Triton, a compile
+        error, dynamo running it eagerly) is a LAUNCH_ERROR measurement with its reason."""
         from .inductor import measure_inductor
 
-        return measure_inductor(self.h, shape, self._inductor, self.time_torch, verify)
+        return measure_inductor(self.h, shape, self._inductor, self.time_torch, verify, compile)
 
     def measure_seed(self, shape: Shape, verify: bool = True) -> Measurement:
         """The seed kernel as written: llama.cpp's mul_mat_vec with d and M read at run time

@@ -362,9 +362,10 @@ class CudaRunner(RunnerBase):
         """cuBLAS through torch F.linear in a CUDA graph; None without torch (``Baselines.measure_torch_linear``)."""
         return self.baseline.measure_torch_linear(shape)
 
-    def measure_inductor(self, shape: Shape, verify: bool = True) -> Measurement:
-        """torch.compile max-autotune F.linear in the torch harness (``Baselines.measure_inductor``)."""
-        return self.baseline.measure_inductor(shape, verify)
+    def measure_inductor(self, shape: Shape, verify: bool = True, compile: int = 0) -> Measurement:
+        """torch.compile max-autotune F.linear in the torch harness (``Baselines.measure_inductor``; ``compile``
+        > 0: another compile of the shape, Inductor's caches off for it)."""
+        return self.baseline.measure_inductor(shape, verify, compile)
 
     def measure_seed(self, shape: Shape, verify: bool = True) -> Measurement:
         """llama.cpp's kernel as written, d at run time (``Baselines.measure_seed``)."""
