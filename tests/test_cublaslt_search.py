@@ -94,9 +94,9 @@ def test_the_route_runs_the_algorithm_only_for_its_own_shape(tmp_path):
     assert not table.route(other.M, other.d, other.n).tuned             # ("not in the table": cuBLAS)
 
 
-def test_between_two_n_a_library_winner_is_not_carried(tmp_path):
-    """n = 8 (an algorithm won) and n = 16 (a kernel won); n = 12 may run a kernel measured at n = 8 or 16,
-    never the n = 8 algorithm: the n = 8 entry's gemv best stands for it."""
+def test_between_two_n_nothing_is_carried(tmp_path):
+    """n = 8 (an algorithm won) and n = 16 (a kernel won): n = 12 runs cuBLAS (only a measured n runs a tuned
+    kernel), neither the n = 8 algorithm nor a kernel measured at n = 8 or 16."""
     class KernelWinsAt16(LtFakeRunner):
         def lt_heuristics(self, shape, top=16):
             return [] if shape.n == 16 else super().lt_heuristics(shape, top)
@@ -107,7 +107,7 @@ def test_between_two_n_a_library_winner_is_not_carried(tmp_path):
     assert any("4096x4096@n16 cublaslt: no candidates" in ln for ln in lines), lines
     assert table.entry(Shape(4096, 4096, 16)).winner.family == "gemv"
     r = table.route(4096, 4096, 12, "torch", "fp16")
-    assert r.tuned and r.config.family == "gemv" and "between" in r.why
+    assert not r.tuned and "tuned at n=8,16 only" in r.why
 
 
 def test_export_marks_the_shape_use_your_blas(tmp_path):

@@ -106,9 +106,9 @@ def test_separate_with_the_reason_whenever_something_is_missing():
     assert r.kind == "separate"                                          # another n
     lat = hand_table(_entry(512, 256, n=2, tuned=5.0), _entry(256, 256, n=2, tuned=4.0, cublas=6.0),
                      _entry(128, 256, n=1, tuned=3.0, cublas=5.0), _entry(128, 256, n=4, tuned=3.0, cublas=5.0))
-    assert lat.route(128, 256, 2, "torch", "fp16").tuned                 # (its route: the n=1 kernel)
-    r = choose_group(lat, GroupShape((256, 128, 128), 256, 2))          # a member's time from other n: unknown
-    assert r.kind == "separate" and "128x256 at n=2 is not measured" in r.why
+    assert not lat.route(128, 256, 2, "torch", "fp16").tuned             # (its route: cuBLAS, n=2 not measured)
+    r = choose_group(lat, GroupShape((256, 128, 128), 256, 2))          # a member's time at n=2: unknown
+    assert r.kind == "separate" and "128x256: its cuBLAS time is unknown" in r.why
 
     class RouteOnly:                                                     # (a table without entries: tests' fakes)
         def route(self, *a, **k):

@@ -57,13 +57,14 @@ def test_missing_shape_and_one_sided_batches_go_to_cublas():
     assert not r.tuned and "tuned at n=1 only" in r.why
 
 
-def test_bracketed_batch_runs_the_nearer_winner_only_when_tuned_won_on_both_sides():
+def test_an_n_between_two_tabled_n_runs_cublas():
+    """A kernel runs only at a measured n: won at n = 2 and n = 8, n = 3 and 7 still run cuBLAS, and say so (carried
+    from a neighbour, the H200 table's kernels ran up to 27.8% slower than cuBLAS in bench guard)."""
     t = _table(_entry(64, 4096, 2, 9.0, 13.0), _entry(64, 4096, 8, 12.0, 13.0))
-    r = t.route(64, 4096, 3)
-    assert r.tuned and "n=2 kernel" in r.why and r.tuned_us == 9.0
-    assert "n=8 kernel" in t.route(64, 4096, 7).why
-    lost = _table(_entry(64, 4096, 2, 9.0, 13.0), _entry(64, 4096, 8, 14.0, 13.0))
-    assert not lost.route(64, 4096, 3).tuned
+    for n in (3, 7):
+        r = t.route(64, 4096, n)
+        assert not r.tuned and r.config is None and "tuned at n=2,8 only" in r.why and f"--batch {n}" in r.why
+    assert t.route(64, 4096, 2).tuned and t.route(64, 4096, 8).tuned
 
 
 def test_fp16_output_skips_an_atomic_split_k_winner():
@@ -183,19 +184,6 @@ def test_spread_and_contest_directly():
     assert Contest(9.0, None).wins and not Contest(None, 10.0).wins
     m = contest(_table(_won(0.05)).entry(Shape(4096, 4096, 16)), "torch")
     assert (m.tuned_spread, m.cublas_spread) == (0.009, 0.012) and m.config.vec == "half8"
-
-
-def test_between_two_tabled_n_both_neighbours_must_win_beyond_their_noise():
-    """n = 3 between n = 2 and n = 8, each a 5% win: tuned runs while both neighbours' spreads stay under 5%; a noisy
-    n = 8 (3% + 3%) sends n = 3 to cuBLAS though n = 2 is the nearer one."""
-    quiet = _table(_won(0.05, n=2), _won(0.05, n=8))
-    r = quiet.route(4096, 4096, 3)
-    assert r.tuned and "n=2 kernel" in r.why and "beyond the noise 2.1%" in r.why and r.noise == pytest.approx(0.021)
-    noisy = _table(_won(0.05, n=2), _won(0.05, 0.03, 0.03, n=8))
-    r = noisy.route(4096, 4096, 3)
-    assert not r.tuned and "did not win at n=8" in r.why and "inside the noise 6.0% (spreads 3.0% + 3.0%)" in r.why
-    assert "n=2 (" not in r.why
-    assert not _table(_won(0.05, 0.03, 0.03, n=2), _won(0.05, n=8)).route(4096, 4096, 7).tuned
 
 
 class _Model:

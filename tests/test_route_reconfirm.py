@@ -108,14 +108,6 @@ def test_the_cupy_caller_weighs_the_reconfirmation_s_own_cublas():
     assert not route(e).tuned and route(e, "cupy").tuned
 
 
-def test_between_two_tabled_n_a_neighbour_s_lost_reconfirmation_counts():
-    lo, hi = entry(n=2), entry(n=8)
-    assert table(lo, hi).route(4096, 4096, 4, "torch", "fp16", "fp16").tuned
-    lost = entry(n=8, again=(14.0, 13.0))
-    r = table(lo, lost).route(4096, 4096, 3, "torch", "fp16", "fp16")
-    assert not r.tuned and "did not win at n=8" in r.why and "cuBLAS 13.00 µs is faster than tuned 14.00 µs" in r.why
-
-
 # ---- the compiled caller and Inductor ---------------------------------------------------------------------
 
 def test_inductor_faster_sends_the_compiled_caller_to_f_linear_and_the_eager_one_stays_tuned():

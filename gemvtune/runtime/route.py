@@ -12,9 +12,11 @@ Per (M, d, n):
   ``torch.compile`` (framework ``torch-compile``) the kernel must also beat the Inductor time the entry
   records (``gemvtune.runtime.verdict``); otherwise cuBLAS (``F.linear``) runs, and the route states every
   win and its noise;
-- the table holds the same (M, d) at batch sizes on both sides of n, and the tuned kernel won at both by
-  that rule: the winner of the nearer one runs (the time of every n <= 16 is the read of W, so a win on both
-  sides is a measured reason); otherwise cuBLAS;
+- the table holds the same (M, d) only at other batch sizes: cuBLAS. A kernel measured at n' is not measured at
+  n, and neither is cuBLAS (which picks another kernel per n): carried from the nearer tabled n, the kernels of
+  the H200's table ran up to 27.8% slower than cuBLAS in an independent harness (``gemvtune bench guard``,
+  2026-12-04: 4096x14336 at n = 12 from n = 8/16, 128256x4096 BF16 at n = 4 from n = 1/8), though they won at
+  both neighbours. Only a measured n runs a tuned kernel (``search --batch`` measures more);
 - with a cost model (``load_table``'s default: the one beside the table), a shape the table lacks runs the
   model's pick where it is predicted faster than cuBLAS's predicted time by ``zerotrial.MARGIN``
   (``gemvtune.model.zerotrial``), or by the largest noise (tuned + cuBLAS spreads) of the tabled neighbours
@@ -203,27 +205,15 @@ def choose(table: Any, M: int, d: int, n: int, framework: str = "torch", policy:
     if entry is not None:
         v = judge(entry, framework, shape, out)
         return _route(v, v.says(out))
-    same = {k[2]: table.entry(Shape(*k)) for k in table.keys() if (k[0], k[1], k[3]) == (M, d, dtype)}
-    lo = max((m for m in same if m < n), default=None)
-    hi = min((m for m in same if m > n), default=None)
-    if lo is None or hi is None:
-        near = f" (tuned at n={','.join(map(str, sorted(same)))} only)" if same else ""
-        if not same and dtype != "fp16" and any(k[:2] == (M, d) for k in table.keys()):
-            near = f" for {dtype} (its entries are of another dtype)"
-        zero = _zero_trial(table, shape, framework, out)
-        if zero is not None and zero.tuned and framework in COMPILER_FOR:
-            zero = dataclasses.replace(zero, why=zero.why + "; Inductor not measured")
-        if zero is not None:
-            return zero
-        return Route("cublas", None, f"{M}x{d} at n={n} is not in the table{near}")
-    low, high = judge(same[lo], framework, shape, out), judge(same[hi], framework, shape, out)
-    lost = [(at, b) for at, b in ((lo, low), (hi, high)) if not b.wins]
-    if lost:
-        kind = "inductor" if all(b.beats_cublas for _, b in lost) else "cublas"
-        return Route(kind, None, f"n={n} is not in the table and tuned did not win at "
-                     + " nor at ".join(f"n={at} ({b.says(out, runs=False)})" for at, b in lost) + lost[0][1].runs())
-    m = low if n - lo <= hi - n else high
-    near = lo if n - lo <= hi - n else hi
-    beat = "cuBLAS and Inductor" if low.rivals and high.rivals else "cuBLAS"
-    return _route(m, f"n={n} lies between tuned n={lo} and n={hi}, where tuned beat {beat} beyond the noise; the "
-                  f"n={near} kernel runs ({m.says(out)})")
+    same = sorted(k[2] for k in table.keys() if (k[0], k[1], k[3]) == (M, d, dtype))
+    if same:
+        return Route("cublas", None, f"{M}x{d} at n={n} is not in the table (tuned at n={','.join(map(str, same))} "
+                     f"only): a kernel runs only at a measured n (gemvtune search --shape {M}x{d} --batch {n})")
+    near = f" for {dtype} (its entries are of another dtype)" if dtype != "fp16" and any(
+        k[:2] == (M, d) for k in table.keys()) else ""
+    zero = _zero_trial(table, shape, framework, out)
+    if zero is not None and zero.tuned and framework in COMPILER_FOR:
+        zero = dataclasses.replace(zero, why=zero.why + "; Inductor not measured")
+    if zero is not None:
+        return zero
+    return Route("cublas", None, f"{M}x{d} at n={n} is not in the table{near}")
