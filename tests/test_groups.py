@@ -477,13 +477,14 @@ def test_a_device_mismatch_and_filtered_members_stay_ungrouped(forced):
 def test_explain_lists_the_groups_and_their_routes(forced, monkeypatch):
     m, _, _ = _swapped()
     rows = explain(m)
-    assert len(rows) == 15 and len(rows.groups) == 4                       # the layers' rows are as before
+    assert len(rows) == 15 and len(rows.groups) == 4 + 2                   # the layers' rows are as before
+    assert [g["kind"] for g in rows.groups] == ["siblings"] * 4 + ["swiglu"] * 2   # (the SwiGLU MLPs' rows last)
     g = rows.groups[0]
     assert g["parent"] == "model.layers.0.self_attn" and g["members"] == ["q_proj", "k_proj", "v_proj"]
     assert g["shape"] == "64+32+32x64.bf16" and g["route"] == "separate" and "weight on cpu" in g["why"]
     monkeypatch.setattr(GemvLinear, "static_reason", lambda self: "")
     rows = explain(m, n=4)
-    assert {g["route"] for g in rows.groups} == {"grouped"} and rows.groups[1]["shape"] == "128+128x64@n4.bf16"
+    assert {g["route"] for g in rows.groups[:4]} == {"grouped"} and rows.groups[1]["shape"] == "128+128x64@n4.bf16"
     assert rows.groups[0]["grouped_us"] == 1.0 and rows.groups[0]["separate_us"] == 2.0
     text = format_explain(rows)
     assert "4 sibling groups: 4 grouped" in text and "q_proj+k_proj+v_proj 64+32+32x64@n4.bf16 grouped" in text
@@ -606,8 +607,11 @@ def _aligned_llama():
 @pytest.mark.gpu
 def test_gpu_tiny_llama_grouped_matches_stock_eager_and_static_cache_generate(monkeypatch):
     """A table made by hand in which both groups of the tiny Llama route grouped at n=1 (the fused GEMV measured
-    faster than the members' own kernels): decode steps launch each group once, and every step's logits match
-    stock, in eager generate and in static-cache generate (which compiles the forward with CUDA graphs)."""
+    faster than the members' own kernels; its config pairs rows, so the MLPs fuse SwiGLU too): decode steps launch
+    q/k/v once and each MLP's gate/up once (writing silu(g)·u, the down projection's input), and every step's
+    logits match stock, in eager generate and in static-cache generate (which compiles the forward with CUDA
+    graphs). The plain gate/up group (what an MLP runs where SwiGLU does not) launches when its members are called
+    directly."""
     if not torch.cuda.is_available():
         pytest.skip("torch has no CUDA here")
     from gemvtune.device.plan import LaunchPlan
@@ -617,12 +621,14 @@ def test_gpu_tiny_llama_grouped_matches_stock_eager_and_static_cache_generate(mo
                        _entry(256, 256, tuned=4.0, cublas=6.0), _entry(128, 256, tuned=3.0, cublas=5.0), gpu=gpu)
     for Ms in ((256, 128, 128), (512, 512)):
         assert choose_group(table, GroupShape(Ms, 256)).grouped
+    assert grouproute.choose_swiglu(table, GroupShape((512, 512), 256)).grouped
     model = _aligned_llama()
     ids = torch.randint(0, 512, (1, 8), device="cuda", generator=torch.Generator("cuda").manual_seed(1))
     kw = dict(max_new_tokens=6, min_new_tokens=6, do_sample=False, output_logits=True, return_dict_in_generate=True)
     grouped = []
     real = LaunchPlan.launch_group
-    monkeypatch.setattr(LaunchPlan, "launch_group", lambda self, *a: grouped.append(self.spec.group) or real(self, *a))
+    monkeypatch.setattr(LaunchPlan, "launch_group",
+                        lambda self, *a: grouped.append((self.spec.group.Ms, self.spec.epilogue.swiglu)) or real(self, *a))
 
     def agree(stock, ours):
         a, b = stock.sequences[0, ids.shape[1]:], ours.sequences[0, ids.shape[1]:]
@@ -637,12 +643,14 @@ def test_gpu_tiny_llama_grouped_matches_stock_eager_and_static_cache_generate(mo
         swap_linears(model, table, group=True)
         try:
             rows = explain(model, n=1)
-            assert [(g["members"], g["route"]) for g in rows.groups] == [
-                (["q_proj", "k_proj", "v_proj"], "grouped"), (["gate_proj", "up_proj"], "grouped")] * 2, rows.groups
-            assert "4 sibling groups: 4 grouped" in format_explain(rows)
+            assert [(g["kind"], g["members"], g["route"]) for g in rows.groups] == [
+                ("siblings", ["q_proj", "k_proj", "v_proj"], "grouped"), ("siblings", ["gate_proj", "up_proj"], "grouped"),
+            ] * 2 + [("swiglu", ["gate_proj", "up_proj"], "grouped")] * 2, rows.groups
+            assert "4 sibling groups: 4 grouped" in format_explain(rows) and "2 SwiGLU MLPs" in format_explain(rows)
             ours = model.generate(ids, **kw)
-            assert len(grouped) == 2 * 2 * 5                                # 5 decode steps at n=1, 2 groups, 2 layers
-            assert {g.Ms for g in grouped} == {(256, 128, 128), (512, 512)}
+            assert len(grouped) == 2 * 2 * 5                                # 5 decode steps at n=1, 2 launches, 2 layers
+            assert sorted(set(grouped)) == [((256, 128, 128), False), ((512, 512), True)]   # q/k/v; gate/up SwiGLU
+            assert grouped.count(((512, 512), True)) == 2 * 5               # each MLP once per step
             agree(stock, ours)
             ours_static = model.generate(ids, cache_implementation="static", **kw)
             agree(stock_static, ours_static)
@@ -652,6 +660,16 @@ def test_gpu_tiny_llama_grouped_matches_stock_eager_and_static_cache_generate(mo
             for y, lin in zip(outs, (attn.q_proj, attn.k_proj, attn.v_proj)):
                 ref = F.linear(x, lin.weight)
                 assert ((y.float() - ref.float()).abs().max() / ref.float().abs().max()).item() < 1e-2
+            mlp = model.model.layers[0].mlp
+            grouped.clear()
+            outs = [mlp.gate_proj(x), mlp.up_proj(x)]                      # the plain gate/up group: one launch
+            assert grouped == [((512, 512), False)]
+            for y, lin in zip(outs, (mlp.gate_proj, mlp.up_proj)):
+                ref = F.linear(x, lin.weight)
+                assert ((y.float() - ref.float()).abs().max() / ref.float().abs().max()).item() < 1e-2
+            h, ref = mlp(x), F.linear(F.silu(F.linear(x.float(), mlp.gate_proj.weight.float()))
+                                      * F.linear(x.float(), mlp.up_proj.weight.float()), mlp.down_proj.weight.float())
+            assert ((h.float() - ref).abs().max() / ref.abs().max()).item() < 1e-2 and grouped[-1] == ((512, 512), True)
         finally:
             restore_linears(model)
             torch._dynamo.reset()

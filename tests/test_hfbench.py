@@ -406,19 +406,26 @@ def test_grouped_variants_keep_their_groups_across_switches():
     cfg, _ = build_config(dict(TINY), 2)
     model = build_model(cfg, "float16", "cpu")
     keys = {k: v.clone() for k, v in model.state_dict().items()}
+    stock_mlp = model.model.layers[0].mlp
     v = Variants(model, load_table(TABLE), group=True)
     assert v.groups == 2 * 2 and len(v.names) == 2 * 7 + 1                # q/k/v and gate/up per layer
-    attn, mlp = model.model.layers[0].self_attn, model.model.layers[0].mlp
-    assert type(attn.q_proj) is torch.nn.Linear and v.current == "stock"
+    assert v.mlps == 2                                                     # a SwiGLU MLP per layer
+    layer = model.model.layers[0]
+    attn, mlp = layer.self_attn, layer.mlp
+    assert type(attn.q_proj) is torch.nn.Linear and v.current == "stock" and mlp is stock_mlp
     v.use("gemvtune")
-    g = attn.q_proj._sibling
+    g, fused = attn.q_proj._sibling, layer.mlp
     assert g is not None and g is attn.k_proj._sibling is attn.v_proj._sibling and len(g.members) == 3
-    assert mlp.gate_proj._sibling is mlp.up_proj._sibling is not None and mlp.down_proj._sibling is None
+    assert type(fused).__name__ == "GemvSwiGLUMLP" and fused.original is stock_mlp
+    assert fused.gate_proj._sibling is fused.up_proj._sibling is not None and fused.down_proj._sibling is None
     rows = explain_rows(model)
-    assert len(rows["groups"]) == 4 and sum(rows["summary"]["sibling_routes"].values()) == 4, rows.get("error")
+    assert len(rows["groups"]) == 4 + 2 and sum(rows["summary"]["sibling_routes"].values()) == 4, rows.get("error")
+    assert sum(rows["summary"]["swiglu_routes"].values()) == 2 and "residual" in rows["notes"][0]
     v.use("stock")
+    assert layer.mlp is stock_mlp and type(stock_mlp.gate_proj) is torch.nn.Linear
     v.use("gemvtune")
     assert attn.q_proj._sibling is g and g.members == (attn.q_proj, attn.k_proj, attn.v_proj)
+    assert layer.mlp is fused and fused.gate_proj._sibling.members == (fused.gate_proj, fused.up_proj)
     assert model.state_dict().keys() == keys.keys() and all(torch.equal(model.state_dict()[k], t)
                                                             for k, t in keys.items())
     plain = Variants(build_model(cfg, "float16", "cpu"), load_table(TABLE))
@@ -484,7 +491,8 @@ def test_whole_bench_on_gpu(tmp_path):
         assert all(c not in ("–", "") for c in cells[1:6]), line          # both implementations measured
     prov = json.loads((out / f"{stem}-provenance.json").read_text())
     assert prov["env"]["gpu"] and prov["swapped"] == 2 * 7 + 1 and prov["group"] and prov["groups"] == 2 * 2
-    assert len(prov["explain"]["groups"]) == 4, prov["explain"]          # explain lists each group and its route
+    assert prov["swiglu_mlps"] == 2                                      # each layer's MLP fused (SwiGLU)
+    assert len(prov["explain"]["groups"]) == 4 + 2, prov["explain"]      # explain lists each group, MLP and route
     assert prov["profile"]["gemvtune"]["eager"].get("per_step", {}).get("gemvtune_n", 0) > 0, prov["profile"]
     assert prov["profile"]["stock"]["eager"]["per_step"]["gemvtune_n"] == 0
     assert "mode" in r.stdout.splitlines()[-3] and "compiled" in r.stdout.splitlines()[-1]

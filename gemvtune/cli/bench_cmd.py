@@ -49,7 +49,8 @@ OPTS: dict[str, Decl] = {
     "prompt_text": (("--prompt-tokens", "prompt_text"), {"metavar": "N",
                                                          "help": "random prompt tokens  [default: 16]"}),
     "group": (("--group",), {"is_flag": True, "help": "gemvtune's variant groups sibling linears (q/k/v, gate/up) "
-                                                   "into one launch where the table measured it faster: "
+                                                   "into one launch, and SwiGLU MLPs' gate/up into one that writes "
+                                                   "silu(g)*u, where the table measured it faster: "
                                                    "swap_linears(model, table, group=True)"}),
     "pdl": (("--pdl",), {"is_flag": True, "help": "also time the fused step with programmatic dependent launch: each "
                                                "kernel loads its first W vectors before it waits for the previous "

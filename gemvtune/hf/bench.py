@@ -165,11 +165,13 @@ def run_hf_bench(config_path: str, layers: int | None = None, tokens: int = 128,
     variants = Variants(model, table, group=group)
     result["swapped"] = len(variants.names)
     result["groups"] = variants.groups
+    result["swiglu_mlps"] = variants.mlps
     result["swapped_names"] = variants.names
     if variants.missing:
         result["notes"].append(f"restore_linears did not name {len(variants.missing)} swapped layers "
-                               f"(e.g. {variants.missing[0]}); they were put back by setattr")
-    echo(f"swap_linears: {len(variants.names)} linear layers" + (f", {variants.groups} sibling groups" if group else ""))
+                               f"(e.g. {variants.missing[0]})")
+    echo(f"swap_linears: {len(variants.names)} linear layers"
+         + (f", {variants.groups} sibling groups, {variants.mlps} SwiGLU MLPs fused" if group else ""))
     if not variants.names:
         result["notes"].append("swap_linears replaced no layer: gemvtune and stock are the same model")
 

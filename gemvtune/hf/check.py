@@ -87,9 +87,11 @@ def explain_rows(model: Any) -> dict[str, Any]:
         rows = [dict(r) for r in ex]
         groups = [dict(g) for g in ex.groups]
         summary = explain_summary(rows)
-        if groups:   # per sibling-group route at n=1 ("grouped", "separate", "ungrouped"): how many groups
-            routes = [str(g["route"]) for g in groups]
-            summary["sibling_routes"] = {k: routes.count(k) for k in dict.fromkeys(routes)}
-        return {"rows": rows, "groups": groups, "summary": summary}
+        for kind, key in (("siblings", "sibling_routes"), ("swiglu", "swiglu_routes")):
+            # per sibling-group / SwiGLU-MLP route at n=1 ("grouped", "separate", "ungrouped"): how many
+            routes = [str(g["route"]) for g in groups if g.get("kind", "siblings") == kind]
+            if routes:
+                summary[key] = {k: routes.count(k) for k in dict.fromkeys(routes)}
+        return {"rows": rows, "groups": groups, "summary": summary, "notes": list(getattr(ex, "notes", []))}
     except Exception as e:
         return {"error": first_line(e)}

@@ -185,48 +185,34 @@ def build_model(cfg: Any, dtype: str = "float16", device: str = "cuda", seed: in
 
 
 class Variants:
-    """Stock and swapped on one model object. ``gemvtune.swap_linears`` runs once; its GemvLinear objects
-    and (after ``gemvtune.restore_linears``) the original nn.Linear objects are then put in place by
-    setattr: every round sees the same module objects of each variant, so torch.compile's guards match
-    one of two cached graphs instead of recompiling at each switch."""
+    """Stock and swapped on one model object. ``gemvtune.swap_linears`` runs once; then ``restore_linears`` puts
+    the stock modules back and its answer's ``reswap()`` the swapped ones (the same GemvLinear objects, sibling
+    groups and SwiGLU MLP wrappers each time): every round sees the same module objects of each variant, so
+    torch.compile's guards match one of two cached graphs instead of recompiling at each switch."""
 
     def __init__(self, model: Any, table: Any, group: bool = False):
-        from ..runtime.torch_linear import restore_linears, swap_linears
+        from ..runtime.torch_linear import GemvLinear, restore_linears, swap_linears
 
         self.model = model
+        self._restore = restore_linears
         self.names = list(swap_linears(model, table, group=group))
-        self.wrapped = [self._slot(n) for n in self.names]
-        # restore_linears removes the sibling groups; the swapped variant keeps them (the same LinearGroup
-        # objects each time it is put in place, so torch.compile's guards see one fixed set)
-        kept = [(w, w._sibling, w._sibling_index, w._sibling_note, getattr(w._sibling, "members", ()))
-                for _, _, w in self.wrapped if hasattr(w, "_sibling")]
-        restored = set(restore_linears(model))
-        for w, g, i, note, members in kept:
-            w._sibling, w._sibling_index, w._sibling_note = g, i, note
-            if g is not None:
-                g.members = members
-        self.groups = len({id(g) for _, g, *_ in kept if g is not None})
-        self.stock = [self._slot(n) for n in self.names]
-        self.missing = [n for n in self.names if n not in restored]
-        for k, ((parent, attr, obj), (_, _, w)) in enumerate(zip(self.stock, self.wrapped)):
-            if obj is w:  # not restored: the wrapper's original module is the stock one
-                orig = getattr(w, "original", None)
-                if orig is None:
-                    raise RuntimeError(f"restore_linears left {self.names[k]} swapped and it has no .original")
-                setattr(parent, attr, orig)
-                self.stock[k] = (parent, attr, orig)
+        self._restored = restore_linears(model)
+        self.groups, self.mlps = self._restored.groups, self._restored.mlps
+        self.missing = [n for n in self.names if n not in self._restored]
+        left = [n for n, m in model.named_modules() if isinstance(m, GemvLinear)]
+        if left:
+            raise RuntimeError(f"restore_linears left {len(left)} swapped layers (e.g. {left[0]}): no stock variant")
         self.current = "stock"
-
-    def _slot(self, name: str) -> tuple[Any, str, Any]:
-        parent_name, _, attr = name.rpartition(".")
-        parent = self.model.get_submodule(parent_name) if parent_name else self.model
-        return parent, attr, getattr(parent, attr)
 
     def use(self, impl: str) -> None:
         if impl not in IMPLS:
             raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
-        for parent, attr, obj in (self.wrapped if impl == "gemvtune" else self.stock):
-            setattr(parent, attr, obj)
+        if impl == self.current:
+            return
+        if impl == "gemvtune":
+            self._restored.reswap()
+        else:
+            self._restored = self._restore(self.model)
         self.current = impl
 
 

@@ -142,8 +142,9 @@ def summary_markdown(result: dict[str, Any], table: list[dict[str, Any]]) -> str
              f"with random {r.get('dtype', '?')} weights (seed {r.get('seed', '?')}), {r.get('layers', '?')} layers "
              f"(config: {r.get('config_layers', '?')}); batch 1, {r.get('prompt_tokens', '?')} prompt tokens, "
              f"{r.get('tokens', '?')} new tokens per generate; {r.get('swapped', '?')} linear layers swapped for "
-             f"GemvLinear" + (f", {r['groups']} sibling groups (`swap_linears(..., group=True)`: one grouped launch "
-                              f"where the table measured it faster)" if r.get("group") else "")
+             f"GemvLinear" + (f", {r['groups']} sibling groups and {r.get('swiglu_mlps', 0)} SwiGLU MLPs "
+                              f"(`swap_linears(..., group=True)`: one grouped launch, for an MLP one that writes "
+                              f"silu(gate)·up, where the table measured it faster)" if r.get("group") else "")
              + f"; table `{r.get('table', '?')}`.",
              f"{r.get('rounds', '?')} timed rounds, scheme **{r.get('scheme', '?')}**: {r.get('scheme_note', '')}", "",
              "| mode | stock tok/s | gemvtune tok/s | ratio | stock ms/token | gemvtune ms/token "
@@ -243,6 +244,11 @@ def summary_markdown(result: dict[str, Any], table: list[dict[str, Any]]) -> str
             lines.append(f"| {g['M']}×{g['d']} | {'yes' if g['bias'] else 'no'} | {g['route']} | {g['layers']} | "
                          f"{_f(g['tuned_us'], '.2f')} | {_f(g['cublas_us'], '.2f')} | {_cell(g['why'])} | "
                          f"`{_cell(g['example'])}` |")
+        for key, what in (("sibling_routes", "sibling groups"), ("swiglu_routes", "SwiGLU MLPs")):
+            if sm.get(key):
+                lines.append(f"\n{sum(sm[key].values())} {what}: "
+                             + ", ".join(f"{v} {k}" for k, v in sm[key].items()) + ".")
+        lines += [f"\n{_cell(n)}" for n in ex.get("notes") or []]
 
     notes = r.get("notes") or []
     if notes:

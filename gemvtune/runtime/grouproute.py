@@ -14,6 +14,13 @@ never make a caller slower than what its members would run alone.
 - grouped runs only when grouped_us < separate_us * (1 - max(route.MARGIN, noise)), noise being the grouped
   record's relative ``spread`` plus the largest ``spread`` among the member records used (absent: 0).
 
+``swiglu=True`` asks for the gate/up group of a SwiGLU MLP that writes ``silu(g)·u`` in the same launch
+(``Epilogue(swiglu=True)``): only records whose config can fuse it count (an even number of rows per block: a gate
+row and its up row in one block), and the rule above applies against the members alone. Where the plain grouped
+launch (``swiglu=False``) is itself "grouped", it is what would run otherwise, so the SwiGLU record must also be no
+slower than the plain one's measured time (a tie goes to SwiGLU: the same launch, minus the elementwise
+``silu(g)·u`` kernel and the g and u tensors; that saving is not counted anywhere else).
+
 Anything missing (the fused shape not in the table, no grouped-capable record, a member time unknown) is
 "separate", with the reason; nothing here raises on a table that lacks an entry.
 """
@@ -47,22 +54,41 @@ class GroupRoute:
         return self.kind == "grouped"
 
 
-def choose_group(table: Any, group: GroupShape, framework: str = "torch", out: str | None = None) -> GroupRoute:
+def choose_group(table: Any, group: GroupShape, framework: str = "torch", out: str | None = None,
+                 swiglu: bool = False) -> GroupRoute:
     """The ``GroupRoute`` of ``group`` through ``table`` for a caller of ``framework`` wanting an ``out`` result
-    (``fp32`` or the group's dtype; None: the group's dtype, what ``nn.Linear`` returns). Cached per table."""
+    (``fp32`` or the group's dtype; None: the group's dtype, what ``nn.Linear`` returns); ``swiglu``: the launch
+    also fuses SwiGLU (gate, up: one output ``silu(g)·u``). Cached per table."""
+    return _checked("choose_group", table, group, framework, out, swiglu)
+
+
+def choose_swiglu(table: Any, group: GroupShape, framework: str = "torch", out: str | None = None) -> GroupRoute:
+    """``choose_group(..., swiglu=True)``: whether a gate/up group (two members of equal rows) runs as one launch
+    that writes ``silu(g)·u``, or each member alone (the name a SwiGLU caller asks, so a test that fakes one route
+    leaves the other alone)."""
+    return _checked("choose_swiglu", table, group, framework, out, True)
+
+
+def _checked(who: str, table: Any, group: GroupShape, framework: str, out: str | None, swiglu: bool) -> GroupRoute:
     if not isinstance(group, GroupShape):
-        raise TypeError(f"choose_group: group must be a GroupShape, got {type(group).__name__}")
+        raise TypeError(f"{who}: group must be a GroupShape, got {type(group).__name__}")
+    if not isinstance(swiglu, bool):
+        raise TypeError(f"{who}: swiglu must be True or False, got {swiglu!r}")
     out = group.dtype if out is None else out
     if out not in ("fp32", group.dtype):
         raise ValueError(f"a {group.dtype} group's output is fp32 or {group.dtype}, not {out!r}")
-    key = (group, framework, out)
+    return _cached(table, group, framework, out, swiglu)
+
+
+def _cached(table: Any, group: GroupShape, framework: str, out: str, swiglu: bool) -> GroupRoute:
+    key = (group, framework, out, swiglu)
     try:
         cache = _CACHE.setdefault(table, {})
     except TypeError:   # (an object that cannot be weakly referenced: no cache)
         cache = {}
     r = cache.get(key)
     if r is None:
-        r = cache[key] = _choose(table, group, framework, out)
+        r = cache[key] = _choose(table, group, framework, out, swiglu)
     return r
 
 
@@ -70,10 +96,10 @@ def _separate(why: str, grouped_us: float | None = None, separate_us: float | No
     return GroupRoute("separate", None, why, grouped_us, separate_us)
 
 
-def _fused_best(entry: Any, group: GroupShape, out: str) -> tuple[float, Any, Any] | None:
+def _fused_best(entry: Any, group: GroupShape, out: str, swiglu: bool = False) -> tuple[float, Any, Any] | None:
     """(µs, config, record) of the fastest measured record of the fused shape's entry that can run ``group``
-    as one grouped launch with an ``out`` epilogue; None if none can."""
-    epi = Epilogue(out)
+    as one grouped launch with an ``out`` epilogue (and SwiGLU); None if none can."""
+    epi = Epilogue(out, swiglu=swiglu)
     best = None
     for rec in entry.records():
         us = rec.ok_us
@@ -83,7 +109,7 @@ def _fused_best(entry: Any, group: GroupShape, out: str) -> tuple[float, Any, An
             cfg = rec.config_object()
         except Exception:   # (a record whose config this version cannot read: not a candidate)
             continue
-        if cfg.family not in GROUP_FAMILIES or group_reasons(cfg, group) or epi.invalid_reasons(cfg):
+        if cfg.family not in GROUP_FAMILIES or group_reasons(cfg, group, epi) or epi.invalid_reasons(cfg):
             continue
         if best is None or us < best[0]:
             best = (us, cfg, rec)
@@ -108,18 +134,21 @@ def _member_record(table: Any, shape: Shape, r: Any, framework: str) -> tuple[st
     return "cuBLAS", r.cublas_us, cublas_of(entry.baselines, framework, ok=lambda rec: rec.ok_us is not None)
 
 
-def _choose(table: Any, group: GroupShape, framework: str, out: str) -> GroupRoute:
+def _choose(table: Any, group: GroupShape, framework: str, out: str, swiglu: bool) -> GroupRoute:
     fused = group.fused
+    if swiglu and (len(group.Ms) != 2 or group.Ms[0] != group.Ms[1]):
+        return _separate(f"SwiGLU needs two members of equal rows (gate, up), got {group}")
     entry_of = getattr(table, "entry", None)
     if not callable(entry_of):
         return _separate("the table holds no entries to read (not a gemvtune Table)")
     entry = entry_of(fused)
     if entry is None:
         return _separate(f"the fused shape {fused.M}x{fused.d} at n={fused.n} ({fused.dtype}) is not in the table")
-    best = _fused_best(entry, group, out)
+    best = _fused_best(entry, group, out, swiglu)
     if best is None:
+        fuse = " and fuse SwiGLU (an even number of rows per block)" if swiglu else ""
         return _separate(f"no measured {'/'.join(GROUP_FAMILIES)} kernel of the fused shape {fused.M}x{fused.d} at "
-                         f"n={fused.n} can run this group with {out} output")
+                         f"n={fused.n} can run this group with {out} output{fuse}")
     g_us, cfg, g_rec = best
     parts, spreads, total = [], [], 0.0
     for m in group.members:
@@ -136,8 +165,16 @@ def _choose(table: Any, group: GroupShape, framework: str, out: str) -> GroupRou
     margin = max(_route.MARGIN, noise)
     alone = f"the members alone {total:.2f} µs ({' + '.join(parts)})"
     rule = f"{margin:.1%} (the larger of the {_route.MARGIN:.0%} margin and the noise {noise:.1%})"
-    if g_us < total * (1.0 - margin):
-        return GroupRoute("grouped", cfg, f"grouped {g_us:.2f} µs ({cfg.label}) beats {alone} by more than {rule}",
-                          g_us, total)
-    return _separate(f"grouped {g_us:.2f} µs ({cfg.label}) is not faster than {alone} by more than {rule}",
-                     g_us, total)
+    what = "SwiGLU grouped" if swiglu else "grouped"
+    if not g_us < total * (1.0 - margin):
+        return _separate(f"{what} {g_us:.2f} µs ({cfg.label}) is not faster than {alone} by more than {rule}",
+                         g_us, total)
+    why = f"{what} {g_us:.2f} µs ({cfg.label}) beats {alone} by more than {rule}"
+    if swiglu:
+        plain = _cached(table, group, framework, out, False)
+        if plain.grouped and plain.grouped_us is not None:
+            if g_us > plain.grouped_us:
+                return _separate(f"the plain grouped launch {plain.grouped_us:.2f} µs ({plain.config.label}) is faster "
+                                 f"than {what} {g_us:.2f} µs ({cfg.label}): it runs, then silu(g)·u", g_us, total)
+            why += f", and is no slower than the plain grouped launch {plain.grouped_us:.2f} µs ({plain.config.label})"
+    return GroupRoute("grouped", cfg, why, g_us, total)

@@ -91,27 +91,16 @@ def member_reasons(mods: Sequence[Any], names: Sequence[str]) -> str:
 @functools.lru_cache(maxsize=256)
 def forward_calls(fn: Any, children: frozenset[str]) -> Siblings:
     """The candidate groups of a ``forward`` function (by structure alone: the members are not checked)."""
-    if not callable(fn):
-        return Siblings(why="it has no forward method")
-    try:
-        source = textwrap.dedent(inspect.getsource(fn))
-    except (OSError, TypeError) as e:
-        return Siblings(why=f"its forward's source cannot be read ({type(e).__name__}: {e})")
-    return call_groups(source, children)
+    source, why = forward_source(fn)
+    return call_groups(source, children) if not why else Siblings(why=why)
 
 
 def call_groups(source: str, children: Iterable[str]) -> Siblings:
     """The candidate groups of the function defined by ``source`` (the first statement) over ``children``, the
     attribute names of its linear children."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError as e:
-        return Siblings(why=f"its forward's source does not parse: {e.msg} (line {e.lineno})")
-    fn = tree.body[0] if tree.body else None
-    while isinstance(fn, ast.ClassDef) and fn.body:   # (a source that is a class: its forward)
-        fn = next((s for s in fn.body if isinstance(s, ast.FunctionDef) and s.name == "forward"), None)
-    if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        return Siblings(why="its forward's source is not a function definition")
+    fn, why = parse_forward(source)
+    if fn is None:
+        return Siblings(why=why)
     params = fn.args.posonlyargs + fn.args.args
     if not params:
         return Siblings(why="its forward takes no self argument")
@@ -119,6 +108,30 @@ def call_groups(source: str, children: Iterable[str]) -> Siblings:
     for stmt in fn.body:
         scan.visit(stmt, False)
     return scan.result()
+
+
+def parse_forward(source: str) -> tuple[ast.FunctionDef | ast.AsyncFunctionDef | None, str]:
+    """(the function defined by ``source``'s first statement, or a class's ``forward``; "") or (None, why not)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as e:
+        return None, f"its forward's source does not parse: {e.msg} (line {e.lineno})"
+    fn = tree.body[0] if tree.body else None
+    while isinstance(fn, ast.ClassDef) and fn.body:   # (a source that is a class: its forward)
+        fn = next((s for s in fn.body if isinstance(s, ast.FunctionDef) and s.name == "forward"), None)
+    if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None, "its forward's source is not a function definition"
+    return fn, ""
+
+
+def forward_source(fn: Any) -> tuple[str, str]:
+    """(the dedented source of a ``forward`` function, "") or ("", why it cannot be read)."""
+    if not callable(fn):
+        return "", "it has no forward method"
+    try:
+        return textwrap.dedent(inspect.getsource(fn)), ""
+    except (OSError, TypeError) as e:
+        return "", f"its forward's source cannot be read ({type(e).__name__}: {e})"
 
 
 def _start(node: ast.AST) -> _Pos:

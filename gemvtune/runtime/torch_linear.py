@@ -20,8 +20,11 @@ differs, what the layer runs under ``torch.compile`` (there the tuned kernel mus
 table records: ``gemvtune.runtime.verdict``).
 
 ``swap_linears(model, table, group=True)`` also runs sibling layers that read the same x (q/k/v, gate/up) as one
-grouped launch where the table measured that faster than the members alone (``gemvtune.runtime.torch_siblings``);
-``explain(model).groups`` lists the groups, their routes, and the candidates that were not grouped, with why.
+grouped launch where the table measured that faster than the members alone (``gemvtune.runtime.torch_siblings``),
+and replaces each SwiGLU MLP by a wrapper whose gate/up launch writes silu(g)·u straight into the down projection's
+input (``gemvtune.runtime.torch_mlp``); ``explain(model).groups`` lists the groups and the MLPs, their routes, and
+the candidates that were not grouped or fused, with why. ``restore_linears`` returns the names it restored and a
+``reswap()`` that puts back the very objects it removed (groups and MLP wrappers included).
 """
 
 from __future__ import annotations
@@ -34,8 +37,13 @@ import torch
 import torch.nn.functional as F
 
 from ..kernels.shapes import MAX_BATCH
+from .explaintext import format_explain
+from .torch_mlp import GemvSwiGLUMLP, attach_mlps, detach_mlps, mlp_rows, residual_note
 from .torch_op import _ALIGN, DTYPES, register_table, run_linear
-from .torch_siblings import attach_groups, detach_groups, group_rows
+from .torch_siblings import attach_groups, detach_groups, group_rows, kept_groups, reattach
+
+__all__ = ["ExplainRows", "GemvLinear", "GemvSwiGLUMLP", "Restored", "explain", "format_explain", "restore_linears",
+           "swap_linears"]
 
 
 class GemvLinear(torch.nn.Module):
@@ -84,6 +92,8 @@ class GemvLinear(torch.nn.Module):
         self._sibling: Any = None
         self._sibling_index = 0
         self._sibling_note: tuple[str, tuple[str, ...], str] | None = None
+        # swap_linears(..., group=True): why the SwiGLU MLP candidate this layer is part of was not fused
+        self._mlp_note: tuple[str, tuple[str, ...], str] | None = None
 
     def _routes(self, table: Any, framework: str, empty: bool) -> dict[torch.dtype, tuple[bool, ...]]:
         return {tdt: (False,) + tuple(not empty and table.route(self.out_features, self.in_features, n, framework,
@@ -194,7 +204,10 @@ def swap_linears(model: torch.nn.Module, table: Any,
     ``group=True``: then find, in every module's ``forward``, the sibling ``GemvLinear`` children called on the
     same input (q/k/v, gate/up: ``gemvtune.runtime.siblings``) and attach a ``LinearGroup`` to each group's members
     (not a submodule: ``state_dict`` is unchanged), so that a call where the table measured one grouped launch
-    faster than the members alone runs them all in one launch (``gemvtune.runtime.torch_siblings``)."""
+    faster than the members alone runs them all in one launch (``gemvtune.runtime.torch_siblings``); and replace
+    every SwiGLU MLP (``down(silu(gate(x)) * up(x))``: ``gemvtune.runtime.gatedmlp``) in its parent by a
+    ``GemvSwiGLUMLP`` holding the same children under the same names, whose gate/up launch writes silu(g)·u
+    where the table measured that faster (``gemvtune.runtime.torch_mlp``)."""
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"swap_linears: model must be a torch.nn.Module, got {type(model).__name__}")
     _check_table(table, "swap_linears")
@@ -212,18 +225,25 @@ def swap_linears(model: torch.nn.Module, table: Any,
         setattr(parent, cname, done[id(child)])
         names.append(name)
     if group:
+        detach_mlps(model, GemvLinear)   # (a model swapped before: its MLPs' own forwards are read again)
         attach_groups(model, table, GemvLinear)
+        attach_mlps(model, table, GemvLinear)
     return names
 
 
-def restore_linears(model: torch.nn.Module) -> list[str]:
+def restore_linears(model: torch.nn.Module) -> Restored:
     """Put back the original ``nn.Linear`` objects where ``swap_linears`` put a ``GemvLinear`` (a
-    Parameter reassigned on the wrapper meanwhile is carried over), and remove every sibling group.
-    Returns the names restored."""
+    Parameter reassigned on the wrapper meanwhile is carried over) and the original module of every fused SwiGLU
+    MLP, and remove every sibling group. Returns the names restored (a list), whose ``reswap()`` puts the same
+    swapped objects back."""
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"restore_linears: model must be a torch.nn.Module, got {type(model).__name__}")
+    swapped = [m for m in model.modules() if isinstance(m, GemvLinear)]
+    kept = kept_groups(swapped)
+    notes = [(m, m._mlp_note) for m in swapped if m._mlp_note is not None]
+    mlps = detach_mlps(model, GemvLinear)
     detach_groups(model, GemvLinear)
-    names = []
+    names, slots = [], []
     for name, parent, cname, child in list(_linear_children(model)):
         if not isinstance(child, GemvLinear):
             continue
@@ -234,13 +254,58 @@ def restore_linears(model: torch.nn.Module) -> list[str]:
             orig.register_parameter("bias", child.bias)
         setattr(parent, cname, orig)
         names.append(name)
-    return names
+        slots.append((name, parent, cname, orig, child))
+    return Restored(names, slots, mlps, kept, notes)
+
+
+class Restored(list[str]):
+    """What ``restore_linears`` answers: the names it restored (a list), ``groups`` and ``mlps`` (how many sibling
+    groups and fused SwiGLU MLPs it removed), and ``reswap()``, which puts the very objects it removed back
+    (each ``GemvLinear``, its sibling group, each ``GemvSwiGLUMLP``): a caller switching one model between stock and
+    swapped (``gemvtune bench hf``) keeps one fixed set of module objects, so torch.compile's guards match."""
+
+    def __init__(self, names: list[str], slots: list[tuple[str, Any, str, Any, Any]],
+                 mlps: list[tuple[Any, str, Any, Any]], kept: list[tuple[Any, ...]], notes: list[tuple[Any, Any]]):
+        super().__init__(names)
+        self._slots, self._mlps, self._kept, self._notes = slots, mlps, kept, notes
+        self.groups = len({id(k[1]) for k in kept if k[1] is not None})
+        self.mlps = len({id(w) for *_, w in mlps})
+
+    def reswap(self) -> list[str]:
+        """Put back each swapped layer and MLP wrapper where restore_linears found it, where its original is still
+        in place (a slot the caller changed since is left alone), with the sibling groups whose members are all
+        back; Parameters and children reassigned on the originals meanwhile are carried over. Returns the names put
+        back. ``restore_linears`` undoes it again."""
+        names, present = [], set()
+        for name, parent, cname, orig, w in self._slots:
+            if parent._modules.get(cname) is not orig:
+                continue
+            if w.weight is not orig.weight:
+                w.register_parameter("weight", orig.weight)
+            if w.bias is not orig.bias:
+                w.register_parameter("bias", orig.bias)
+            setattr(parent, cname, w)
+            names.append(name)
+            present.add(id(w))
+        for parent, cname, orig, wrapper in self._mlps:
+            if parent._modules.get(cname) is orig:
+                for k, m in orig._modules.items():
+                    if wrapper._modules.get(k) is not m:
+                        wrapper._modules[k] = m
+                wrapper.training = orig.training
+                setattr(parent, cname, wrapper)
+        reattach(self._kept, present)
+        for m, note in self._notes:
+            m._mlp_note = note
+        return names
 
 
 class ExplainRows(list[dict[str, Any]]):
-    """``explain``'s rows (a list: one dict per linear layer), and ``groups``: one dict per sibling group."""
+    """``explain``'s rows (a list: one dict per linear layer), ``groups``: one dict per sibling group and per
+    SwiGLU MLP, and ``notes``: what is not fused in the model as a whole, and why."""
 
     groups: list[dict[str, Any]]
+    notes: list[str]
 
 
 def explain(model: torch.nn.Module, n: int = 1) -> ExplainRows:
@@ -249,9 +314,12 @@ def explain(model: torch.nn.Module, n: int = 1) -> ExplainRows:
     measurements, or "F.linear": the layer cannot run a tuned kernel), ``why``, ``tuned_us`` and
     ``cublas_us`` (the table's measurements behind the choice, or None), and ``compiled_route`` and
     ``compiled_why``: what the same call runs under ``torch.compile`` where that differs ("inductor": Inductor's
-    F.linear beat the tuned kernel, "cublas"), else None. A grouped member's own row says what it would run alone. ``.groups``: per sibling group (``swap_linears(..., group=True)``) a dict with ``parent,
-    members, shape`` (the GroupShape at n), ``route`` ("grouped": one launch; "separate": each member's own route;
-    "ungrouped": a candidate that could not be grouped), ``why``, ``grouped_us`` and ``separate_us``."""
+    F.linear beat the tuned kernel, "cublas"), else None. A grouped member's own row says what it would run alone.
+    ``.groups``: per sibling group and per SwiGLU MLP (``swap_linears(..., group=True)``) a dict with ``kind``
+    ("siblings" or "swiglu"), ``parent, members, shape`` (the GroupShape at n), ``route`` ("grouped": one launch,
+    for an MLP one that writes silu(g)·u; "separate": each member's own route; "ungrouped": a candidate that could
+    not be grouped or fused), ``why``, ``grouped_us`` and ``separate_us`` (an MLP's row also ``down`` and ``act``).
+    ``.notes``: what is not fused in the model as a whole, and why (the residual adds)."""
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"explain: model must be a torch.nn.Module, got {type(model).__name__}")
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_BATCH:
@@ -280,39 +348,6 @@ def explain(model: torch.nn.Module, n: int = 1) -> ExplainRows:
                          "route": "F.linear", "why": "not swapped (swap_linears left it, or a filter excluded it)",
                          "tuned_us": None, "cublas_us": None, "compiled_route": None, "compiled_why": None})
     out = ExplainRows(rows)
-    out.groups = group_rows(model, n, GemvLinear)
+    out.groups = group_rows(model, n, GemvLinear) + mlp_rows(model, n, GemvLinear)
+    out.notes = [note] if (note := residual_note(model, GemvLinear)) else []
     return out
-
-
-def format_explain(rows: list[dict[str, Any]]) -> str:
-    """A short text summary of ``explain``'s rows: counts per route, then one line per distinct
-    (M, d, route, why) with the layers it covers."""
-    from collections import Counter, defaultdict
-
-    counts = Counter(r["route"] for r in rows)
-    lines = [f"{len(rows)} linear layers: " + ", ".join(f"{counts[k]} {k}" for k in ("tuned", "cublas", "F.linear")
-                                                        if counts[k])]
-    groups: dict[tuple, list[str]] = defaultdict(list)
-    for r in rows:
-        groups[(r["M"], r["d"], r["route"], r["why"], r.get("compiled_route"), r.get("compiled_why"))].append(
-            r["name"].rsplit(".", 1)[-1])
-    for (M, d, route, why, c_route, c_why), names in groups.items():
-        kinds = ", ".join(sorted(set(names)))
-        lines.append(f"  {M}x{d} {route:8s} x{len(names):<4d} [{kinds}] {why}")
-        if c_route is not None:
-            lines.append(f"    under torch.compile: {c_route} ({c_why})")
-    sib = getattr(rows, "groups", None) or []
-    if sib:
-        counts = Counter(g["route"] for g in sib)
-        lines.append(f"{len(sib)} sibling groups: " + ", ".join(f"{counts[k]} {k}" for k in ("grouped", "separate",
-                                                                                          "ungrouped") if counts[k]))
-        by: dict[tuple, list[str]] = defaultdict(list)
-        for g in sib:
-            by[("+".join(g["members"]), g["shape"] or "", g["route"], g["why"], g.get("compiled_route"),
-                g.get("compiled_why"))].append(g["parent"])
-        for (members, shape, route, why, c_route, c_why), parents in by.items():
-            lines.append(f"  {members} {shape} {route:9s} x{len(parents):<4d} [{parents[0] or '(the model)'}"
-                         + (", ..." if len(parents) > 1 else "") + f"] {why}")
-            if c_route is not None:
-                lines.append(f"    under torch.compile: {c_route} ({c_why})")
-    return "\n".join(lines)

@@ -128,8 +128,8 @@ class LinearGroup:
     def explain_row(self, n: int) -> dict[str, Any]:
         """What a call with n rows runs: one grouped launch or each member's own route, and why; under
         torch.compile, where that differs (``compiled_route``, ``compiled_why``; None where it does not)."""
-        row: dict[str, Any] = {"parent": self.parent, "members": list(self.names), "grouped_us": None,
-                               "separate_us": None, "compiled_route": None, "compiled_why": None}
+        row: dict[str, Any] = {"kind": "siblings", "parent": self.parent, "members": list(self.names),
+                               "grouped_us": None, "separate_us": None, "compiled_route": None, "compiled_why": None}
         w = self.members[0].weight
         dt = DTYPES.get(w.dtype)
         why = next((f"{name}: {r}" for name, m in zip(self.names, self.members) if (r := m.static_reason())), "")
@@ -237,7 +237,27 @@ def group_rows(model: torch.nn.Module, n: int, gemv_type: type[Any]) -> list[dic
         note = m._sibling_note
         if note is not None and note not in notes:
             notes.add(note)
-            rows.append({"parent": note[0], "members": list(note[1]), "shape": None, "route": "ungrouped",
-                         "why": note[2], "grouped_us": None, "separate_us": None, "compiled_route": None,
-                         "compiled_why": None})
+            rows.append({"kind": "siblings", "parent": note[0], "members": list(note[1]), "shape": None,
+                         "route": "ungrouped", "why": note[2], "grouped_us": None, "separate_us": None,
+                         "compiled_route": None, "compiled_why": None})
     return rows
+
+
+def kept_groups(mods: Sequence[Any]) -> list[tuple[Any, Any, int, Any, tuple[Any, ...]]]:
+    """The group state of swapped layers ``mods`` (each: the layer, its group, its index, its note, the group's
+    members), for ``reattach`` after ``detach`` removed it."""
+    return [(m, m._sibling, m._sibling_index, m._sibling_note, m._sibling.members if m._sibling is not None else ())
+            for m in mods]
+
+
+def reattach(kept: Sequence[tuple[Any, Any, int, Any, tuple[Any, ...]]], present: set[int]) -> int:
+    """Give back the group state ``kept_groups`` saved, for the groups whose members are all in ``present`` (ids
+    of the layers in the model again); returns the number of groups given back."""
+    groups: set[int] = set()
+    for m, g, i, note, members in kept:
+        m._sibling_note = note
+        if g is not None and all(id(o) in present for o in members):
+            m._sibling, m._sibling_index = g, i
+            g.members = members
+            groups.add(id(g))
+    return len(groups)
