@@ -23,8 +23,16 @@ KEYS = ("4096x4096x1", "14336x4096x1")      # GEMV winners (the fake runner time
 FAKE_CHILD = str(ROOT / "tests" / "fake_reconfirm_child.py")
 
 
-def _two(tmp_path):
+def _old() -> dict:
+    """The committed table as it was before its entries were re-confirmed (the field taken out of every entry)."""
     data = json.loads(TABLE.read_text())
+    for e in data["entries"].values():
+        e.pop("reconfirmed", None)
+    return data
+
+
+def _two(tmp_path):
+    data = _old()
     data["entries"] = {k: data["entries"][k] for k in KEYS}
     p = tmp_path / "table.json"
     p.write_text(json.dumps(data))
@@ -49,7 +57,7 @@ def _reconfirmed():
 
 
 def _with(tmp_path, rec):
-    data = json.loads(TABLE.read_text())
+    data = _old()
     data["entries"]["4096x4096x1"]["reconfirmed"] = rec
     p = tmp_path / "t.json"
     p.write_text(json.dumps(data))
@@ -268,11 +276,18 @@ def test_search_refuses_inductor_without_the_reconfirmation(tmp_path):
     assert r.returncode == 2 and "--no-reconfirm turns off" in r.stderr and not (tmp_path / "table.json").exists()
 
 
-def test_old_tables_read_as_before():
-    """No committed entry has the field: every entry is built as it was, and writes back byte for byte."""
-    raw = json.loads(TABLE.read_text())
-    t = load_table(TABLE, costmodel=None)
+def test_old_tables_read_as_before(tmp_path):
+    """A table without the field (the committed one before its re-confirmation): every entry is built as it was, and
+    writes back as it was read. The committed table itself carries a re-confirmation in every entry (the H200,
+    2026-12-04), and writes back unchanged too."""
+    raw = _old()
+    p = tmp_path / "old.json"
+    p.write_text(json.dumps(raw))
+    t = load_table(p, costmodel=None)
     assert all(e.reconfirmed is None for e in t.entries.values()) and t.to_json() == copy.deepcopy(raw)
+    now = load_table(TABLE, costmodel=None)
+    assert all(e.reconfirmed is not None and e.reconfirmed.gpu["name"] == "NVIDIA H200" for e in now.entries.values())
+    assert now.to_json() == json.loads(TABLE.read_text())
 
 
 def test_measure_entry_leaves_out_a_library_it_cannot_call_and_keeps_the_faster_inductor_compile():

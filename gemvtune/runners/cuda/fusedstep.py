@@ -158,44 +158,31 @@ class FusedStep:
         L, W, x = self.layers - 1, self.bench.W, self.bench.x
         dt = self.dtype
         res = []
+        ref_of = runner.verifier.reference   # float64 W x and per-row scales, row-chunked
         with runner.on_stream():
             runner.stream.synchronize()
-            x64 = to_float64(x[self._op(L, 0)], dt)
             t = 0
             for name, w, y in zip(("q", "k", "v"), self.widths, self.qkv_y[L]):
-                ref, scale = _ref(W[self._op(L, 0)][t:t + w], x64, dt)
+                ref, scale = ref_of(W[self._op(L, 0)][t:t + w], x[self._op(L, 0)], dt)
                 t += w
                 res.append((f"qkv.{name}", *runner.verifier.check(to_float64(y, dt), ref, scale,
                                                                    _bound(kernels["qkv"]))[:2]))
             r64 = to_float64(self.r[L], dt)
-            ref, scale = _ref(W[self._op(L, 1)], to_float64(x[self._op(L, 1)], dt), dt)
+            ref, scale = ref_of(W[self._op(L, 1)], x[self._op(L, 1)], dt)
             res.append(("o+r", *runner.verifier.check(to_float64(self.o_y[L], dt), ref + r64,
                                                       cp.sqrt(scale * scale + r64 * r64), _bound(kernels["o"]))[:2]))
             wg = W[self._op(L, 2)]
-            xg = to_float64(self.x_gu[L], dt)
-            (g, sg), (u, su) = _ref(wg[:self.i], xg, dt), _ref(wg[self.i:], xg, dt)
+            (g, sg), (u, su) = ref_of(wg[:self.i], self.x_gu[L], dt), ref_of(wg[self.i:], self.x_gu[L], dt)
             ref, scale = swiglu_reference(g, sg, u, su, dt)
             res.append(("silu(g)*u", *runner.verifier.check(to_float64(self.h[L], dt), ref, scale,
                                                             _bound(kernels["gate_up"]))[:2]))
-            ref, scale = _ref(W[self._op(L, 3)], to_float64(self.h[L], dt), dt)
+            ref, scale = ref_of(W[self._op(L, 3)], self.h[L], dt)
             res.append(("down+r", *runner.verifier.check(to_float64(self.down_y[L], dt), ref + r64,
                                                          cp.sqrt(scale * scale + r64 * r64), _bound(kernels["down"]))[:2]))
-            ref, scale = _ref(W[-1], to_float64(x[-1], dt), dt)
+            ref, scale = ref_of(W[-1], x[-1], dt)
             res.append(("lm_head", *runner.verifier.check(to_float64(self.head_y, dt), ref, scale,
                                                           _bound(kernels["lm_head"]))[:2]))
         return [(name, ok, rel, "" if ok else f"relative error {rel:.3g}") for name, ok, rel in res]
-
-
-def _ref(W: Any, x64: Any, dtype: str) -> tuple[Any, Any]:
-    """float64 W x and per-row scales, row-chunked (the LM head's float64 copy would be 4 GB at once)."""
-    M, d = W.shape
-    ref, scale = cp.empty(M, dtype=cp.float64), cp.empty(M, dtype=cp.float64)
-    rows = max(1, (1 << 26) // d)
-    for r0 in range(0, M, rows):
-        p = to_float64(W[r0:r0 + rows], dtype) * x64
-        ref[r0:r0 + rows] = p.sum(axis=1)
-        scale[r0:r0 + rows] = cp.sqrt((p * p).sum(axis=1))
-    return ref, scale
 
 
 def _bound(k: Any) -> float:
