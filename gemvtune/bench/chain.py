@@ -52,20 +52,20 @@ class StepKernel:
 def _gemv_record(table: Any, shape: Shape, epilogue: Epilogue) -> tuple[Any, str]:
     """The entry's winner where it is a GEMV-family config that can fuse ``epilogue``, else its fastest such record,
     else the llama.cpp config."""
+    from .groupbench import _template_records
+
+    recs = [(us, cfg) for us, cfg in _template_records(table, shape)
+            if cfg.family in GROUP_FAMILIES and not epilogue.invalid_reasons(cfg)]
     e = table.entry(shape)
-    recs = []
-    for rec in (e.records() if e is not None else []):
-        if rec.ok_us is None or rec.config is None:
-            continue
-        try:
-            cfg = rec.config_object()
-        except Exception:   # (a record this version cannot read is no candidate)
-            continue
-        if cfg.family in GROUP_FAMILIES and cfg.is_valid(shape) and not epilogue.invalid_reasons(cfg):
-            recs.append((rec is e.winner, -rec.ok_us, cfg))
+    try:
+        win = e.winner_config() if e is not None else None
+    except Exception:   # (a winner this version cannot read is no candidate)
+        win = None
+    if any(cfg == win for _, cfg in recs):
+        return win, f"the winner of {shape}"
     if recs:
-        win, us, cfg = max(recs, key=lambda r: (r[0], r[1]))
-        return cfg, (f"the winner of {shape}" if win else f"the best {cfg.family} record of {shape} ({-us:.2f} µs)")
+        us, cfg = recs[0]
+        return cfg, f"the best {cfg.family} record of {shape} ({us:.2f} µs)"
     return LLAMA_CPP, f"the llama.cpp config ({shape} has no record that can fuse {epilogue.label or 'it'})"
 
 

@@ -127,31 +127,33 @@ def measure_decode_step(runner: Any, ops: list[tuple[str, Shape]], table: Any, r
 
         fstep = FusedStep(bench, hf, layers)
         bench.keep(fstep)
+    gap_sets: dict[bool, Any] = {}
+    if any(b != "none" for b in between):
+        if model is None:
+            raise UsageError("stand-ins between the linears (--between) need the model preset")
+        from ..kernels.hfconfig import read_preset
+        from ..runners.cuda.fusedstep import GapBuffers
+        from ..runners.cuda.standins import StandIns
+        from .gaps import layer_gaps
+
+        standins = StandIns(runner)
+        # the same buffers for both stand-in modes (a mode changes how they launch, not what they read and write);
+        # kept as long as the graphs that captured their pointers (the H200, 2026-12-04: buffers of one mode freed
+        # when the next mode's were made, then reused by its outputs, which the first mode's stand-ins overwrote)
+        gap_sets = {fused: GapBuffers(runner, standins, layer_gaps(read_preset(model), 1, fused, context), layers)
+                    for fused in (False, True)}
+        bench.keep(standins, *gap_sets.values())
+    from . import stepfused
+
     for b in between:
-        gaps_u = gaps_f = None
-        if b != "none":
-            from ..runners.cuda.fusedstep import GapBuffers
-            from ..runners.cuda.standins import StandIns
-            from .gaps import layer_gaps
-
-            standins = StandIns(runner)
-            if model is None:
-                raise UsageError("stand-ins between the linears (--between) need the model preset")
-            from ..kernels.hfconfig import read_preset
-
-            gaps_u = GapBuffers(runner, standins, layer_gaps(read_preset(model), 1, False, context), layers)
-            gaps_f = GapBuffers(runner, standins, layer_gaps(read_preset(model), 1, True, context), layers)
-            # kept as long as the graphs that captured their pointers (the H200, 2026-12-04: buffers of one mode freed
-            # when the next mode's were made, then reused by its outputs, which the first mode's stand-ins overwrote)
-            bench.keep(standins, gaps_u, gaps_f)
+        gaps_u, gaps_f = (gap_sets[False], gap_sets[True]) if b != "none" else (None, None)
+        if gaps_u is not None and gaps_f is not None:
             info["gap_bytes"][b] = {"unfused": gaps_u.bytes_per_layer * layers, "fused": gaps_f.bytes_per_layer * layers}
         for impl in configs:
             k = key_of(impl, b)
             bench.capture_kernels(impl, configs[impl], launch[impl], gaps_u, b == "pdl", key=k)
             keys.append(k)
         if prep is not None:
-            from . import stepfused
-
             stepfused.capture(bench, fstep, prep, {}, key_of(FUSED, b), gaps_f, b == "pdl")
             keys.append(key_of(FUSED, b))
             if pdl:
