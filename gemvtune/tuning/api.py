@@ -43,17 +43,22 @@ def make_runner(shapes: Sequence[Shape], replay_path: str | None, watchdog_s: fl
     return CudaRunner(), None, None
 
 
+def batches_of(batch: int | str | Sequence[int]) -> list[int]:
+    """The batch sizes of ``batch``: an n, a list of them, or a string like ``"1,4,8"``."""
+    if isinstance(batch, bool) or not isinstance(batch, (int, str)) and not all(
+            isinstance(b, int) and not isinstance(b, bool) for b in batch):
+        raise UsageError(f"batch must be an n, a list of them or a string like '1,4,8', got {batch!r}")
+    return parse_batches(batch if isinstance(batch, str) else ",".join(
+        str(b) for b in ([batch] if isinstance(batch, int) else batch)))
+
+
 def tune_shapes(shapes: Iterable[Shape | str] = (), model: str | None = None,
                 hf_config: str | Path | Sequence[str | Path] | None = None, fused: bool = False,
                 batch: int | str | Sequence[int] = 1, dtype: str = "fp16") -> list[Shape]:
     """The (M, d, n, dtype) a tune covers: the shapes given (``Shape`` or ``"MxD"``), a preset's, HF configs'."""
     from ..kernels.hfconfig import model_shapes, read_hf_config
 
-    if isinstance(batch, bool) or not isinstance(batch, (int, str)) and not all(
-            isinstance(b, int) and not isinstance(b, bool) for b in batch):
-        raise UsageError(f"batch must be an n, a list of them or a string like '1,4,8', got {batch!r}")
-    batches = parse_batches(batch if isinstance(batch, str) else ",".join(
-        str(b) for b in ([batch] if isinstance(batch, int) else batch)))
+    batches = batches_of(batch)
     if isinstance(shapes, (str, Shape)):
         shapes = [shapes]
     base = [s if isinstance(s, Shape) else parse_shape(str(s)) for s in shapes]
@@ -75,13 +80,22 @@ def tune(shapes: Iterable[Shape | str] = (), *, model: str | None = None,
          trials: int | None = None, sampler: str | None = None, seed: int | None = None,
          timeout: float | None = None, storage: str | None = None, results: str | Path | None = None,
          table: str | Path | None = None, replay: str | Path | None = None, watchdog_s: float | None = None,
-         echo: Callable[[str], None] | None = None) -> Any:
+         echo: Callable[[str], None] | None = None, budget: str | float | None = None, tp: int = 1) -> Any:
     """Search every shape (× batch) and return the loaded ``Table`` holding the winners.
 
     ``trials``, ``sampler``, ``seed``, ``timeout``, ``storage`` and ``families`` are ``gemvtune search``'s options
     (its defaults where None). ``replay``: a folder of recorded sweeps to search instead of the GPU (no GPU needed;
     results go to ``results/<gpu>/replay`` unless ``results`` is given). ``echo``: where the progress lines go
-    (default: nowhere)."""
+    (default: nowhere).
+
+    ``budget`` (seconds, or a time like ``"5m"``; ``0``: nothing searched): the whole-model tune of ``gemvtune
+    tune`` instead, the budget split across (shape, n, family) by the expected gain (``trials`` then does not
+    apply), resumable, the new entries re-confirmed; ``tp``: a model's tensor-parallel shards (with ``budget``)."""
+    if budget is not None:
+        return _budgeted(shapes, model, hf_config, fused, batch, dtype, families, sampler, seed, storage, results,
+                         table, replay, watchdog_s, echo, budget, tp, trials)
+    if tp != 1:
+        raise UsageError("tp shards a model for the budgeted tune: give budget= too (gemvtune tune --tp)")
     todo = tune_shapes(shapes, model, hf_config, fused, batch, dtype)
     given: dict[str, Any] = {"trials": trials, "sampler": sampler, "seed": seed, "timeout": timeout, "storage": storage,
              "families": tuple(families) if families is not None else None}
@@ -96,3 +110,34 @@ def tune(shapes: Iterable[Shape | str] = (), *, model: str | None = None,
     path = run_searches(runner, todo, opts, str(results) if results else default_results,
                         str(table) if table else None, echo=echo or (lambda line: None), writable=writable_dir)
     return load_table(path)
+
+
+def _budgeted(shapes: Any, model: str | None, hf_config: Any, fused: bool, batch: Any, dtype: str,
+              families: Sequence[str] | None, sampler: str | None, seed: int | None, storage: str | None,
+              results: Any, table: Any, replay: Any, watchdog_s: float | None, echo: Callable[[str], None] | None,
+              budget: str | float, tp: int, trials: int | None) -> Any:
+    """``tune(..., budget=...)``: ``gemvtune tune`` from Python; returns the loaded table."""
+    from ..runtime.table import load_table
+    from .budget import parse_budget
+    from .tunemodel import model_steps, tune_model
+
+    if trials is not None:
+        raise UsageError("trials and budget: give one (a budgeted tune splits its budget into trials itself)")
+    budget_s = parse_budget(budget)
+    batches = batches_of(batch)
+    texts = [shapes] if isinstance(shapes, (str, Shape)) else list(shapes)
+    configs = [] if hf_config is None else [hf_config] if isinstance(hf_config, (str, Path)) else list(hf_config)
+    steps = model_steps([f"{s.M}x{s.d}" if isinstance(s, Shape) else str(s) for s in texts],
+                        model, configs, fused, batches, dtype, tp)
+    given: dict[str, Any] = {"sampler": sampler, "seed": seed, "storage": storage,
+                             "families": tuple(families) if families is not None else None}
+    opts = SearchOptions(progress=False, **{k: v for k, v in given.items() if v is not None})
+    key = {"model": model, "hf_configs": sorted(map(str, configs)), "shapes": [str(t) for t in texts],
+           "fused": fused, "tp": tp, "batches": batches, "dtype": dtype, "budget_s": budget_s,
+           "families": list(opts.families), "rounds": opts.rounds}
+    res = tune_model(steps, budget_s, opts, results=results, table=table, replay=replay, watchdog_s=watchdog_s,
+                     key=key, echo=echo or (lambda line: None))
+    if not Path(res.table).is_file():
+        raise UsageError(f"a budget of {budget_s:.0f} s bought no search (a shape's confirmation alone costs more; "
+                         "nothing was written): give a larger budget")
+    return load_table(res.table)

@@ -85,7 +85,8 @@ def run_search(runner: Any, shape: Shape, opts: SearchOptions, storage: Any, nam
             study.set_user_attr("search_options", study_record(opts))
             info = runner.device_info()
             study.set_user_attr("gpu", info.get("name", ""))
-        per_family[fam] = make_searcher(study, runner, shape, opts, known, len(known), fam, coord, echo).run()
+        per_family[fam] = make_searcher(study, runner, shape, opts.for_family(fam), known, len(known), fam, coord,
+                                        echo).run()
         measured += per_family[fam]
         studies[fam] = study
     search_s = time.perf_counter() - t0
@@ -107,6 +108,7 @@ def run_search(runner: Any, shape: Shape, opts: SearchOptions, storage: Any, nam
     result.new_measured = measured - measured0
     result.entry["search"] = {
         "sampler": opts.sampler, "seed": opts.seed, "trials_budget": opts.trials, "families": list(opts.families),
+        **({"family_budgets": dict(opts.family_trials)} if opts.family_trials else {}),
         "measured_trials": measured, "total_trials": len(trials), "study": name,
         "started": started, "finished": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "search_s": round(search_s, 2), "confirm_rounds": opts.rounds, "top_k": opts.top_k,

@@ -6,6 +6,7 @@ line each worker process of ``--workers``/``--devices`` is started with (``worke
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -282,6 +283,8 @@ class SearchOptions:
     warm_k: int = _default("warm_k")   # the cost model's top-k enqueued after each seed (0: none)
     warm_start: dict[str, tuple[dict[str, Any], ...]] | None = None   # family -> configs (their parameters) the
                                           # cost model predicts fastest, enqueued once after the family's seed
+    family_trials: dict[str, int] | None = None   # family -> its own trials budget in place of ``trials`` (a
+                                          # whole-model tune's split, gemvtune.tuning.budget)
 
     def __post_init__(self) -> None:
         for o in OPTIONS:
@@ -291,3 +294,11 @@ class SearchOptions:
             raise UsageError("no kernel family to search")
         for f in self.families:
             get_family(f)
+        for f, t in (self.family_trials or {}).items():
+            get_family(f)
+            check(BY_FIELD["trials"], t)
+
+    def for_family(self, family: str) -> SearchOptions:
+        """The options one family's study runs with: its own trials budget where ``family_trials`` gives one."""
+        t = (self.family_trials or {}).get(family)
+        return self if t is None or t == self.trials else dataclasses.replace(self, trials=t)

@@ -1,0 +1,62 @@
+"""``gemvtune tune``: a whole model tuned under one wall-time budget (gemvtune.tuning.tunerun)."""
+
+from __future__ import annotations
+
+import click
+
+from ..kernels.shapes import DTYPES, parse_batches
+from ..tuning.search_options import ModelPreset, SearchOptions, parse_families
+
+
+@click.command()
+@click.option("--model", type=ModelPreset(), help="a model preset")
+@click.option("--hf-config", "hf_configs", multiple=True, metavar="PATH",
+              help="a Hugging Face config.json (the file or its folder; local only; repeatable)")
+@click.option("--shape", "shape_texts", multiple=True, help="M x d, once per step (repeatable)")
+@click.option("--fused", is_flag=True, default=False, help="the fused shapes engines run (qkv, gate_up)")
+@click.option("--tp", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="tensor-parallel degree: tune the shards one GPU runs")
+@click.option("--batch", "batch_text", default="1", show_default=True, help="batch sizes n, e.g. 1,2,4,8,16")
+@click.option("--dtype", type=click.Choice(DTYPES), default="fp16", show_default=True, help="dtype of W and x")
+@click.option("--budget", "budget_text", default="5m", show_default=True,
+              help="wall time for the whole model, e.g. 300, 5m, 1h30m; 0: no search, the cost model's "
+                   "zero-trial picks only")
+@click.option("--family", "family_text", default=None, help="kernel families, comma-separated (default: all)")
+@click.option("--rounds", type=click.IntRange(1, 100), default=3, show_default=True,
+              help="interleaved confirmation rounds per shape")
+@click.option("--results", "results_dir", default=None, help="results folder (default results/<gpu>/)")
+@click.option("--table", "table_path", default=None, help="table to write (default <results>/table.json)")
+@click.option("--replay", "replay_path", default=None, help="search recorded sweeps instead of a GPU")
+@click.option("--retune", is_flag=True, default=False, help="search shapes the table already holds too")
+@click.option("--no-reconfirm", is_flag=True, default=False,
+              help="do not re-confirm the new entries in a fresh process at the end")
+@click.option("--no-measure", is_flag=True, default=False,
+              help="do not measure the step gain in the independent harness at the end (bench guard's)")
+@click.option("--watchdog", "watchdog_s", type=click.FloatRange(min=1.0), default=None,
+              help="run the GPU runner in a child process, a hanging call recorded as timeout")
+def tune(model: str | None, hf_configs: tuple[str, ...], shape_texts: tuple[str, ...], fused: bool, tp: int,
+         batch_text: str, dtype: str, budget_text: str, family_text: str | None, rounds: int,
+         results_dir: str | None, table_path: str | None, replay_path: str | None, retune: bool,
+         no_reconfirm: bool, no_measure: bool, watchdog_s: float | None) -> None:
+    """Tune a whole model's decode step within a wall-time budget: the budget is split across (shape, n, family) by
+    the cost model's expected gain over cuBLAS, each shape's share of the step and the measured search-quality
+    curve; the run resumes where a killed one stopped, and ends with the step's predicted, then measured, gain."""
+    from ..tuning.budget import parse_budget
+    from ..tuning.tunemodel import model_steps, report_lines, tune_model
+
+    budget_s = parse_budget(budget_text)
+    batches = parse_batches(batch_text)
+    steps = model_steps(shape_texts, model, hf_configs, fused, batches, dtype, tp)
+    opts = SearchOptions(rounds=rounds, progress=True)
+    if family_text:
+        opts.families = parse_families(family_text)
+    key = {"model": model, "hf_configs": sorted(str(p) for p in hf_configs), "shapes": list(shape_texts),
+           "fused": fused, "tp": tp, "batches": batches, "dtype": dtype, "budget_s": budget_s,
+           "families": list(opts.families), "rounds": rounds}
+    click.echo(f"tune: {len(steps)} shapes (n = {','.join(map(str, batches))}, {dtype}"
+               f"{f', TP {tp}' if tp > 1 else ''}), budget {budget_s:.0f} s")
+    res = tune_model(steps, budget_s, opts, results=results_dir, table=table_path, replay=replay_path,
+                     watchdog_s=watchdog_s, reconfirm=not no_reconfirm, retune=retune, measure=not no_measure,
+                     key=key, echo=click.echo)
+    for line in report_lines(res, budget_s):
+        click.echo(line)

@@ -1,0 +1,194 @@
+"""The split of a whole-model tune's wall-time budget across (shape, n, family) studies (pure: no GPU, no Optuna).
+
+Each study is an :class:`Item`: a shape of the model at one n, one kernel family, how often a decode step runs it
+(``calls``), cuBLAS's time for it and the family's predicted optimum (the cost model's, or a prior where there is no
+model). What ``t`` trials of that study buy is read off the measured search-quality curve (:class:`Curve`: the best
+found after ``t`` trials is, on average, ``gap(t)`` above the optimum). The value of a shape's trials is the decode
+step time they are expected to save against cuBLAS,
+
+    calls × max(0, cuBLAS − min over its families of optimum_f × (1 + gap(t_f))),
+
+so a shape that is a large share of the step's bytes, a family predicted well below cuBLAS, and the first trials
+(where the curve falls fastest) come first. :func:`allocate` hands out trials in chunks, greedily by value per second,
+with each shape's fixed cost (its confirmation and re-confirmation) paid when its first chunk is bought. A shape's
+value is zero until its expected best drops below cuBLAS, then concave, so each purchase weighs 1, 2, 4, ... chunks
+at once and buys the one that saves the most per second."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from ..errors import UsageError
+from ..kernels.shapes import Shape
+
+CHUNK = 5   # trials bought at a time: the first chunk is the seed and the cost model's warm start (warm_k = 4 more)
+_UNITS = {"s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(h|min|m|sec|s)", re.ASCII)
+MAX_BUDGET_S = 7 * 24 * 3600.0
+
+
+def parse_budget(text: str | float | int) -> float:
+    """Seconds of a budget: ``"0"`` (the zero-trial picks only: nothing searched), ``"300"``/``"300s"``, ``"5m"``,
+    ``"1h30m"``, ``"90sec"``, ``"2min"``. A number is seconds. Anything else, a negative or non-finite value, a
+    budget above a week, or a zero written with a unit ("0s": ambiguous, write 0 for zero-trial picks) is one
+    UsageError."""
+    if isinstance(text, bool):
+        raise UsageError(f"malformed budget {text!r}: expected seconds or e.g. 5m, 1h30m, 0")
+    if isinstance(text, (int, float)):
+        v = float(text)
+        if not math.isfinite(v) or v < 0 or v > MAX_BUDGET_S:
+            raise UsageError(f"budget must be 0 (zero-trial picks) or positive seconds up to a week, got {text!r}")
+        return v
+    s = str(text).strip().lower().replace(" ", "")
+    if re.fullmatch(r"[0-9]+(\.[0-9]+)?", s, re.ASCII):
+        return parse_budget(float(s))
+    pos, total = 0, 0.0
+    for m in _PART.finditer(s):
+        if m.start() != pos:
+            break
+        total += float(m.group(1)) * _UNITS[m.group(2)]
+        pos = m.end()
+    if not s or pos != len(s):
+        raise UsageError(f"malformed budget {str(text)[:40]!r}: expected seconds or a time like 5m, 1h30m, 90s "
+                         "(units h, m/min, s/sec), or 0 for the zero-trial picks")
+    if total == 0:
+        raise UsageError(f"a budget of {str(text)[:20]!r} is 0 s, which tunes nothing: give --budget 0 for the "
+                         "cost model's zero-trial picks, or a positive time")
+    return parse_budget(total)
+
+
+@dataclass(frozen=True)
+class Curve:
+    """The expected relative excess of the best config found over the space's optimum after t measured trials
+    (t = 1: the family's seed alone), from the search-quality study of the recorded sweeps (the mean over its runs,
+    non-increasing); past the last trial measured, the last value."""
+
+    gaps: tuple[float, ...]            # gaps[t - 1]: after t trials
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.gaps or any(not math.isfinite(g) or g < 0 for g in self.gaps):
+            raise UsageError(f"search-quality curve {self.source or ''}: gaps must be finite and >= 0")
+
+    def gap(self, t: int) -> float:
+        """Excess after ``t`` trials; ``t = 0`` is inf (a family not searched has no candidate)."""
+        if t <= 0:
+            return math.inf
+        return self.gaps[min(t, len(self.gaps)) - 1]
+
+    @classmethod
+    def from_runs(cls, runs: Iterable[Sequence[float]], source: str = "") -> Curve:
+        """The mean curve of runs (each run: its gap after trial 1, 2, ...; shorter runs hold their last value),
+        made non-increasing (the best found never gets worse)."""
+        runs = [list(r) for r in runs if len(r)]
+        if not runs:
+            raise UsageError(f"search-quality curve {source}: no runs")
+        length = max(len(r) for r in runs)
+        mean = [sum(r[min(i, len(r) - 1)] for r in runs) / len(runs) for i in range(length)]
+        out: list[float] = []
+        for g in mean:
+            out.append(min(g, out[-1]) if out else g)
+        return cls(tuple(out), source)
+
+
+@dataclass(frozen=True)
+class Item:
+    """One (shape, family) study of the tune."""
+
+    shape: Shape
+    family: str
+    calls: float               # launches of the shape per decode step
+    cublas_us: float           # cuBLAS's time of one call (measured or predicted)
+    optimum_us: float          # the family's predicted optimum for the shape
+    max_trials: int = 10_000   # the family's space (a library's candidates: a handful)
+    done: int = 0              # trials already measured (a resumed study)
+
+    def __post_init__(self) -> None:
+        for name in ("calls", "cublas_us", "optimum_us"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+                raise UsageError(f"budget item {self.shape} {self.family}: {name} must be a positive number, got {v!r}")
+
+
+@dataclass
+class Plan:
+    """Trials per item (0: not searched), what the plan is expected to cost and save."""
+
+    trials: dict[tuple[Shape, str], int]
+    cost_s: float
+    saving_us: float                 # expected decode-step µs saved against cuBLAS, over all shapes
+    step_cublas_us: float            # the step's linears on cuBLAS (Σ calls × cuBLAS)
+    shapes: list[Shape] = field(default_factory=list)   # shapes searched, most valuable first
+
+    @property
+    def predicted_gain(self) -> float:
+        """The step's linears on cuBLAS / their expected time after the tune."""
+        return self.step_cublas_us / max(self.step_cublas_us - self.saving_us, 1e-9)
+
+    def families(self, shape: Shape) -> tuple[str, ...]:
+        return tuple(f for (s, f), t in self.trials.items() if s == shape and t > 0)
+
+
+def shape_value(items: Sequence[Item], trials: dict[str, int], curve: Curve) -> float:
+    """µs per step a shape's searches are expected to save against cuBLAS (``items``: its families)."""
+    if not items:
+        return 0.0
+    best = min((it.optimum_us * (1.0 + curve.gap(trials.get(it.family, 0))) for it in items), default=math.inf)
+    it0 = items[0]
+    return it0.calls * max(0.0, it0.cublas_us - best)
+
+
+def _steps(chunk: int, room: int) -> list[int]:
+    """The trials one purchase may add: a chunk, and 2, 4, 8, ... chunks (a family whose first chunk saves nothing
+    may still pay off after more: its value is zero until its expected best drops below cuBLAS), within ``room``."""
+    out, k = [], chunk
+    while k < room:
+        out.append(k)
+        k *= 2
+    return out + [room] if room > 0 else out
+
+
+def allocate(items: Sequence[Item], budget_s: float, curve: Curve, trial_s: float, shape_s: float,
+             chunk: int = CHUNK) -> Plan:
+    """Trials per item within ``budget_s`` seconds: a trial costs ``trial_s``, a searched shape ``shape_s`` once
+    (its confirmation, its re-confirmation). Greedy by expected µs saved per second; a chunk that saves nothing is
+    never bought (a family predicted no faster than cuBLAS is not searched). Resumed trials (``Item.done``) are
+    counted as already bought and cost nothing."""
+    if trial_s <= 0 or shape_s < 0:
+        raise UsageError(f"trial cost {trial_s} s and shape cost {shape_s} s must be positive")
+    by_shape: dict[Shape, list[Item]] = {}
+    for it in items:
+        by_shape.setdefault(it.shape, []).append(it)
+    trials: dict[Shape, dict[str, int]] = {s: {it.family: it.done for it in its} for s, its in by_shape.items()}
+    opened = {s for s, t in trials.items() if any(t.values())}
+    left = float(budget_s) - shape_s * len(opened)   # a resumed shape still has its confirmation ahead
+    order: list[Shape] = list(opened)
+    while True:
+        best: tuple[float, Shape, str, int, float] | None = None
+        for s, its in by_shape.items():
+            now = shape_value(its, trials[s], curve)
+            for it in its:
+                have = trials[s][it.family]
+                for k in _steps(chunk, it.max_trials - have):
+                    cost = k * trial_s + (0.0 if s in opened else shape_s)
+                    if cost > left:
+                        break
+                    gain = shape_value(its, {**trials[s], it.family: have + k}, curve) - now
+                    rate = gain / cost
+                    if gain > 0 and (best is None or rate > best[0]):
+                        best = (rate, s, it.family, k, cost)
+        if best is None:
+            break
+        _, s, fam, k, cost = best
+        trials[s][fam] += k
+        left -= cost
+        if s not in opened:
+            opened.add(s)
+            order.append(s)
+    flat = {(s, f): t for s, fam in trials.items() for f, t in fam.items()}
+    saving = sum(shape_value(its, trials[s], curve) for s, its in by_shape.items())
+    step = sum(its[0].calls * its[0].cublas_us for its in by_shape.values())
+    return Plan(flat, budget_s - left, saving, step, order)

@@ -1,0 +1,159 @@
+"""The whole-model tune's front: the decode step's shapes of what the user named (shapes, a model preset, Hugging
+Face configs; tensor-parallel shards), the runner, the results folder and the table, the measured gain in the
+independent harness on a GPU; then ``tunerun.run_tune``. What ``gemvtune tune`` and ``gemvtune.tune(...,
+budget=...)`` call."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..errors import UsageError
+from ..kernels.shapes import Shape, parse_shape
+from .search_options import SearchOptions
+from .tunerun import Step, TuneResult, run_tune, zero_trial
+
+DEFAULT_BATCHES = (1,)
+
+
+def model_steps(shape_texts: Sequence[str] = (), model: str | None = None, hf_configs: Sequence[str | Path] = (),
+                fused: bool = False, batches: Sequence[int] = DEFAULT_BATCHES, dtype: str = "fp16", tp: int = 1
+                ) -> list[Step]:
+    """Every distinct (shape, n) of one decode step with its launches per step: a model's (preset or config.json,
+    at tensor-parallel degree ``tp``: the local shards), and each ``--shape`` once per step."""
+    from ..kernels.hfconfig import read_hf_config, read_preset
+
+    models = ([read_preset(model)] if model else []) + [read_hf_config(str(p)) for p in hf_configs]
+    if not (models or shape_texts):
+        raise UsageError("tune needs --model (a preset), --hf-config (a config.json) or --shape")
+    if fused and not models:
+        raise UsageError("--fused picks the fused shapes of --model/--hf-config: give one of them")
+    if tp != 1 and not models:
+        raise UsageError("--tp shards a model's layers: give --model or --hf-config")
+    out: dict[Shape, Step] = {}
+
+    def add(shape: Shape, calls: float, layers: tuple[str, ...]) -> None:
+        s = out.get(shape)
+        out[shape] = Step(shape, calls + (s.calls if s else 0.0), tuple(dict.fromkeys((*s.layers, *layers)))
+                          if s else layers)
+
+    if models:
+        from ..kernels.modelshapes import step_shapes
+    for n in batches:
+        for m in models:
+            for st in step_shapes(m, n=n, tp=tp, fused=fused, dtype=dtype):
+                add(st.shape, st.calls, tuple(st.layers))
+        for t in shape_texts:
+            add(parse_shape(t, n, dtype), 1.0, (t,))
+    return list(out.values())
+
+
+def guard_gain(table: Path, steps: Sequence[Step], echo: Callable[[str], None], rounds: int = 3,
+               replays: int = 5) -> float | None:
+    """The step's gain over stock ``nn.Linear`` in ``bench guard``'s harness (torch CUDA graphs over weight copies,
+    no gemvtune runner): Σ calls × stock / Σ calls × swapped, over the step's shapes. None without torch."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        echo("the measured gain needs torch (bench guard's harness): not measured")
+        return None
+    from ..bench.guard import run_guard
+    from ..runtime.table import load_table
+
+    t = load_table(table)
+    by_dtype: dict[str, list[tuple[int, int]]] = {}
+    for s in steps:
+        by_dtype.setdefault(s.shape.dtype, [])
+        if (s.shape.M, s.shape.d) not in by_dtype[s.shape.dtype]:
+            by_dtype[s.shape.dtype].append((s.shape.M, s.shape.d))
+    batches = sorted({s.shape.n for s in steps})
+    rows: dict[tuple[int, int, int, str], dict[str, Any]] = {}
+    for dt, shapes in by_dtype.items():
+        r = run_guard(shapes, batches, [dt], t, table.parent / "benchmarks", rounds=rounds, replays=replays,
+                      echo=echo, command="gemvtune tune (measured gain)")
+        for row in r.rows:
+            rows[(int(row["M"]), int(row["d"]), int(row["n"]), str(row["dtype"]))] = row
+    stock = mine = 0.0
+    for s in steps:
+        got = rows.get((s.shape.M, s.shape.d, s.shape.n, s.shape.dtype))
+        if got is None or not got.get("stock_us") or not got.get("gemvtune_us"):
+            continue
+        stock += s.calls * float(got["stock_us"])
+        mine += s.calls * float(got["gemvtune_us"])
+    return stock / mine if mine else None
+
+
+def tune_model(steps: Sequence[Step], budget_s: float, opts: SearchOptions, *, results: str | Path | None = None,
+               table: str | Path | None = None, replay: str | Path | None = None, watchdog_s: float | None = None,
+               reconfirm: bool = True, retune: bool = False, measure: bool = True, key: dict[str, Any] | None = None,
+               echo: Callable[[str], None] = print) -> TuneResult:
+    """Tune ``steps`` within ``budget_s`` (see ``tunerun.run_tune``); on a GPU, ``measure`` the step gain in the
+    independent harness."""
+    from ..workspace import Workspace, writable_dir
+    from .api import make_runner
+    from .search_run import preflight
+
+    def gpu_gain(p: Path, st: Sequence[Step]) -> float | None:
+        return guard_gain(p, st, echo)
+
+    if budget_s == 0:
+        return zero_trial(_zero_table(table, results, replay), steps, gpu_gain if measure and not replay and
+                          _gpu() else None)
+    shapes = [s.shape for s in steps]
+    runner, domains, default_results = make_runner(shapes, str(replay) if replay else None, watchdog_s)
+    opts = dataclasses.replace(opts, domains=domains)
+    if replay:   # a replayed tune searches the families its sweeps recorded
+        opts = dataclasses.replace(opts, families=tuple(dict.fromkeys(runner.sweep(s).family for s in shapes)))
+    dev = runner.device_info()
+    out = writable_dir(str(results or default_results or Workspace.for_gpu(dev["name"]).root))
+    path = Path(table) if table else out / "table.json"
+    path = preflight(path, opts.storage or f"journal:{out / 'optuna-journal.log'}", dev) or path
+    return run_tune(runner, steps, budget_s, opts, out, path, echo, reconfirm=reconfirm, retune=retune,
+                    measure=None if runner.replayed or not measure else gpu_gain, key=key)
+
+
+def _gpu() -> bool:
+    from ..runners.cuda import cuda_available
+
+    return not cuda_available()
+
+
+def _zero_table(table: str | Path | None, results: str | Path | None, replay: str | Path | None) -> Path:
+    """The table whose route ``--budget 0`` weighs: ``table``, else the results folder's, else the one
+    ``load_table()`` would load on this GPU (yours, else the shipped one)."""
+
+    if table:
+        return Path(table)
+    if results and (Path(results) / "table.json").is_file():
+        return Path(results) / "table.json"
+    if replay:
+        raise UsageError("--budget 0 with --replay: give the --table (or --results) whose route to weigh")
+    from ..runtime.tables import current_gpu_name, find_table
+
+    return find_table(current_gpu_name()).path
+
+
+def report_lines(res: TuneResult, budget_s: float) -> list[str]:
+    """The tune's closing lines: what was searched, skipped, the time, the predicted and the measured gains."""
+    def x(v: float | None) -> str:
+        return f"x{v:.3f}" if v else "-"
+
+    st = res.state
+    harness = (f"{x(res.measured_gain)} in an independent harness (bench guard's)" if res.measured_gain else
+               "not measured in an independent harness (it needs a GPU and torch)")
+    if budget_s == 0:
+        return [f"--budget 0: nothing searched; {len(res.skipped)} shapes run {res.table}'s route (its cost model's "
+                "zero-trial picks where it lacks a shape)",
+                f"decode step (linears) against cuBLAS: predicted {x(res.predicted_gain)}, measured {harness}"]
+    lines = [f"tuned {len(res.searched)} shapes in {st.spent_s:.0f} s of a {budget_s:.0f} s budget "
+             f"({st.trials} measured trials, {st.trial_cost(0) or 0:.3f} s each) -> {res.table}"]
+    why: dict[str, list[str]] = {}
+    for k, w in res.skipped.items():
+        why.setdefault(w, []).append(k)
+    for w, keys in why.items():
+        lines.append(f"  not searched ({w}): {', '.join(keys[:8])}{' ...' if len(keys) > 8 else ''}")
+    lines.append(f"decode step (linears) against cuBLAS: predicted {x(res.predicted_gain)}, measured "
+                 f"{x(res.search_gain)} in the search, {harness}")
+    return lines

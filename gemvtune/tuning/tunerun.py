@@ -1,0 +1,272 @@
+"""A whole model tuned under one wall-time budget (``gemvtune tune``, ``gemvtune.tune(..., budget=...)``).
+
+The step's shapes (each with its launches per decode step) are planned with ``tuning.budget`` on what the run
+knows: cuBLAS's time per shape (the table's, else measured now), each family's predicted optimum (the GPU's cost
+model), the search-quality curve and the cost of a trial and of a shape's fixed work. The most valuable shape is
+searched (its families at their planned trials, warm-started with the plan's predicted fastest configs, each study
+stopped at its share of the time), confirmed and written to the table; then the rest is planned again on the time
+left, with the costs this run measured. A killed run resumes from ``tunestate``. The end is the step's predicted
+gain over cuBLAS, then the measured one: the search's own measurements, and on a GPU the independent harness of
+``bench guard`` (stock ``nn.Linear`` against the swapped layers, one CUDA graph each)."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..kernels.families import FAMILIES
+from ..kernels.shapes import Shape
+from .budget import Item, Plan, allocate
+from .search_options import SearchOptions
+from .tuneplan import SHAPE_S, TRIAL_S, cublas_us, items_for, load_curve, predict
+from .tunestate import NAME, TuneState, load_state
+
+RESERVE_S = 15.0        # the end's fixed work on a GPU: the re-confirmation's process start, the table reloaded
+
+
+@dataclass(frozen=True)
+class Step:
+    """A shape of the decode step and how often a step runs it."""
+
+    shape: Shape
+    calls: float
+    layers: tuple[str, ...] = ()
+
+
+@dataclass
+class TuneResult:
+    table: Path
+    state: TuneState
+    searched: list[Shape] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)      # shape key -> why it was not searched
+    predicted_gain: float | None = None
+    search_gain: float | None = None        # the table's route against cuBLAS, by the search's measurements
+    measured_gain: float | None = None      # the independent harness's (a GPU only)
+    lines: list[str] = field(default_factory=list)
+
+
+def _models(out: Path, gpu: str) -> tuple[list[Any], Any]:
+    """(the tables to learn cuBLAS's times from: the results folder's, then the one gemvtune ships for this GPU;
+    the cost model: the results folder's, else the shipped one; None where there is none or LightGBM is missing)."""
+    from ..errors import UsageError
+    from ..runtime.table import load_table
+    from ..runtime.tables import shipped_root
+    from ..workspace import gpu_slug, model_beside
+
+    root = shipped_root()
+    tables = []
+    for p in (out / "table.json", (root / gpu_slug(gpu) / "table.json") if root else None):
+        if p is not None and p.is_file():
+            try:
+                tables.append(load_table(p, costmodel=None))
+            except UsageError:
+                continue
+    model = None
+    for folder in (out, (root / gpu_slug(gpu)) if root else None):
+        if folder is None or not model_beside(folder).exists():
+            continue
+        try:
+            from ..model import costmodel as cm
+
+            model = cm.load(model_beside(folder))
+            break
+        except UsageError:
+            continue
+    return tables, model
+
+
+def route_gain(table: Any, steps: Sequence[Step], cublas: dict[Shape, float] | None = None) -> float | None:
+    """Σ calls × cuBLAS / Σ calls × the route's time, over the steps the route can put a time on: a table entry's
+    measured times, or for a shape it lacks the cost model's zero-trial pick against cuBLAS's prediction (a table
+    loaded with its model). ``cublas``: cuBLAS's time where the table holds none (a replayed search)."""
+    from ..runtime.route import choose
+
+    base = mine = 0.0
+    for s in steps:
+        r = choose(table, s.shape.M, s.shape.d, s.shape.n, dtype=s.shape.dtype)
+        c = r.cublas_us or (cublas or {}).get(s.shape)
+        if not c:
+            continue
+        base += s.calls * c
+        mine += s.calls * (r.tuned_us if r.tuned and r.tuned_us else c)
+    return base / mine if mine else None
+
+
+def run_tune(runner: Any, steps: Sequence[Step], budget_s: float, opts: SearchOptions, out: Path, table: Path,
+             echo: Callable[[str], None], *, reconfirm: bool = True, retune: bool = False,
+             measure: Callable[[Path, Sequence[Step]], float | None] | None = None,
+             key: dict[str, Any] | None = None, clock: Callable[[], float] = time.monotonic) -> TuneResult:
+    """Tune ``steps`` within ``budget_s`` seconds (> 0; ``zero_trial`` is the budget of 0). ``measure``: the
+    step gain in an independent harness, given the table (None: not measured). ``key``: what makes a tune resumable."""
+    from ..runtime.keys import entry_key
+    from .search_run import run_searches
+
+    t0 = clock()
+    dev = runner.device_info()
+    state_path = out / NAME
+    state, how = load_state(state_path, key or {"shapes": [s.shape.key for s in steps]}, budget_s)
+    res = TuneResult(table, state)
+    if how != "new":
+        echo(f"tune state {state_path}: {how}" + (f" ({state.spent_s:.0f} s of {budget_s:.0f} spent, "
+                                                  f"{len(state.done)} shapes done)" if how == "resumed" else ""))
+    ceiling = runner.ceiling()
+    read_gbps = float(ceiling["read_gbps"])
+    have, model = _models(out, dev.get("name", ""))
+    own = _own_entries(table)
+    curve = load_curve(_slug(dev), warm=model is not None)
+    searchable = [f for f in opts.families if not FAMILIES[f].library]
+    library = [f for f in opts.families if FAMILIES[f].library]
+    spent0 = state.spent_s
+
+    def spent() -> float:
+        return spent0 + clock() - t0
+
+    todo: dict[Shape, Step] = {}
+    for s in steps:
+        k = entry_key(s.shape)
+        if k in state.done:
+            res.skipped[k] = "done earlier in this tune"
+        elif k in own and not retune:
+            res.skipped[k] = "already in the table (--retune searches it again)"
+        else:
+            todo[s.shape] = s
+    preds: dict[Shape, Any] = {}
+    base: dict[Shape, float] = {}
+    for st in steps:
+        sh = st.shape
+        base[sh], where = cublas_us(have, sh, read_gbps, runner)
+        if sh in todo:
+            preds[sh] = predict(model, sh, searchable, read_gbps)
+            best = min((p.optimum_us for p in preds[sh].values()), default=None)
+            echo(f"{sh}: cuBLAS {base[sh]:.2f} µs ({where})" + (f", best predicted {best:.2f} µs" if best else ""))
+    plan_first: Plan | None = None
+    try:
+        while todo:
+            items: list[Item] = [it for sh, st in todo.items()
+                                 for it in items_for(sh, st.calls, searchable, base[sh], preds[sh])]
+            left = budget_s - spent() - (RESERVE_S if reconfirm and not runner.replayed else 0.0)
+            plan = allocate(items, max(left, 0.0), curve, state.trial_cost(TRIAL_S), state.shape_cost(SHAPE_S))
+            if plan_first is None:
+                plan_first = plan
+                state.predicted_gain = state.predicted_gain or _whole_gain(plan, steps, todo, have, base)
+            if not plan.shapes:
+                break
+            sh = plan.shapes[0]
+            fams = plan.families(sh)
+            trials = {f: plan.trials[(sh, f)] for f in fams}
+            warm = {f: preds[sh][f].warm for f in fams if preds[sh][f].warm}
+            trial_s = state.trial_cost(TRIAL_S)
+            sopts = dataclasses.replace(opts, families=(*fams, *library), family_trials=trials, warm_k=0,
+                                        warm_start=warm or None,
+                                        timeout=max(5.0, 1.5 * max(trials.values()) * trial_s))
+            echo(f"{sh}: {', '.join(f'{f} {t}' for f, t in trials.items())} trials"
+                 f"{' + ' + ', '.join(library) if library else ''} ({spent():.0f} of {budget_s:.0f} s spent)")
+            t1 = clock()
+            run_searches(runner, [sh], sopts, str(out), str(table), echo=echo, writable=_writable)
+            wall = clock() - t1
+            e = load_entry(table, sh)
+            srch = e.search if e is not None else None
+            if srch is not None and srch.measured_trials and srch.search_s is not None:
+                state.trials += int(srch.measured_trials)
+                state.search_s += float(srch.search_s)
+                state.shapes += 1
+                state.shape_s += max(0.0, wall - float(srch.search_s))
+            state.done.append(entry_key(sh))
+            res.searched.append(sh)
+            del todo[sh]
+            state.spent_s = spent()
+            state.save(state_path)
+        for sh in todo:
+            res.skipped[entry_key(sh)] = "not worth its time in the budget left: the zero-trial pick stands"
+        if reconfirm and res.searched and not runner.replayed:
+            from .reconfirm import reconfirm as again
+            from .reconfirm import summary
+
+            release = getattr(runner, "release", None)
+            if callable(release):
+                release()
+            echo(summary(again(table, res.searched, opts.rounds, False, echo=echo)))
+    finally:
+        state.spent_s = spent()
+        state.save(state_path)
+    from ..runtime.table import load_table
+
+    res.predicted_gain = state.predicted_gain
+    if table.is_file():
+        res.search_gain = route_gain(load_table(table, costmodel=None), steps, base)
+        if measure is not None:
+            res.measured_gain = measure(table, steps)
+    return res
+
+
+def zero_trial(table: Path, steps: Sequence[Step], measure: Callable[[Path, Sequence[Step]], float | None] | None
+               ) -> TuneResult:
+    """``--budget 0``: nothing searched; the route of ``table`` (its cost model's zero-trial picks for the shapes it
+    lacks) is the predicted gain, and ``measure`` (a GPU) measures it."""
+    from ..runtime.keys import entry_key
+    from ..runtime.table import load_table
+
+    res = TuneResult(table, TuneState({}, 0.0))
+    res.skipped = {entry_key(s.shape): "--budget 0: the table's route, zero-trial picks for what it lacks"
+                   for s in steps}
+    res.predicted_gain = route_gain(load_table(table), steps)
+    if measure is not None:
+        res.measured_gain = measure(table, steps)
+    return res
+
+
+def _whole_gain(plan: Plan, steps: Sequence[Step], todo: dict[Shape, Step], have: list[Any],
+                base: dict[Shape, float]) -> float | None:
+    """The step's predicted gain: the plan's expected savings over the shapes it searches; the shapes it does not
+    search, as cuBLAS (their zero-trial picks are routed only where predicted well clear of it)."""
+    from ..runtime.route import measured
+
+    total = plan.step_cublas_us
+    saved = plan.saving_us
+    for s in steps:
+        if s.shape in todo:
+            continue
+        e = next((e for t in have if (e := t.entry(s.shape)) is not None), None)
+        if e is None:
+            continue
+        t, c, _ = measured(e, "torch", s.shape)
+        c = c or base.get(s.shape)
+        if c:
+            total += s.calls * c
+            saved += s.calls * max(0.0, c - (t or c))
+    return total / (total - saved) if total > saved else None
+
+
+def load_entry(table: Path, shape: Shape) -> Any:
+    from ..runtime.table import load_table
+
+    return load_table(table, costmodel=None).entry(shape) if table.is_file() else None
+
+
+def _own_entries(table: Path) -> set[str]:
+    """The keys of the entries the table to be written already holds."""
+    if not table.is_file():
+        return set()
+    from ..runtime.keys import entry_key
+    from ..runtime.table import load_table
+
+    return {entry_key(Shape(*k)) for k in load_table(table, costmodel=None).keys()}
+
+
+def _slug(dev: dict[str, Any]) -> str:
+    from ..workspace import gpu_slug
+
+    return gpu_slug(str(dev.get("name", "gpu")))
+
+
+def _writable(path: str) -> Path:
+    from ..workspace import writable_dir
+
+    return writable_dir(path)
+
+
+__all__ = ["RESERVE_S", "Step", "TuneResult", "route_gain", "run_tune", "zero_trial"]

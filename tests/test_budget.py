@@ -1,0 +1,101 @@
+"""The whole-model tune's budget split (gemvtune.tuning.budget): parsing a budget, the search-quality curve, and the
+greedy allocation on synthetic curves whose best answer is known."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from gemvtune import Shape, UsageError
+from gemvtune.tuning.budget import Curve, Item, allocate, parse_budget, shape_value
+
+# a curve that halves its gap with every 5 trials: 20% after the seed alone
+CURVE = Curve(tuple(0.2 * 0.5 ** ((t - 1) / 5) for t in range(1, 61)))
+
+
+@pytest.mark.parametrize("text,seconds", [("0", 0.0), (0, 0.0), ("300", 300.0), ("300s", 300.0), ("5m", 300.0),
+                                          ("2min", 120.0), ("1h30m", 5400.0), (" 90 sec ", 90.0), ("1.5m", 90.0),
+                                          (12.5, 12.5)])
+def test_budgets_parse(text, seconds):
+    assert parse_budget(text) == seconds
+
+
+@pytest.mark.parametrize("text,needle", [("5 parsecs", "malformed budget"), ("m5", "malformed budget"),
+                                         ("-5m", "malformed budget"), ("", "malformed budget"),
+                                         ("0s", "is 0 s"), ("0m0s", "is 0 s"), (-1, "budget must be"),
+                                         (math.nan, "budget must be"), (math.inf, "budget must be"),
+                                         ("9999h", "budget must be"), (True, "malformed budget"),
+                                         ("5m5m5x", "malformed budget")])
+def test_bad_budgets_are_one_usage_error(text, needle):
+    with pytest.raises(UsageError, match=needle):
+        parse_budget(text)
+
+
+def test_a_curve_is_the_mean_of_its_runs_and_never_rises():
+    c = Curve.from_runs([[0.2, 0.1, 0.1, 0.0], [0.2, 0.2], [0.4, 0.3, 0.35]])
+    assert c.gaps[0] == pytest.approx((0.2 + 0.2 + 0.4) / 3)
+    assert all(b <= a for a, b in zip(c.gaps, c.gaps[1:]))
+    assert c.gap(0) == math.inf and c.gap(100) == c.gaps[-1]
+    with pytest.raises(UsageError):
+        Curve((0.1, math.nan))
+    with pytest.raises(UsageError):
+        Curve.from_runs([])
+
+
+def _items(shape, calls, cublas, optima, done=None):
+    done = done or {}
+    return [Item(shape, f, calls, cublas, opt, done=done.get(f, 0)) for f, opt in optima.items()]
+
+
+def test_the_value_is_the_best_family_against_cublas():
+    s = Shape(4096, 4096)
+    its = _items(s, 10, 10.0, {"gemv": 8.0, "splitk": 9.0})
+    assert shape_value(its, {}, CURVE) == 0.0                      # nothing searched: cuBLAS
+    assert shape_value(its, {"gemv": 1}, CURVE) == pytest.approx(10 * (10.0 - 8.0 * 1.2))
+    assert shape_value(its, {"gemv": 60, "splitk": 60}, CURVE) == pytest.approx(10 * (10.0 - 8.0 * (1 + CURVE.gaps[-1])))
+
+
+def test_the_budget_goes_where_the_step_saves_most_per_second():
+    big, small, lost = Shape(14336, 4096), Shape(1024, 4096), Shape(4096, 4096)
+    items = (_items(big, 32, 30.0, {"gemv": 25.0, "mma": 29.0})      # 32 calls a step, a 5 µs predicted win
+             + _items(small, 1, 3.0, {"gemv": 2.9})                  # once a step, a tenth of a µs
+             + _items(lost, 32, 9.0, {"gemv": 9.5}))                 # predicted slower than cuBLAS
+    plan = allocate(items, 10.0, CURVE, trial_s=0.1, shape_s=2.0)
+    assert plan.shapes[0] == big and plan.trials[(big, "gemv")] > 0
+    assert plan.trials[(lost, "gemv")] == 0                         # never bought: it saves nothing
+    assert plan.trials[(big, "mma")] == 0                           # its best family covers it
+    assert plan.cost_s <= 10.0 + 1e-9
+    assert plan.predicted_gain > 1.0
+    # a larger budget buys the small shape too, and never more than the curve can use
+    wide = allocate(items, 1000.0, CURVE, trial_s=0.1, shape_s=2.0)
+    assert wide.trials[(small, "gemv")] > 0 and wide.trials[(big, "gemv")] <= 60 + 5
+    assert wide.saving_us >= plan.saving_us
+
+
+def test_a_family_that_pays_off_only_after_many_trials_is_still_bought():
+    s = Shape(14336, 4096)
+    # 25 µs optimum against cuBLAS's 28: the seed alone (x1.2 = 30) loses, 10 trials (x1.05) win
+    plan = allocate(_items(s, 1, 28.0, {"gemv": 25.0}), 30.0, CURVE, trial_s=0.1, shape_s=1.0)
+    assert plan.trials[(s, "gemv")] >= 10
+
+
+def test_a_budget_too_small_for_a_shapes_fixed_cost_buys_nothing():
+    s = Shape(4096, 4096)
+    plan = allocate(_items(s, 32, 13.0, {"gemv": 9.0}), 1.0, CURVE, trial_s=0.1, shape_s=5.0)
+    assert not plan.shapes and not any(plan.trials.values()) and plan.saving_us == 0.0
+
+
+def test_resumed_trials_count_as_bought_and_cost_nothing():
+    s = Shape(4096, 4096)
+    fresh = allocate(_items(s, 32, 13.0, {"gemv": 9.0}), 20.0, CURVE, trial_s=0.1, shape_s=1.0)
+    resumed = allocate(_items(s, 32, 13.0, {"gemv": 9.0}, done={"gemv": 40}), 20.0, CURVE, trial_s=0.1, shape_s=1.0)
+    assert resumed.trials[(s, "gemv")] >= 40
+    assert resumed.cost_s <= fresh.cost_s
+
+
+@pytest.mark.parametrize("field,value", [("calls", 0), ("cublas_us", math.nan), ("optimum_us", -1.0)])
+def test_bad_items_are_refused(field, value):
+    kw = {"calls": 1.0, "cublas_us": 10.0, "optimum_us": 9.0, field: value}
+    with pytest.raises(UsageError, match=field):
+        Item(Shape(64, 64), "gemv", **kw)

@@ -1,0 +1,154 @@
+"""The whole-model tune (gemvtune tune; gemvtune.tune(..., budget=...)) on the committed H200 sweeps through the
+replay runner: it stays inside its budget, writes a valid table, resumes after an interrupt and after a kill, and
+bad input is one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import ROOT
+
+import gemvtune
+from gemvtune import Shape, UsageError
+from gemvtune.runners.replay import ReplayRunner
+from gemvtune.tuning.search_options import SearchOptions
+from gemvtune.tuning.tunemodel import model_steps
+from gemvtune.tuning.tunerun import Step, run_tune
+from gemvtune.tuning.tunestate import NAME, load_state
+
+SWEEPS = ROOT / "results" / "nvidia-h200" / "measurements"
+SHAPES = ["4096x4096", "6144x4096"]
+
+
+def _cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "gemvtune", *args], capture_output=True, text=True, timeout=600,
+                          cwd=cwd)
+
+
+def test_a_budgeted_tune_ends_inside_its_budget_and_writes_a_valid_table(tmp_path):
+    t0 = time.monotonic()
+    table = gemvtune.tune(SHAPES, replay=SWEEPS, results=tmp_path, budget="20s")
+    assert time.monotonic() - t0 < 20 + 15   # the budget, and the process's own start and end
+    assert {(s.M, s.d, s.n) for s in table.shapes} == {(4096, 4096, 1), (6144, 4096, 1)}
+    state = json.loads((tmp_path / NAME).read_text())
+    assert state["spent_s"] <= 20 and sorted(state["done"]) == ["4096x4096x1", "6144x4096x1"]
+    for s in table.shapes:
+        e = table.entry(s)
+        budgets = e.search.family_budgets
+        assert budgets and sum(budgets.values()) >= e.search.measured_trials > 0   # the plan's split, honoured
+    from gemvtune.runtime.tableschema import validate_table
+
+    assert len(validate_table(json.loads((tmp_path / "table.json").read_text()), tmp_path / "table.json")) == 2
+
+
+class _Interrupting(ReplayRunner):
+    """A replay runner that is interrupted (Ctrl-C) at the first measurement of ``shape``."""
+
+    def __init__(self, path, shape):
+        super().__init__(path)
+        self.stop_at = shape
+
+    def measure(self, config, shape, *a, **kw):
+        if shape == self.stop_at:
+            raise KeyboardInterrupt
+        return super().measure(config, shape, *a, **kw)
+
+
+def _steps():
+    return [Step(Shape(4096, 4096), 32.0), Step(Shape(6144, 4096), 32.0)]
+
+
+def test_an_interrupted_tune_resumes_where_it_stopped(tmp_path):
+    opts = SearchOptions(families=("gemv",), progress=False)
+    key = {"test": 1}
+    runner = _Interrupting(str(SWEEPS), Shape(6144, 4096))
+    first = None
+    with pytest.raises(KeyboardInterrupt):
+        run_tune(runner, _steps(), 30.0, opts, tmp_path, tmp_path / "table.json", echo=lambda s: None, key=key,
+                 reconfirm=False)
+    state, how = load_state(tmp_path / NAME, key, 30.0)
+    assert how == "resumed" and state.done == ["4096x4096x1"] and 0 < state.spent_s < 30
+    first = state.spent_s
+    lines: list[str] = []
+    res = run_tune(ReplayRunner(str(SWEEPS)), _steps(), 30.0, opts, tmp_path, tmp_path / "table.json",
+                   echo=lines.append, key=key, reconfirm=False)
+    assert res.searched == [Shape(6144, 4096)]                        # the first shape is not searched again
+    assert res.skipped == {"4096x4096x1": "done earlier in this tune"}
+    assert res.state.spent_s > first and res.state.resumed == 1
+    assert any("resumed" in line for line in lines)
+    # other settings: another tune, started afresh
+    _, how = load_state(tmp_path / NAME, {"test": 2}, 30.0)
+    assert how.startswith("another tune")
+
+
+def test_a_killed_tune_resumes_from_its_state_and_journal(tmp_path):
+    args = ["tune", "--shape", "4096x4096", "--shape", "6144x4096", "--shape", "14336x4096", "--replay", str(SWEEPS),
+            "--results", str(tmp_path), "--budget", "60s", "--family", "gemv"]
+    p = subprocess.Popen([sys.executable, "-m", "gemvtune", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    state = tmp_path / NAME
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 120 and p.poll() is None:
+        if state.is_file() and len(json.loads(state.read_text() or "{}").get("done", [])) == 1:
+            break
+        time.sleep(0.02)
+    killed = p.poll() is None
+    if killed:
+        os.kill(p.pid, signal.SIGKILL)
+    p.communicate(timeout=60)
+    done = json.loads(state.read_text())["done"]
+    r = _cli(*args)
+    assert r.returncode == 0, r.stderr
+    assert "resumed" in r.stdout
+    final = json.loads(state.read_text())
+    assert final["done"][:len(done)] == done and len(final["done"]) == 3
+    table = gemvtune.load_table(tmp_path / "table.json", costmodel=None)
+    assert len(table.shapes) == 3
+
+
+def test_zero_budget_weighs_the_tables_route_without_searching(tmp_path):
+    r = _cli("tune", "--shape", "5000x4096", "--shape", "4096x4096", "--batch", "1,3", "--budget", "0",
+             "--table", str(ROOT / "results" / "nvidia-h200" / "table.json"), "--results", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert "nothing searched" in r.stdout and "predicted x" in r.stdout
+    assert not list(tmp_path.iterdir())                               # nothing written
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--shape", "4096x4096", "--budget", "5 parsecs"], "malformed budget"),
+    (["--shape", "4096x4096", "--budget", "0s"], "is 0 s"),
+    (["--shape", "4096x4096", "--budget", "-3"], "malformed budget"),
+    (["--shape", "4096x4096", "--tp", "2"], "--tp shards a model"),
+    (["--shape", "4096x4096", "--fused"], "--fused picks"),
+    (["--budget", "5m"], "tune needs"),
+    (["--shape", "4096x4096", "--budget", "0", "--replay", str(SWEEPS)], "--budget 0 with --replay"),
+    (["--shape", "4096xx4096"], "malformed shape"),
+    (["--shape", "4096x4096", "--batch", "17"], "outside 1..16"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, needle):
+    r = _cli("tune", *args)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert needle in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_a_state_file_that_is_not_a_tune_state_is_refused_and_kept(tmp_path):
+    (tmp_path / NAME).write_text('{"format": "something else"}')
+    r = _cli("tune", "--shape", "4096x4096", "--replay", str(SWEEPS), "--results", str(tmp_path), "--budget", "10")
+    assert r.returncode == 2 and "not a gemvtune tune state" in r.stderr
+    assert json.loads((tmp_path / NAME).read_text()) == {"format": "something else"}
+
+
+def test_model_steps_count_every_launch_of_a_step():
+    steps = model_steps(model="llama-3-8b", batches=[1, 4])
+    by = {(s.shape.M, s.shape.d, s.shape.n): s for s in steps}
+    assert by[(4096, 4096, 1)].calls == 64          # q_proj and o_proj, 32 layers each
+    assert by[(14336, 4096, 4)].calls == 64         # gate_proj and up_proj
+    assert by[(128256, 4096, 1)].calls == 1         # the LM head, once a step
+    with pytest.raises(UsageError, match="tune needs"):
+        model_steps()
