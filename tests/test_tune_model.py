@@ -152,3 +152,18 @@ def test_model_steps_count_every_launch_of_a_step():
     assert by[(128256, 4096, 1)].calls == 1         # the LM head, once a step
     with pytest.raises(UsageError, match="tune needs"):
         model_steps()
+
+
+def test_a_terminal_shows_the_budget_left(monkeypatch, tmp_path):
+    import io
+
+    class TTY(io.StringIO):
+        def isatty(self):
+            return True
+
+    tty = TTY()
+    monkeypatch.setattr(sys, "stderr", tty)
+    run_tune(ReplayRunner(str(SWEEPS)), _steps(), 30.0, SearchOptions(families=("gemv",)), tmp_path,
+             tmp_path / "table.json", echo=lambda s: None, key={"tty": 1}, reconfirm=False)
+    shown = tty.getvalue()
+    assert "tune (budget)" in shown and "s left" in shown and "shapes to go" in shown

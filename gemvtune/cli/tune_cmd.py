@@ -55,8 +55,11 @@ def tune(model: str | None, hf_configs: tuple[str, ...], shape_texts: tuple[str,
            "families": list(opts.families), "rounds": rounds}
     click.echo(f"tune: {len(steps)} shapes (n = {','.join(map(str, batches))}, {dtype}"
                f"{f', TP {tp}' if tp > 1 else ''}), budget {budget_s:.0f} s")
+    from ..bench.tunegain import guard_gain
+
     res = tune_model(steps, budget_s, opts, results=results_dir, table=table_path, replay=replay_path,
-                     watchdog_s=watchdog_s, reconfirm=not no_reconfirm, retune=retune, measure=not no_measure,
+                     watchdog_s=watchdog_s, reconfirm=not no_reconfirm, retune=retune,
+                     measure=None if no_measure else (lambda p, st: guard_gain(p, st, click.echo)),
                      key=key, echo=click.echo)
     for line in report_lines(res, budget_s):
         click.echo(line)

@@ -229,9 +229,8 @@ class Measured:
 
 _SEARCH_KINDS = {"sampler": "string", "seed": "integer", "trials_budget": "integer", "families": "strings",
                  "measured_trials": "integer", "total_trials": "integer", "study": "string", "started": "string",
-                 "finished": "string", "search_s": "number", "confirm_rounds": "integer", "top_k": "integer",
-                 "replayed": "bool", "family_trials": "counts", "space_measured": "strings-or-bool",
-                 "family_budgets": "counts"}
+                 "finished": "string", "search_s": "number", "confirm_rounds": "integer", "top_k": "integer", "replayed":
+                 "bool", "family_trials": "counts", "space_measured": "strings-or-bool", "family_budgets": "counts"}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -254,7 +253,7 @@ class SearchRecord:
     replayed: bool | None = None
     family_trials: Mapping[str, int] | None = None          # per family: its study's measured trials
     space_measured: tuple[str, ...] | bool | None = None    # families whose whole valid space was measured
-    family_budgets: Mapping[str, int] | None = None         # per family: its trials budget (a tune's split)
+    family_budgets: Mapping[str, int] | None = None         # per family: its trials (a whole-model tune's split)
     extra: Mapping[str, Any] = field(default_factory=_frozen, repr=False)
     blank: Mapping[str, Any] = field(default_factory=_frozen, repr=False, compare=False)
 

@@ -5,42 +5,15 @@ table returned. ``make_runner`` is what the command line's search and worker use
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import NoDeviceError, UsageError
+from ..errors import UsageError
 from ..kernels.shapes import Shape, parse_batches, parse_shape
-from ..workspace import Workspace, writable_dir
+from ..workspace import writable_dir
+from .makerunner import make_runner  # noqa: F401  (the search and worker commands' runner, re-exported)
 from .search_options import SearchOptions
-
-
-def make_runner(shapes: Sequence[Shape], replay_path: str | None, watchdog_s: float | None = None
-                ) -> tuple[Any, Any, str | None]:
-    """(runner, family -> the domains to search or None, the default results folder or None): the replay runner on
-    recorded sweeps (its results go to ``results/<gpu>/replay``), else the CUDA runner (NoDeviceError, one line,
-    where no device answers), in a watched child process with ``watchdog_s``."""
-    if replay_path:
-        from ..runners.replay import ReplayRunner
-
-        runner = ReplayRunner(replay_path)
-        for s in shapes:
-            runner.sweep(s)  # a shape with no recorded sweep fails before anything is written
-        grids = {json.dumps([runner.sweep(s).family, runner.sweep(s).grid], sort_keys=True) for s in shapes}
-        grid = runner.sweep(shapes[0]).grid if len(grids) == 1 else None
-        domains = {runner.sweep(shapes[0]).family: grid} if grid else None   # the family the sweeps recorded
-        return runner, domains, str(Workspace.for_gpu(runner.device_info().get("name", "gpu")).replay)
-    from ..runners.cuda import CudaRunner, cuda_available
-
-    why = cuda_available()
-    if why:
-        raise NoDeviceError(why)
-    if watchdog_s:
-        from ..runners.isolated import IsolatedRunner
-
-        return IsolatedRunner(CudaRunner, timeout_s=watchdog_s), None, None
-    return CudaRunner(), None, None
 
 
 def batches_of(batch: int | str | Sequence[int]) -> list[int]:

@@ -50,57 +50,19 @@ def model_steps(shape_texts: Sequence[str] = (), model: str | None = None, hf_co
     return list(out.values())
 
 
-def guard_gain(table: Path, steps: Sequence[Step], echo: Callable[[str], None], rounds: int = 3,
-               replays: int = 5) -> float | None:
-    """The step's gain over stock ``nn.Linear`` in ``bench guard``'s harness (torch CUDA graphs over weight copies,
-    no gemvtune runner): Σ calls × stock / Σ calls × swapped, over the step's shapes. None without torch."""
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        echo("the measured gain needs torch (bench guard's harness): not measured")
-        return None
-    from ..bench.guard import run_guard
-    from ..runtime.table import load_table
-
-    t = load_table(table)
-    by_dtype: dict[str, list[tuple[int, int]]] = {}
-    for s in steps:
-        by_dtype.setdefault(s.shape.dtype, [])
-        if (s.shape.M, s.shape.d) not in by_dtype[s.shape.dtype]:
-            by_dtype[s.shape.dtype].append((s.shape.M, s.shape.d))
-    batches = sorted({s.shape.n for s in steps})
-    rows: dict[tuple[int, int, int, str], dict[str, Any]] = {}
-    for dt, shapes in by_dtype.items():
-        r = run_guard(shapes, batches, [dt], t, table.parent / "benchmarks", rounds=rounds, replays=replays,
-                      echo=echo, command="gemvtune tune (measured gain)")
-        for row in r.rows:
-            rows[(int(row["M"]), int(row["d"]), int(row["n"]), str(row["dtype"]))] = row
-    stock = mine = 0.0
-    for s in steps:
-        got = rows.get((s.shape.M, s.shape.d, s.shape.n, s.shape.dtype))
-        if got is None or not got.get("stock_us") or not got.get("gemvtune_us"):
-            continue
-        stock += s.calls * float(got["stock_us"])
-        mine += s.calls * float(got["gemvtune_us"])
-    return stock / mine if mine else None
-
-
 def tune_model(steps: Sequence[Step], budget_s: float, opts: SearchOptions, *, results: str | Path | None = None,
                table: str | Path | None = None, replay: str | Path | None = None, watchdog_s: float | None = None,
-               reconfirm: bool = True, retune: bool = False, measure: bool = True, key: dict[str, Any] | None = None,
-               echo: Callable[[str], None] = print) -> TuneResult:
-    """Tune ``steps`` within ``budget_s`` (see ``tunerun.run_tune``); on a GPU, ``measure`` the step gain in the
-    independent harness."""
+               reconfirm: bool = True, retune: bool = False,
+               measure: Callable[[Path, Sequence[Step]], float | None] | None = None,
+               key: dict[str, Any] | None = None, echo: Callable[[str], None] = print) -> TuneResult:
+    """Tune ``steps`` within ``budget_s`` (see ``tunerun.run_tune``); on a GPU, ``measure`` (the table, the steps)
+    gives the step gain in an independent harness (the command line's: ``gemvtune.bench.tunegain``)."""
     from ..workspace import Workspace, writable_dir
-    from .api import make_runner
+    from .makerunner import make_runner
     from .search_run import preflight
 
-    def gpu_gain(p: Path, st: Sequence[Step]) -> float | None:
-        return guard_gain(p, st, echo)
-
     if budget_s == 0:
-        return zero_trial(_zero_table(table, results, replay), steps, gpu_gain if measure and not replay and
-                          _gpu() else None)
+        return zero_trial(_zero_table(table, results, replay), steps, measure if not replay and _gpu() else None)
     shapes = [s.shape for s in steps]
     runner, domains, default_results = make_runner(shapes, str(replay) if replay else None, watchdog_s)
     opts = dataclasses.replace(opts, domains=domains)
@@ -111,7 +73,7 @@ def tune_model(steps: Sequence[Step], budget_s: float, opts: SearchOptions, *, r
     path = Path(table) if table else out / "table.json"
     path = preflight(path, opts.storage or f"journal:{out / 'optuna-journal.log'}", dev) or path
     return run_tune(runner, steps, budget_s, opts, out, path, echo, reconfirm=reconfirm, retune=retune,
-                    measure=None if runner.replayed or not measure else gpu_gain, key=key)
+                    measure=None if runner.replayed else measure, key=key)
 
 
 def _gpu() -> bool:

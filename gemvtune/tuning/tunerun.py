@@ -144,8 +144,19 @@ def run_tune(runner: Any, steps: Sequence[Step], budget_s: float, opts: SearchOp
             best = min((p.optimum_us for p in preds[sh].values()), default=None)
             echo(f"{sh}: cuBLAS {base[sh]:.2f} µs ({where})" + (f", best predicted {best:.2f} µs" if best else ""))
     plan_first: Plan | None = None
+    from ..progress import progress_bar
+
+    bar = progress_bar(total=round(budget_s), desc="tune (budget)", unit="s", enabled=opts.progress)
+
+    def tick() -> None:
+        if bar is not None:
+            bar.n = min(round(spent()), bar.total)
+            bar.set_postfix_str(f"{max(0.0, budget_s - spent()):.0f} s left, {len(todo)} shapes to go")
+            bar.refresh()
+
     try:
         while todo:
+            tick()
             items: list[Item] = [it for sh, st in todo.items()
                                  for it in items_for(sh, st.calls, searchable, base[sh], preds[sh])]
             left = budget_s - spent() - (RESERVE_S if reconfirm and not runner.replayed else 0.0)
@@ -193,6 +204,8 @@ def run_tune(runner: Any, steps: Sequence[Step], budget_s: float, opts: SearchOp
     finally:
         state.spent_s = spent()
         state.save(state_path)
+        if bar is not None:
+            bar.close()
     from ..runtime.table import load_table
 
     res.predicted_gain = state.predicted_gain
