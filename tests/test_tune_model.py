@@ -167,3 +167,27 @@ def test_a_terminal_shows_the_budget_left(monkeypatch, tmp_path):
              tmp_path / "table.json", echo=lambda s: None, key={"tty": 1}, reconfirm=False)
     shown = tty.getvalue()
     assert "tune (budget)" in shown and "s left" in shown and "shapes to go" in shown
+
+
+def test_two_tables_side_by_side_flag_the_slower_route(tmp_path):
+    from fakes import FakeRunner
+
+    from gemvtune.runtime.table import load_table
+    from gemvtune.tuning.against import side_by_side
+    from gemvtune.tuning.search_run import run_searches
+    from gemvtune.workspace import writable_dir
+
+    shape = Shape(4096, 4096)
+    paths = {}
+    for name, trials in (("few", 1), ("many", 40)):   # one trial: the seed alone (a slower kernel)
+        opts = SearchOptions(families=("gemv",), trials=trials, progress=False, storage="memory:", warm_k=0)
+        paths[name] = run_searches(FakeRunner(), [shape], opts, str(tmp_path / name), None, echo=lambda s: None,
+                                   writable=writable_dir)
+    few, many = (load_table(paths[k], costmodel=None) for k in ("few", "many"))
+    runner = FakeRunner()
+    rows, total = side_by_side(runner, few, many, [shape], rounds=2, weights={shape: 32.0}, echo=lambda s: None)
+    (row,) = rows
+    assert row["ratio"] > 1.02 and "against the other table" in row["flags"]
+    assert total["table_us"] == pytest.approx(32 * row["table_us"]) and not total["within"]
+    rows, total = side_by_side(runner, many, many, [shape], rounds=2, echo=lambda s: None)
+    assert rows[0]["ratio"] == pytest.approx(1.0) and not rows[0]["flags"] and total["within"]

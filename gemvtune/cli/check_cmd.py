@@ -51,11 +51,15 @@ def _write(rows: list[dict], out: Path, tag: str, meta: dict) -> Path:
 @click.option("--inductor", is_flag=True, default=False,
               help="with --reconfirm: time Inductor max-autotune too (best of 2 compiles; tens of seconds per "
                    "shape), which the route for callers under torch.compile must also beat")
+@click.option("--against", "against_path", default=None, metavar="TABLE",
+              help="re-measure this table's routes beside another table's, in one process, for the shapes both hold "
+                   "(a re-tune against the table it should match); flags a shape more than 2% slower")
 @click.option("--strict", is_flag=True, default=False,
               help="exit 1 when an entry is flagged (or stale, or its re-confirmation lost)")
 @DTYPE
 def check(table_path: str, shape_texts: tuple[str, ...], rounds: int | None, framework: str, stale_only: bool,
-          out_dir: str | None, reconfirm: bool, inductor: bool, strict: bool, dtype: str) -> None:
+          out_dir: str | None, reconfirm: bool, inductor: bool, against_path: str | None, strict: bool,
+          dtype: str) -> None:
     """Re-measure a table's winners and baselines on this GPU (one process, interleaved) and flag every entry
     whose winner drifted more than 3% from its record or lost to cuBLAS; with --stale-only, list the entries
     worth re-tuning, without a GPU; with --reconfirm, re-confirm each entry's route in a fresh process and write
@@ -68,6 +72,8 @@ def check(table_path: str, shape_texts: tuple[str, ...], rounds: int | None, fra
         raise UsageError("--reconfirm measures on the GPU and --stale-only does not: give one of them")
     if inductor and not reconfirm:
         raise UsageError("--inductor is timed by the re-confirmation: give --reconfirm too")
+    if against_path and (reconfirm or stale_only):
+        raise UsageError("--against re-measures two tables side by side: drop --reconfirm/--stale-only")
     table = load_table(table_path)
     keys = set(table.keys())
     shapes = []
@@ -104,12 +110,30 @@ def check(table_path: str, shape_texts: tuple[str, ...], rounds: int | None, fra
         if strict and lost:
             raise GemvtuneError(f"{len(lost)} entries lost their re-confirmation (--strict)")
         return
+    other = load_table(against_path) if against_path else None
+    if other is not None:
+        shapes = [s for s in shapes if (s.M, s.d, s.n, s.dtype) in set(other.keys())]
+        if not shapes:
+            raise UsageError(f"{table_path} and {against_path} hold no shape in common")
     rounds = rounds or 2
     _gpu_check()
     from ..bench.kernels import _start
 
     runner, dev, ceil = _start(click.echo)
     table._check_gpu(dev["name"])
+    if other is not None:
+        from ..tuning.against import WITHIN, side_by_side
+
+        rows, total = side_by_side(runner, table, other, shapes, max(rounds, 3), echo=click.echo)
+        path = _write(rows, out, "against", provenance(dev, ceiling=ceil, table=str(table_path),
+                                                       against=str(against_path), rounds=max(rounds, 3), total=total))
+        flagged = [r for r in rows if r["flags"]]
+        click.echo(f"{len(shapes)} shapes: {total['table_us']:.1f} µs against {total['against_us']:.1f} "
+                   f"(x{total['ratio']:.3f}; cuBLAS {total['cublas_us']:.1f}); {len(flagged)} more than "
+                   f"{WITHIN:.0%} slower; wrote {path}")
+        if strict and (flagged or not total["within"]):
+            raise GemvtuneError(f"{len(flagged)} shapes slower than {against_path} by more than {WITHIN:.0%} (--strict)")
+        return
     rows = recheck(runner, table, shapes, rounds, framework, echo=click.echo)
     path = _write(rows, out, "check", provenance(dev, ceiling=ceil, table=str(table_path), rounds=rounds,
                                                   framework=framework))

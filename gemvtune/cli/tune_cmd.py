@@ -32,12 +32,15 @@ from ..tuning.search_options import ModelPreset, SearchOptions, parse_families
               help="do not re-confirm the new entries in a fresh process at the end")
 @click.option("--no-measure", is_flag=True, default=False,
               help="do not measure the step gain in the independent harness at the end (bench guard's)")
+@click.option("--against", "against_path", default=None, metavar="TABLE",
+              help="at the end, re-measure the step's shapes beside this table's routes in the same process "
+                   "(e.g. the committed table), launches weighted")
 @click.option("--watchdog", "watchdog_s", type=click.FloatRange(min=1.0), default=None,
               help="run the GPU runner in a child process, a hanging call recorded as timeout")
 def tune(model: str | None, hf_configs: tuple[str, ...], shape_texts: tuple[str, ...], fused: bool, tp: int,
          batch_text: str, dtype: str, budget_text: str, family_text: str | None, rounds: int,
          results_dir: str | None, table_path: str | None, replay_path: str | None, retune: bool,
-         no_reconfirm: bool, no_measure: bool, watchdog_s: float | None) -> None:
+         no_reconfirm: bool, no_measure: bool, against_path: str | None, watchdog_s: float | None) -> None:
     """Tune a whole model's decode step within a wall-time budget: the budget is split across (shape, n, family) by
     the cost model's expected gain over cuBLAS, each shape's share of the step and the measured search-quality
     curve; the run resumes where a killed one stopped, and ends with the step's predicted, then measured, gain."""
@@ -60,6 +63,6 @@ def tune(model: str | None, hf_configs: tuple[str, ...], shape_texts: tuple[str,
     res = tune_model(steps, budget_s, opts, results=results_dir, table=table_path, replay=replay_path,
                      watchdog_s=watchdog_s, reconfirm=not no_reconfirm, retune=retune,
                      measure=None if no_measure else (lambda p, st: guard_gain(p, st, click.echo)),
-                     key=key, echo=click.echo)
+                     key=key, against=against_path, echo=click.echo)
     for line in report_lines(res, budget_s):
         click.echo(line)

@@ -54,13 +54,19 @@ def tune_model(steps: Sequence[Step], budget_s: float, opts: SearchOptions, *, r
                table: str | Path | None = None, replay: str | Path | None = None, watchdog_s: float | None = None,
                reconfirm: bool = True, retune: bool = False,
                measure: Callable[[Path, Sequence[Step]], float | None] | None = None,
-               key: dict[str, Any] | None = None, echo: Callable[[str], None] = print) -> TuneResult:
+               key: dict[str, Any] | None = None, against: str | Path | None = None,
+               echo: Callable[[str], None] = print) -> TuneResult:
     """Tune ``steps`` within ``budget_s`` (see ``tunerun.run_tune``); on a GPU, ``measure`` (the table, the steps)
-    gives the step gain in an independent harness (the command line's: ``gemvtune.bench.tunegain``)."""
+    gives the step gain in an independent harness (the command line's: ``gemvtune.bench.tunegain``); ``against``: a
+    table to re-measure the result beside, in this process (``compare``)."""
     from ..workspace import Workspace, writable_dir
     from .makerunner import make_runner
     from .search_run import preflight
 
+    if against is not None:   # a table that cannot be read is one line before any work
+        from ..runtime.table import load_table
+
+        load_table(against, costmodel=None)
     if budget_s == 0:
         return zero_trial(_zero_table(table, results, replay), steps, measure if not replay and _gpu() else None)
     shapes = [s.shape for s in steps]
@@ -72,8 +78,32 @@ def tune_model(steps: Sequence[Step], budget_s: float, opts: SearchOptions, *, r
     out = writable_dir(str(results or default_results or Workspace.for_gpu(dev["name"]).root))
     path = Path(table) if table else out / "table.json"
     path = preflight(path, opts.storage or f"journal:{out / 'optuna-journal.log'}", dev) or path
-    return run_tune(runner, steps, budget_s, opts, out, path, echo, reconfirm=reconfirm, retune=retune,
-                    measure=None if runner.replayed else measure, key=key)
+    res = run_tune(runner, steps, budget_s, opts, out, path, echo, reconfirm=reconfirm, retune=retune,
+                   measure=None if runner.replayed else measure, key=key)
+    if against is not None and not runner.replayed and path.is_file():
+        res.lines += compare(runner, path, Path(against), steps, echo)
+    return res
+
+
+def compare(runner: Any, table: Path, against: Path, steps: Sequence[Step], echo: Callable[[str], None]) -> list[str]:
+    """The tuned table beside ``against`` (the committed one, say), the step's shapes both hold re-measured in this
+    process (``tuning.against``), launches weighted: the lines of the tune's report."""
+    from ..runtime.table import load_table
+    from .against import WITHIN, side_by_side
+
+    mine, other = load_table(table, costmodel=None), load_table(against, costmodel=None)
+    both = set(mine.keys()) & set(other.keys())
+    common = [s for s in steps if (s.shape.M, s.shape.d, s.shape.n, s.shape.dtype) in both]
+    if not common:
+        return [f"against {against}: no shape in common"]
+    echo(f"against {against}: {len(common)} shapes re-measured side by side")
+    rows, total = side_by_side(runner, mine, other, [s.shape for s in common], 3,
+                               {s.shape: s.calls for s in common}, echo)
+    slow = [r["shape"] for r in rows if r["flags"]]
+    return [f"against {against}: the step's {len(common)} shapes {total['table_us']:.1f} µs against "
+            f"{total['against_us']:.1f} (x{total['ratio']:.3f}, {'within' if total['within'] else 'outside'} "
+            f"{WITHIN:.0%}); {len(slow)} shapes more than {WITHIN:.0%} slower"
+            + (f": {', '.join(slow[:8])}" if slow else "")]
 
 
 def _gpu() -> bool:
@@ -118,4 +148,4 @@ def report_lines(res: TuneResult, budget_s: float) -> list[str]:
         lines.append(f"  not searched ({w}): {', '.join(keys[:8])}{' ...' if len(keys) > 8 else ''}")
     lines.append(f"decode step (linears) against cuBLAS: predicted {x(res.predicted_gain)}, measured "
                  f"{x(res.search_gain)} in the search, {harness}")
-    return lines
+    return lines + res.lines
