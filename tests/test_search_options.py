@@ -27,7 +27,7 @@ from gemvtune.tuning.search_options import (
 
 # every option of the search command given a value other than its default
 FULL = ["--shape", "64x64", "--shape", "128x256", "--model", "llama-3-8b", "--hf-config", "/abs/a.json",
-        "--hf-config", "/abs/b", "--fused", "--sampler", "random", "--trials", "37", "--timeout", "2.5",
+        "--hf-config", "/abs/b", "--fused", "--tp", "2", "--sampler", "random", "--trials", "37", "--timeout", "2.5",
         "--seed", "7", "--storage", "sqlite:///x.db", "--results", "res", "--table", "t.json", "--top-k", "4",
         "--rounds", "2", "--warm-start", "3", "--batch", "1,2", "--dtype", "bf16", "--family", "gemv", "--replay", "sweeps", "--allow-replay-into-measured",
         "--watchdog", "30", "--devices", "0,1", "--workers", "2", "--no-reconfirm", "--inductor", "--heartbeat", "0.5",
