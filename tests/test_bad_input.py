@@ -36,6 +36,10 @@ def _files(tmp):
     (tmp / "hf-bool.json").write_text(json.dumps({**hf, "vocab_size": True}))
     (tmp / "hf-heads.json").write_text(json.dumps({**hf, "num_attention_heads": 30}))
     (tmp / "hf-huge.json").write_text(json.dumps({**hf, "vocab_size": 10**10}))
+    (tmp / "moe-missing.json").write_text(json.dumps({**hf, "model_type": "mixtral", "num_local_experts": 8}))
+    (tmp / "moe-unknown.json").write_text(json.dumps({**hf, "model_type": "olmoe", "num_experts": 64}))
+    text = {k: v for k, v in hf.items() if k != "hidden_size"}
+    (tmp / "mm-missing.json").write_text(json.dumps({"model_type": "llava", "text_config": text, "vision_config": {}}))
     (tmp / "hf-folder").mkdir()
     ro = tmp / "ro"
     ro.mkdir()
@@ -101,6 +105,16 @@ CLI_CASES = [
     ("HF config missing", ["search", "--hf-config", "{tmp}/none.json"], "does not exist", 2),
     ("HF config folder without one", ["search", "--hf-config", "{tmp}/hf-folder"], "holds no config.json", 2),
     ("--fused without a model", ["search", "--shape", "64x64", "--fused"], "--fused", 2),
+    ("--tp without a model", ["search", "--shape", "64x64", "--tp", "2"], "--tp picks one GPU's shards", 2),
+    ("shapes without a model", ["shapes", "--tp", "2"], "shapes needs one model", 2),
+    ("TP that does not divide the heads", ["shapes", "--model", "llama-3-70b", "--tp", "3"],
+     "does not divide num_attention_heads (64)", 2),
+    ("HF config, mixture of experts short of a field", ["shapes", "--hf-config", "{tmp}/moe-missing.json"],
+     "'num_experts_per_tok' is missing", 2),
+    ("HF config, mixture of experts of an unknown kind", ["search", "--hf-config", "{tmp}/moe-unknown.json"],
+     "of a kind gemvtune does not read", 2),
+    ("HF config, multimodal text model short of a field", ["shapes", "--hf-config", "{tmp}/mm-missing.json"],
+     "text_config: required field 'hidden_size' is missing", 2),
     ("no CUDA device", ["search", "--shape", "4096x4096", "--trials", "3", "--results", "{tmp}/g"], "CUDA", 3),
 ]
 

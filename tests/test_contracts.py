@@ -1,10 +1,11 @@
 """Contracts of the Python API and of a few commands (docs/troubleshooting.md, "Hostile files"): arguments of the
 wrong type are TypeErrors that say what was expected, a zero-sized Linear takes the F.linear fallback, a CPU tensor
-is refused before any GPU warning, a mixture-of-experts config is refused rather than read as a dense model, and
-usage errors exit 2 in one line."""
+is refused before any GPU warning, a mixture-of-experts config is read with its experts or refused, never read as a
+dense model, and usage errors exit 2 in one line."""
 
 import json
 import os
+import re
 import warnings
 
 import pytest
@@ -116,25 +117,34 @@ def test_the_table_class_itself_is_a_type_error(torch_and_table):
         gemvtune.restore_linears("model")
 
 
-MOE = [
+MOE = [   # (what, fields over Llama-3-8B's, what reading it gives: experts read, or the one line of the refusal)
     ("qwen2_moe", {"model_type": "qwen2_moe", "num_experts": 60, "moe_intermediate_size": 1408,
-                   "shared_expert_intermediate_size": 5632, "num_experts_per_tok": 4}, "60 experts"),
-    ("mixtral", {"model_type": "mixtral", "num_local_experts": 8, "num_experts_per_tok": 2}, "8 experts"),
-    ("deepseek_v3", {"model_type": "deepseek_v3", "n_routed_experts": 256, "moe_intermediate_size": 2048},
-     "256 experts"),
-    ("llama-typed with experts", {"model_type": "llama", "num_experts": 16}, "16 experts"),
+                   "shared_expert_intermediate_size": 5632, "num_experts_per_tok": 4}, 60),
+    ("mixtral", {"model_type": "mixtral", "num_local_experts": 8, "num_experts_per_tok": 2}, 8),
+    ("deepseek_v3 without its latent attention", {"model_type": "deepseek_v3", "n_routed_experts": 256,
+                                                  "moe_intermediate_size": 2048}, "'kv_lora_rank' is missing"),
+    ("mixtral without top-k", {"model_type": "mixtral", "num_local_experts": 8}, "'num_experts_per_tok' is missing"),
+    ("llama-typed with experts", {"model_type": "llama", "num_experts": 16}, "mixture-of-experts model (16 experts)"),
 ]
 
 
-@pytest.mark.parametrize("what,extra,needle", MOE, ids=[m[0] for m in MOE])
-def test_a_mixture_of_experts_config_is_refused_not_read_as_dense(tmp_path, what, extra, needle):
+@pytest.mark.parametrize("what,extra,expect", MOE, ids=[m[0] for m in MOE])
+def test_a_mixture_of_experts_is_read_with_its_experts_or_refused_in_one_line(tmp_path, what, extra, expect):
+    """Never read as a dense model: its experts are read (mixtral, qwen2_moe, qwen3_moe, deepseek), or the file is
+    refused in one line; the Hugging Face benchmarks, which build dense decoders, refuse it either way."""
+    from gemvtune.hf.model import read_config
+
     data = {**LLAMA, **extra}
-    with pytest.raises(UsageError, match="mixture-of-experts") as e:
-        HFModel.from_dict(data, where="config x")
-    assert needle in str(e.value) and "dense" in str(e.value)
     p = tmp_path / "config.json"
     p.write_text(json.dumps(data))
-    _one_line(run_cli("search", "--hf-config", str(p), "--results", str(tmp_path / "r")), "mixture-of-experts")
+    if isinstance(expect, int):
+        assert HFModel.from_dict(data, where="config x").moe.experts == expect
+        with pytest.raises(UsageError, match="mixture-of-experts model; the Hugging Face benchmarks"):
+            read_config(p)
+        return
+    with pytest.raises(UsageError, match=re.escape(expect)):
+        HFModel.from_dict(data, where="config x")
+    _one_line(run_cli("search", "--hf-config", str(p), "--results", str(tmp_path / "r")), expect)
     assert not (tmp_path / "r").exists() or not list((tmp_path / "r").iterdir())
 
 

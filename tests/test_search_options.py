@@ -27,7 +27,7 @@ from gemvtune.tuning.search_options import (
 
 # every option of the search command given a value other than its default
 FULL = ["--shape", "64x64", "--shape", "128x256", "--model", "llama-3-8b", "--hf-config", "/abs/a.json",
-        "--hf-config", "/abs/b", "--fused", "--sampler", "random", "--trials", "37", "--timeout", "2.5",
+        "--hf-config", "/abs/b", "--fused", "--tp", "2", "--sampler", "random", "--trials", "37", "--timeout", "2.5",
         "--seed", "7", "--storage", "sqlite:///x.db", "--results", "res", "--table", "t.json", "--top-k", "4",
         "--rounds", "2", "--warm-start", "3", "--batch", "1,2", "--dtype", "bf16", "--family", "gemv", "--replay", "sweeps", "--allow-replay-into-measured",
         "--watchdog", "30", "--devices", "0,1", "--workers", "2", "--no-reconfirm", "--inductor", "--heartbeat", "0.5",
@@ -96,7 +96,7 @@ def test_search_options_fields_are_declared():
     fields = {f.name: f for f in dataclasses.fields(SearchOptions)}
     declared = {o.field: o for o in OPTIONS if o.field}
     assert set(declared) <= set(fields)
-    assert set(fields) - set(declared) == {"progress", "domains", "warm_start"}   # run-time plumbing, not options
+    assert set(fields) - set(declared) == {"progress", "domains", "warm_start", "family_trials"}   # run-time plumbing, not options
     for name, o in declared.items():
         if o.parse is None:
             assert fields[name].default == o.default, name
@@ -137,3 +137,13 @@ def test_search_options_refuse_an_unknown_choice():
     with pytest.raises(click.BadParameter):
         _params(search, ["--sampler", "annealing"])
     assert tuple(BY_FLAG["--sampler"].type.choices) == ("tpe", "random", "gp", "exhaustive")
+
+
+def test_family_trials_give_each_family_its_own_budget():
+    opts = SearchOptions(trials=100, family_trials={"gemv": 35, "ring": 5})
+    assert opts.for_family("gemv").trials == 35 and opts.for_family("ring").trials == 5
+    assert opts.for_family("splitk") is opts
+    with pytest.raises(UsageError, match="trials"):
+        SearchOptions(family_trials={"gemv": 0})
+    with pytest.raises(UsageError, match="unknown family"):
+        SearchOptions(family_trials={"nope": 5})

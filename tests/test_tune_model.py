@@ -191,3 +191,11 @@ def test_two_tables_side_by_side_flag_the_slower_route(tmp_path):
     assert total["table_us"] == pytest.approx(32 * row["table_us"]) and not total["within"]
     rows, total = side_by_side(runner, many, many, [shape], rounds=2, echo=lambda s: None)
     assert rows[0]["ratio"] == pytest.approx(1.0) and not rows[0]["flags"] and total["within"]
+
+
+def test_model_steps_of_tensor_parallel_shards():
+    steps = {(s.shape.M, s.shape.d, s.shape.n): s for s in model_steps(model="llama-3-70b", batches=[1, 8], tp=8)}
+    assert steps[(3584, 8192, 8)].calls == 160      # gate and up: 28672 / 8 rows, 80 layers each
+    assert steps[(8192, 3584, 1)].calls == 80       # down: 28672 / 8 columns
+    with pytest.raises(UsageError):
+        model_steps(model="llama-3-70b", tp=3)      # 64 heads, 8 KV heads: 3 divides neither

@@ -42,7 +42,10 @@ def search(**params: Any) -> None:
         raise UsageError("search needs --shape or --model (a preset) or --hf-config (a config.json)")
     if p["fused"] and not (p["model"] or p["hf_configs"]):
         raise UsageError("--fused picks the fused shapes of --model/--hf-config: give one of them")
-    shapes = tune_shapes(p["shape_texts"], p["model"], p["hf_configs"], p["fused"], p["batch_text"], p["dtype"])
+    if p["tp"] is not None and not (p["model"] or p["hf_configs"]):
+        raise UsageError("--tp picks one GPU's shards of --model/--hf-config: give one of them")
+    shapes = tune_shapes(p["shape_texts"], p["model"], p["hf_configs"], p["fused"], p["batch_text"], p["dtype"],
+                         p["tp"] or 1)
     opts = from_cli(params)
     if p["inductor"] and (p["no_reconfirm"] or p["replay_path"]):
         raise UsageError("--inductor is timed by the re-confirmation, which "

@@ -72,12 +72,18 @@ def read_config(path: str | os.PathLike) -> tuple[dict[str, Any], str, Path]:
     from ..kernels.hfconfig import read_hf_config
 
     p = config_file(path)
-    name = getattr(read_hf_config(p), "name", None)
+    model = read_hf_config(p)
+    name = getattr(model, "name", None)
     from ..userfile import JSON_BYTES, read_json
 
     fields = read_json(p, "config", JSON_BYTES)   # (read_hf_config read it whole just now; the same checks)
     if not isinstance(fields, dict):
         raise UsageError(f"config {p} is not a JSON object (a Hugging Face config.json is one)")
+    if model.moe is not None or model.mla is not None or isinstance(fields.get("text_config"), dict):
+        what = ("a mixture-of-experts model" if model.moe else "a latent-attention model" if model.mla
+                else "a multimodal model whose text model is nested under 'text_config'")
+        raise UsageError(f"config {p}: {what}; the Hugging Face benchmarks build and swap dense text decoders from "
+                         "their own config.json (gemvtune shapes lists this model's shapes)")
     mt = fields.get("model_type")
     if not isinstance(mt, str) or not mt.strip():
         raise UsageError(f"config {p}: field 'model_type' is missing or not a string")

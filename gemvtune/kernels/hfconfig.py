@@ -2,13 +2,17 @@
 transformers builds them (q/k/v/o, gate/up/down, LM head) or fused as inference engines run them
 (qkv, o, gate_up, down, LM head). Pure Python: no torch or transformers import, local files only.
 
-Supported: ``model_type`` llama, mistral and qwen2; any other type with the same fields is read as
-llama-like (its ``model_type`` is kept). W is [M, d] = [out_features, in_features]."""
+Read: ``model_type`` llama, mistral, qwen2 and any other type with the same fields (read as llama-like, its
+``model_type`` kept); the mixtures of experts mixtral, qwen2_moe, qwen3_moe, deepseek_v2 and deepseek_v3 (their
+experts and DeepSeek's latent attention: ``gemvtune.kernels.hfmoe``); multimodal models through their text model
+(``text_config``, or the top level where the text fields are there, as Qwen2-VL keeps them), the vision tower left
+out and said so (``HFModel.note``). Refused, with the reason: other mixtures of experts and decoders whose linears
+are not llama's (gpt2, falcon, mamba, ...). W is [M, d] = [out_features, in_features]; the linears of a step, and
+their tensor-parallel shards: ``gemvtune.kernels.steplayers``."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -17,7 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
+from .hffields import flag, show, size
+from .hfmoe import MLA, MOE_TYPES, MoE, read_mla, read_moe, refuse_unknown_experts
 from .shapes import Shape
+from .steplayers import Linear, step_linears
+
+__all__ = ["HFModel", "Linear", "MODELS", "PRESETS", "PRESET_SOURCES", "model_shapes", "preset_path",
+           "read_hf_config", "read_preset"]
 
 # The presets: faithful copies of the public config.json of these checkpoints (gemvtune/kernels/hf_configs/).
 PRESET_SOURCES: dict[str, str] = {
@@ -28,29 +38,20 @@ PRESET_SOURCES: dict[str, str] = {
     "mistral-nemo-12b": "mistralai/Mistral-Nemo-Base-2407",
 }
 PRESETS: tuple[str, ...] = tuple(PRESET_SOURCES)
-SUPPORTED_TYPES: tuple[str, ...] = ("llama", "mistral", "qwen2")
+SUPPORTED_TYPES: tuple[str, ...] = ("llama", "mistral", "qwen2", "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2",
+                                    "deepseek_v3")
+QKV_BIAS_TYPES = ("qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl")   # q/k/v with bias, o and the MLP without
+VISION_FIELDS = ("vision_config", "audio_config")
 _MAX_BYTES = 8 * 2**20          # a config.json is a few kB; anything this large is the wrong file
-
-
-@dataclass(frozen=True)
-class Linear:
-    """One linear layer, y = x W^T (+ b): W is [M, d]; ``per_layer`` False for the LM head (once per step)."""
-
-    name: str
-    M: int
-    d: int
-    bias: bool = False
-    per_layer: bool = True
-
-    def shape(self, n: int = 1) -> Shape:
-        return Shape(self.M, self.d, n)
 
 
 @dataclass(frozen=True)
 class HFModel:
     """The fields of a config.json that fix a decoder's linear layers. ``attention_bias`` and
     ``mlp_bias`` are the file's flags (default False); ``qkv_bias``/``o_bias``/``ffn_bias`` are the
-    biases transformers actually builds (qwen2: q/k/v with bias, o and the MLP without)."""
+    biases transformers actually builds (qwen2: q/k/v with bias, o and the MLP without). ``moe``: the sparse
+    blocks of a mixture of experts; ``mla``: DeepSeek's latent attention (its ``head_dim`` is q's,
+    qk_nope + qk_rope); ``note``: what of the file was left out (a multimodal model's vision tower)."""
 
     name: str
     model_type: str
@@ -65,18 +66,21 @@ class HFModel:
     attention_bias: bool = False
     mlp_bias: bool = False
     source: str = ""
+    moe: MoE | None = None
+    mla: MLA | None = None
+    note: str = ""
 
     @property
     def qkv_bias(self) -> bool:
-        return True if self.model_type == "qwen2" else self.attention_bias
+        return True if self.model_type in QKV_BIAS_TYPES else self.attention_bias
 
     @property
     def o_bias(self) -> bool:
-        return False if self.model_type == "qwen2" else self.attention_bias
+        return False if self.model_type in QKV_BIAS_TYPES else self.attention_bias
 
     @property
     def ffn_bias(self) -> bool:
-        return False if self.model_type == "qwen2" else self.mlp_bias
+        return False if self.model_type in QKV_BIAS_TYPES else self.mlp_bias
 
     @property
     def q_width(self) -> int:
@@ -87,30 +91,26 @@ class HFModel:
         return self.num_key_value_heads * self.head_dim
 
     def linear_layers(self, fused: bool = False) -> list[Linear]:
-        """Per layer in launch order, then the LM head: unfused q_proj, k_proj, v_proj, o_proj,
-        gate_proj, up_proj, down_proj (transformers' modules); fused qkv_proj, o_proj, gate_up_proj,
-        down_proj (vLLM, SGLang, TensorRT-LLM, llama.cpp's fused weights)."""
-        h, i = self.hidden_size, self.intermediate_size
-        o = Linear("o_proj", h, self.q_width, self.o_bias)
-        down = Linear("down_proj", h, i, self.ffn_bias)
-        head = Linear("lm_head", self.vocab_size, h, False, per_layer=False)
-        if fused:
-            return [Linear("qkv_proj", self.q_width + 2 * self.kv_width, h, self.qkv_bias), o,
-                    Linear("gate_up_proj", 2 * i, h, self.ffn_bias), down, head]
-        return [Linear("q_proj", self.q_width, h, self.qkv_bias), Linear("k_proj", self.kv_width, h, self.qkv_bias),
-                Linear("v_proj", self.kv_width, h, self.qkv_bias), o,
-                Linear("gate_proj", i, h, self.ffn_bias), Linear("up_proj", i, h, self.ffn_bias), down, head]
+        """The distinct linears of a layer in launch order, then the LM head: unfused q_proj, k_proj, v_proj,
+        o_proj, gate_proj, up_proj, down_proj (transformers' modules); fused qkv_proj, o_proj, gate_up_proj,
+        down_proj (vLLM, SGLang, TensorRT-LLM, llama.cpp's fused weights). A mixture of experts adds its router,
+        shared expert and experts; latent attention has its own projections (``gemvtune.kernels.steplayers``)."""
+        return [x.linear for x in step_linears(self, fused)]
 
     def groups(self, n: int = 1, dtype: str = "fp16") -> list[Any]:
         """The sibling linears of a layer that read the same x, as ``GroupShape``s (``gemvtune.kernels.group``):
-        q, k, v, then gate, up."""
+        q, k, v, then gate, up. Dense llama-like decoders only."""
         from .group import GroupShape
 
+        if self.moe is not None or self.mla is not None:
+            raise UsageError(f"{self.name}: sibling groups (q, k, v; gate, up) are built for dense llama-like "
+                             f"decoders, not {self.model_type}")
         h, i = self.hidden_size, self.intermediate_size
         return [GroupShape((self.q_width, self.kv_width, self.kv_width), h, n, dtype), GroupShape((i, i), h, n, dtype)]
 
     def shapes(self, fused: bool = False, n: int = 1) -> list[Shape]:
-        """The distinct (M, d) of :meth:`linear_layers`, first seen first, at batch n."""
+        """The distinct (M, d) of :meth:`linear_layers`, first seen first, at batch n (every linear at n: the
+        tokens an expert sees are ``gemvtune.kernels.modelshapes.step_shapes``')."""
         return [Shape(M, d, n) for M, d in dict.fromkeys((x.M, x.d) for x in self.linear_layers(fused))]
 
     @classmethod
@@ -119,109 +119,77 @@ class HFModel:
         if not isinstance(data, dict):
             raise UsageError(f"{where} is not a JSON object (a Hugging Face config.json is one), "
                              f"got {type(data).__name__}")
-        model_type = data.get("model_type")
-        if model_type is None:
-            raise UsageError(f"{where}: required field 'model_type' is missing" + _nested_hint(data))
-        if not isinstance(model_type, str) or not model_type.strip():
-            raise UsageError(f"{where}: field 'model_type' must be a non-empty string, got {_show(model_type)}")
-        _refuse_other_architectures(data, model_type.strip(), where)
-        hidden = _size(data, "hidden_size", where)
-        inter = _size(data, "intermediate_size", where)
-        heads = _size(data, "num_attention_heads", where)
-        kv = _size(data, "num_key_value_heads", where, default=heads)
-        vocab = _size(data, "vocab_size", where)
-        layers = _size(data, "num_hidden_layers", where)
-        head_dim = _size(data, "head_dim", where, default=0)
+        top = _model_type(data, where)
+        text, at, note = data, where, ""
+        if data.get("text_config") is not None:
+            text, at = data["text_config"], f"{where}: text_config"
+            if not isinstance(text, dict):
+                raise UsageError(f"{at} must be a JSON object, got {show(text)}")
+        left = [k for k in VISION_FIELDS if data.get(k) is not None]
+        if text is not data:
+            note = f"{top}: its text model (text_config) read"
+        elif left:
+            note = f"{top}: its text fields read at the top level"
+        if left:
+            note += f"; its {' and '.join(left)} (run on the images, not per decoded token) left out"
+        model_type = _model_type(text, at) if text is not data else top
+        refuse_unknown_experts(text, model_type, at)
+        if model_type in OTHER_ARCHITECTURES:
+            raise UsageError(f"{at}: model_type {show(model_type)} has other linear layers than llama's "
+                             "(q/k/v/o, gate/up/down); gemvtune reads llama-like decoders and the mixtures of "
+                             f"experts {', '.join(MOE_TYPES)}")
+        hidden = size(text, "hidden_size", at)
+        inter = size(text, "intermediate_size", at)
+        heads = size(text, "num_attention_heads", at)
+        kv = size(text, "num_key_value_heads", at, default=heads)
+        vocab = size(text, "vocab_size", at)
+        layers = size(text, "num_hidden_layers", at)
+        mla = read_mla(text, model_type, at)
+        head_dim = mla.qk_head_dim if mla else size(text, "head_dim", at, default=0)
         if not head_dim:
             if hidden % heads:
-                raise UsageError(f"{where}: field 'num_attention_heads' ({heads}) does not divide 'hidden_size' "
+                raise UsageError(f"{at}: field 'num_attention_heads' ({heads}) does not divide 'hidden_size' "
                                  f"({hidden}) and no 'head_dim' is given")
             head_dim = hidden // heads
         if kv > heads or heads % kv:
-            raise UsageError(f"{where}: field 'num_key_value_heads' ({kv}) must divide 'num_attention_heads' ({heads})")
+            raise UsageError(f"{at}: field 'num_key_value_heads' ({kv}) must divide 'num_attention_heads' ({heads})")
         if not name:
             named = data.get("_name_or_path")
             name = named.strip() if isinstance(named, str) and named.strip() else "model"
-        model = cls(name=name, model_type=model_type.strip(), hidden_size=hidden, intermediate_size=inter,
+        model = cls(name=name, model_type=model_type, hidden_size=hidden, intermediate_size=inter,
                     num_attention_heads=heads, num_key_value_heads=kv, head_dim=head_dim, vocab_size=vocab,
-                    num_hidden_layers=layers, tie_word_embeddings=_flag(data, "tie_word_embeddings", where),
-                    attention_bias=_flag(data, "attention_bias", where), mlp_bias=_flag(data, "mlp_bias", where),
-                    source=where)
-        kv_rows = "num_key_value_heads*head_dim x hidden_size"
-        fields = {"q_proj": "num_attention_heads*head_dim x hidden_size", "k_proj": kv_rows, "v_proj": kv_rows,
-                  "o_proj": "hidden_size x num_attention_heads*head_dim",
-                  "gate_proj": "intermediate_size x hidden_size", "up_proj": "intermediate_size x hidden_size", "down_proj": "hidden_size x intermediate_size",
-                  "lm_head": "vocab_size x hidden_size",
-                  "qkv_proj": "(num_attention_heads+2*num_key_value_heads)*head_dim x hidden_size",
-                  "gate_up_proj": "2*intermediate_size x hidden_size"}
+                    num_hidden_layers=layers, tie_word_embeddings=flag(text, "tie_word_embeddings", at),
+                    attention_bias=flag(text, "attention_bias", at), mlp_bias=flag(text, "mlp_bias", at),
+                    source=where, moe=read_moe(text, model_type, layers, at), mla=mla, note=note)
         for fused in (False, True):
             for lin in model.linear_layers(fused):
                 try:
                     lin.shape()
                 except UsageError as e:                      # Shape's own limits: 2^31, no GPU holds it
-                    raise UsageError(f"{where}: {lin.name} ({fields[lin.name]}) is {lin.M}x{lin.d}, "
-                                     f"refused: {e}") from None
+                    what = f" ({FIELDS[lin.name]})" if lin.name in FIELDS and mla is None else ""
+                    raise UsageError(f"{at}: {lin.name}{what} is {lin.M}x{lin.d}, refused: {e}") from None
         return model
 
 
-def _show(v: Any) -> str:
-    """A value for an error line: short, one line."""
-    text = json.dumps(v) if not isinstance(v, (dict, list)) else type(v).__name__
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-# Fields that make a decoder a mixture of experts: its FFN is many [moe_intermediate, hidden] experts (and maybe a
-# shared expert), not the one gate/up/down this reader would list. Until MoE shapes are built, such a model is
-# refused rather than tuned on shapes it does not have.
-MOE_FIELDS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_intermediate_size",
-              "shared_expert_intermediate_size", "n_shared_experts", "num_experts_per_tok", "moe_num_experts")
+_KV_ROWS = "num_key_value_heads*head_dim x hidden_size"
+FIELDS = {"q_proj": "num_attention_heads*head_dim x hidden_size", "k_proj": _KV_ROWS, "v_proj": _KV_ROWS,
+          "o_proj": "hidden_size x num_attention_heads*head_dim", "gate_proj": "intermediate_size x hidden_size",
+          "up_proj": "intermediate_size x hidden_size", "down_proj": "hidden_size x intermediate_size",
+          "lm_head": "vocab_size x hidden_size",
+          "qkv_proj": "(num_attention_heads+2*num_key_value_heads)*head_dim x hidden_size",
+          "gate_up_proj": "2*intermediate_size x hidden_size"}   # the field formulas of a dense decoder's linears
 # Decoders whose linear layers are not llama's q/k/v/o + gate/up/down (fused or shaped otherwise).
 OTHER_ARCHITECTURES = ("gpt2", "gpt_neox", "gptj", "falcon", "bloom", "mpt", "opt", "mamba", "mamba2", "rwkv",
-                       "t5", "bart", "bert", "jamba", "dbrx", "mixtral", "deepseek_v2", "deepseek_v3")
+                       "t5", "bart", "bert", "jamba", "dbrx")
 
 
-def _refuse_other_architectures(data: dict, model_type: str, where: str) -> None:
-    experts = [k for k in MOE_FIELDS if data.get(k) not in (None, 0, False)]
-    if experts or "moe" in model_type.lower() or model_type in ("mixtral", "dbrx", "deepseek_v2", "deepseek_v3"):
-        n = next((data[k] for k in ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
-                  if isinstance(data.get(k), int) and not isinstance(data.get(k), bool)), None)
-        raise UsageError(f"{where}: {_show(model_type)} is a mixture-of-experts model"
-                         + (f" ({n} experts)" if n else f" ({', '.join(experts[:3])})" if experts else "")
-                         + "; gemvtune reads dense decoders (llama, mistral, qwen2 and llama-like) only for now, "
-                           "so its expert shapes would be missed")
-    if model_type in OTHER_ARCHITECTURES:
-        raise UsageError(f"{where}: model_type {_show(model_type)} has other linear layers than llama's "
-                         "(q/k/v/o, gate/up/down); gemvtune reads dense llama-like decoders only for now")
-
-
-def _nested_hint(data: dict) -> str:
-    return " (its text model is nested under 'text_config': give that part as its own config.json)" \
-        if isinstance(data.get("text_config"), dict) else ""
-
-
-def _size(data: dict, field: str, where: str, default: int | None = None) -> int:
-    """A positive integer field; a bool, a float (even 4096.0) or a string is refused. null or absent
-    takes ``default``; absent without one is a missing required field."""
-    v = data.get(field)
-    if v is None:
-        if default is None:
-            raise UsageError(f"{where}: required field {field!r} is "
-                             f"{'missing' if field not in data else 'null'}" + _nested_hint(data))
-        return default
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise UsageError(f"{where}: field {field!r} must be a positive integer, got {_show(v)}")
-    if v < 1:
-        raise UsageError(f"{where}: field {field!r} must be a positive integer, got {v}")
-    return v
-
-
-def _flag(data: dict, field: str, where: str) -> bool:
-    v = data.get(field)
-    if v is None:
-        return False
-    if not isinstance(v, bool):
-        raise UsageError(f"{where}: field {field!r} must be true or false, got {_show(v)}")
-    return v
+def _model_type(data: dict, where: str) -> str:
+    model_type = data.get("model_type")
+    if model_type is None:
+        raise UsageError(f"{where}: required field 'model_type' is missing")
+    if not isinstance(model_type, str) or not model_type.strip():
+        raise UsageError(f"{where}: field 'model_type' must be a non-empty string, got {show(model_type)}")
+    return model_type.strip()
 
 
 def read_hf_config(path: str | os.PathLike) -> HFModel:

@@ -27,34 +27,47 @@ def batches_of(batch: int | str | Sequence[int]) -> list[int]:
 
 def tune_shapes(shapes: Iterable[Shape | str] = (), model: str | None = None,
                 hf_config: str | Path | Sequence[str | Path] | None = None, fused: bool = False,
-                batch: int | str | Sequence[int] = 1, dtype: str = "fp16") -> list[Shape]:
-    """The (M, d, n, dtype) a tune covers: the shapes given (``Shape`` or ``"MxD"``), a preset's, HF configs'."""
-    from ..kernels.hfconfig import model_shapes, read_hf_config
+                batch: int | str | Sequence[int] = 1, dtype: str = "fp16", tp: int = 1) -> list[Shape]:
+    """The (M, d, n, dtype) a tune covers: the shapes given (``Shape`` or ``"MxD"``), a preset's, HF configs' (their
+    decode step's shapes, ``gemvtune.kernels.modelshapes.step_shapes``: on one GPU of ``tp`` tensor-parallel GPUs,
+    a routed expert's at the tokens it sees at each batch), shape by shape, each at every batch."""
+    from ..kernels.hfconfig import read_hf_config, read_preset
+    from ..kernels.modelshapes import step_shapes
 
     batches = batches_of(batch)
+    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+        raise UsageError(f"tp must be a positive number of tensor-parallel GPUs, got {tp!r}")
     if isinstance(shapes, (str, Shape)):
         shapes = [shapes]
     base = [s if isinstance(s, Shape) else parse_shape(str(s)) for s in shapes]
-    if model:
-        base += model_shapes(model, fused=fused)
     configs = [] if hf_config is None else [hf_config] if isinstance(hf_config, (str, Path)) else list(hf_config)
-    for path in configs:
-        base += read_hf_config(str(path)).shapes(fused=fused)
-    if not base:
+    models = ([read_preset(model)] if model else []) + [read_hf_config(str(path)) for path in configs]
+    if not (base or models):
         raise UsageError("tune needs shapes, a model preset or an HF config")
-    if fused and not (model or configs):
+    if fused and not models:
         raise UsageError("fused picks the fused shapes of a model preset or an HF config: give one of them")
-    return list(dict.fromkeys(Shape(s.M, s.d, n, dtype) for s in dict.fromkeys(base) for n in batches))
+    if tp != 1 and not models:
+        raise UsageError("tp picks one GPU's shards of a model preset or an HF config: give one of them")
+    by_md: dict[tuple[int, int], list[Shape]] = {}   # (M, d) first seen first, then each batch
+    for s in base:
+        by_md.setdefault((s.M, s.d), []).extend(Shape(s.M, s.d, n, dtype) for n in batches)
+    for m in models:
+        for n in batches:
+            for ss in step_shapes(m, n, tp, fused, dtype):
+                by_md.setdefault((ss.shape.M, ss.shape.d), []).append(ss.shape)
+    return list(dict.fromkeys(s for group in by_md.values() for s in group))
 
 
 def tune(shapes: Iterable[Shape | str] = (), *, model: str | None = None,
          hf_config: str | Path | Sequence[str | Path] | None = None, fused: bool = False,
-         batch: int | str | Sequence[int] = 1, dtype: str = "fp16", families: Sequence[str] | None = None,
+         batch: int | str | Sequence[int] = 1, dtype: str = "fp16", tp: int = 1,
+         families: Sequence[str] | None = None,
          trials: int | None = None, sampler: str | None = None, seed: int | None = None,
          timeout: float | None = None, storage: str | None = None, results: str | Path | None = None,
          table: str | Path | None = None, replay: str | Path | None = None, watchdog_s: float | None = None,
-         echo: Callable[[str], None] | None = None, budget: str | float | None = None, tp: int = 1) -> Any:
-    """Search every shape (× batch) and return the loaded ``Table`` holding the winners.
+         echo: Callable[[str], None] | None = None, budget: str | float | None = None) -> Any:
+    """Search every shape (× batch) and return the loaded ``Table`` holding the winners. ``tp``: a model's shapes as
+    one GPU of that many tensor-parallel GPUs runs them (``tune_shapes``).
 
     ``trials``, ``sampler``, ``seed``, ``timeout``, ``storage`` and ``families`` are ``gemvtune search``'s options
     (its defaults where None). ``replay``: a folder of recorded sweeps to search instead of the GPU (no GPU needed;
@@ -63,13 +76,11 @@ def tune(shapes: Iterable[Shape | str] = (), *, model: str | None = None,
 
     ``budget`` (seconds, or a time like ``"5m"``; ``0``: nothing searched): the whole-model tune of ``gemvtune
     tune`` instead, the budget split across (shape, n, family) by the expected gain (``trials`` then does not
-    apply), resumable, the new entries re-confirmed; ``tp``: a model's tensor-parallel shards (with ``budget``)."""
+    apply), resumable, the new entries re-confirmed."""
     if budget is not None:
         return _budgeted(shapes, model, hf_config, fused, batch, dtype, families, sampler, seed, storage, results,
                          table, replay, watchdog_s, echo, budget, tp, trials)
-    if tp != 1:
-        raise UsageError("tp shards a model for the budgeted tune: give budget= too (gemvtune tune --tp)")
-    todo = tune_shapes(shapes, model, hf_config, fused, batch, dtype)
+    todo = tune_shapes(shapes, model, hf_config, fused, batch, dtype, tp)
     given: dict[str, Any] = {"trials": trials, "sampler": sampler, "seed": seed, "timeout": timeout, "storage": storage,
              "families": tuple(families) if families is not None else None}
     opts = SearchOptions(progress=False, **{k: v for k, v in given.items() if v is not None})

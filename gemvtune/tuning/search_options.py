@@ -92,6 +92,9 @@ OPTIONS: tuple[Opt, ...] = (   # in ``gemvtune search --help`` order
     Opt("--fused", "fused", is_flag=True, default=False,
         help="with --model/--hf-config: the fused shapes engines run (qkv, gate_up) instead of "
              "transformers' unfused ones (q, k, v, gate, up)"),
+    Opt("--tp", "tp", click.IntRange(min=1), metavar="N",
+        help="with --model/--hf-config: the shapes of one GPU of N tensor-parallel GPUs, as vLLM and SGLang shard "
+             "the model (heads, intermediate sizes and the padded vocabulary split in N; gemvtune shapes lists them)"),
     Opt("--sampler", "sampler", click.Choice(SAMPLERS), "tpe", show_default=True, field="sampler", study=True),
     Opt("--trials", "trials", click.IntRange(1, MAX_TRIALS), DEFAULT_TRIALS, field="trials", study=True,
         help="measured trials per shape, the study's total over all workers; a search also stops when "
