@@ -199,3 +199,20 @@ def test_model_steps_of_tensor_parallel_shards():
     assert steps[(8192, 3584, 1)].calls == 80       # down: 28672 / 8 columns
     with pytest.raises(UsageError):
         model_steps(model="llama-3-70b", tp=3)      # 64 heads, 8 KV heads: 3 divides neither
+
+
+def test_another_gpus_plan_rests_on_the_shipped_model_at_its_own_floor(tmp_path):
+    pytest.importorskip("lightgbm")
+    from gemvtune.tuning.tuneplan import predict, sample_valid
+    from gemvtune.tuning.tunerun import _models
+
+    tables, model = _models(tmp_path, "NVIDIA A100-SXM4-80GB")
+    assert tables == [] and model is not None and model.gpu == "NVIDIA H200"   # no table of its own; a prior
+    s = Shape(4096, 4096)
+    slow, fast = predict(model, s, ["gemv"], 2000.0)["gemv"], predict(model, s, ["gemv"], 4000.0)["gemv"]
+    assert slow.optimum_us == pytest.approx(2 * fast.optimum_us) and slow.warm == fast.warm and len(fast.warm) == 4
+    floor = predict(None, s, ["gemv", "splitk", "cublaslt"], 4000.0)
+    assert set(floor) == {"gemv", "splitk"} and floor["gemv"].optimum_us == pytest.approx(s.weight_bytes / 4e6)
+    configs = sample_valid("gemv", s, 300)
+    assert len(configs) == len(set(configs)) == 300 and all(c.is_valid(s) for c in configs)
+    assert configs == sample_valid("gemv", s, 300)                      # seeded: the same plan twice

@@ -108,9 +108,9 @@ class Prediction:
 
 def predict(model: Any, shape: Shape, families: Sequence[str], read_gbps: float, k: int = SAMPLE
             ) -> dict[str, Prediction]:
-    """Per template family, the cost model's fastest over a sample of its valid space. Without a model (a GPU
-    gemvtune has no measurements of), every family's optimum is taken as the read floor (W at the measured read
-    ceiling) with no warm start: the plan then favours the shapes where cuBLAS is furthest from the floor."""
+    """Per template family, the cost model's fastest over a sample of its valid space, as a multiple of the read floor
+    at this GPU's measured ceiling ``read_gbps``. Without any model, every family's optimum is taken as the read floor
+    with no warm start: the plan then favours the shapes where cuBLAS is furthest from the floor."""
     out = {}
     for f in families:
         if FAMILIES[f].library:
@@ -121,8 +121,12 @@ def predict(model: Any, shape: Shape, families: Sequence[str], read_gbps: float,
         configs = sample_valid(f, shape, k)
         if not configs:
             continue
-        ranked = model.rank(configs, shape, WARM_K + 1)
-        out[f] = Prediction(ranked[0][1], tuple(c.to_dict() for c, _ in ranked[:WARM_K]))
+        # time / read floor, as the model learned it, times this GPU's floor: a model of another GPU (the one
+        # gemvtune ships, where this GPU has none) still ranks the families and configs by what it learned
+        rel = model.predict_rel([(c, shape) for c in configs])
+        order = sorted(range(len(configs)), key=lambda i: rel[i])
+        floor = shape.weight_bytes / read_gbps * 1e-3
+        out[f] = Prediction(float(rel[order[0]]) * floor, tuple(configs[i].to_dict() for i in order[:WARM_K]))
     return out
 
 

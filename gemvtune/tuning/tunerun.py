@@ -51,7 +51,9 @@ class TuneResult:
 
 def _models(out: Path, gpu: str) -> tuple[list[Any], Any]:
     """(the tables to learn cuBLAS's times from: the results folder's, then the one gemvtune ships for this GPU;
-    the cost model: the results folder's, else the shipped one; None where there is none or LightGBM is missing)."""
+    the cost model: the results folder's, else the one shipped for this GPU, else one shipped for another GPU (its
+    predictions are relative to the read floor, which the plan takes at this GPU's measured ceiling); None where
+    there is none or LightGBM is missing)."""
     from ..errors import UsageError
     from ..runtime.table import load_table
     from ..runtime.tables import shipped_root
@@ -66,7 +68,8 @@ def _models(out: Path, gpu: str) -> tuple[list[Any], Any]:
             except UsageError:
                 continue
     model = None
-    for folder in (out, (root / gpu_slug(gpu)) if root else None):
+    others = sorted(p.parent for p in root.glob("*/costmodel.json*")) if root else []
+    for folder in (out, (root / gpu_slug(gpu)) if root else None, *others):   # another GPU's: the prior
         if folder is None or not model_beside(folder).exists():
             continue
         try:
