@@ -9,7 +9,7 @@
 # Exit 0 if every part passed, 1 if any failed, 2 on a usage error.
 set -uo pipefail
 
-PARTS="tests slow-tests sanitizer bench hf percall search group guard"
+PARTS="tests slow-tests sanitizer bench hf percall search group guard tune"
 SAN_CONFIGS=tests/data/sanitize_configs.json
 HF_CONFIG_DEFAULT=gemvtune/kernels/hf_configs/llama-3-8b.json
 
@@ -36,6 +36,9 @@ parts (run in the order given):
   guard       gemvtune bench guard (the never-slower check: stock nn.Linear against swap_linears in torch CUDA
               graphs over cold weight copies; the decode suite, n = 1..16, fp16 and bf16, in one process);
               fails when a row is slower than stock by more than 1% beyond the paired noise, or wrong
+  tune        gemvtune tune of a whole model from an empty results folder under a wall-time budget (TUNE_ARGS),
+              re-measured at the end beside the committed table in the same process (--against) and in
+              bench guard's harness; the summary: shapes tuned, seconds spent, predicted/measured step gain
 
 output: OUT/PART.log, OUT/PART/, OUT/summary.txt   (OUT: \$OUT if set, else ./gpu-check-out)
 
@@ -53,6 +56,7 @@ environment (defaults in brackets):
   PERCALL_DTYPES   [fp16 bf16]       PERCALL_BATCHES [1 4]
   GROUP_MODEL      [llama-3-8b]      GROUP_BATCH [1,8]   GROUP_DTYPES [fp16 bf16]   T_GROUP [400]
   GUARD_ARGS       []  (e.g. --dtype fp16 --batch 1,8; default: the whole suite)   T_GUARD [300]
+  TUNE_ARGS        [--model llama-3-8b --batch 1,2,4,8,16 --budget 5m]   T_TUNE [580]
   SEARCH_SHAPE     [4096x4096]       SEARCH_BATCH [1]   SEARCH_TRIALS [12]   SEARCH_FAMILY [all]
   GEMVTUNE_CACHE_DIR [\${TMPDIR:-/tmp}/gemvtune-cache]   GPU_CHECK_COMMIT (when the checkout has no .git)
 
@@ -244,6 +248,18 @@ part_guard() {
   finish "$(grep -m1 '^\*\*Verdict' "$LAST" | squeeze || echo 'no verdict'); tuned rows: ${got:--}"
 }
 
+part_tune() {
+  local tmp args=() got
+  tmp=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check-tune.XXXXXX") || return 1
+  trap 'cp -r "$tmp"/. "$D"/ 2>/dev/null; rm -rf "$tmp"; exit 143' TERM
+  read -r -a args <<< "${TUNE_ARGS:---model llama-3-8b --batch 1,2,4,8,16 --budget 5m}"
+  run tune python3 -m gemvtune tune "${args[@]}" --results "$tmp" --against results/nvidia-h200/table.json
+  got=$(grep -E '^(tuned [0-9]+ shapes|decode step|against )' "$LAST" | squeeze | paste -sd ';' -)
+  cp -r "$tmp"/. "$D"/ 2>/dev/null
+  rm -rf "$tmp"
+  finish "${got:-no tune summary}"
+}
+
 # ---- one part, in its own process (under timeout) ------------------------------------------------
 
 if [ "${1:-}" = __part ]; then
@@ -261,6 +277,7 @@ if [ "${1:-}" = __part ]; then
     search) part_search ;;
     group) part_group ;;
     guard) part_guard ;;
+    tune) part_tune ;;
     *) echo "gpu-check.sh: unknown part '$part'"; exit 2 ;;
   esac
   exit $?
@@ -292,7 +309,7 @@ GPU=${GPU:-no nvidia-smi answer}
 COMMIT=${GPU_CHECK_COMMIT:-$(git describe --always --dirty 2>/dev/null || echo "unknown (no git)")}
 export OUTDIR GPU COMMIT PATH PYTHONUNBUFFERED=1 GEMVTUNE_CACHE_DIR="${GEMVTUNE_CACHE_DIR:-${TMPDIR:-/tmp}/gemvtune-cache}"
 
-declare -A LIMIT=([tests]=540 [slow-tests]=540 [sanitizer]=570 [bench]=560 [hf]=570 [percall]=240 [search]=300 [group]=400 [guard]=300)
+declare -A LIMIT=([tests]=540 [slow-tests]=540 [sanitizer]=570 [bench]=560 [hf]=570 [percall]=240 [search]=300 [group]=400 [guard]=300 [tune]=580)
 rows=() failed=0
 for p in "$@"; do
   var=T_$(echo "${p//-/_}" | tr '[:lower:]' '[:upper:]')
