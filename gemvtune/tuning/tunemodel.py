@@ -138,7 +138,8 @@ def report_lines(res: TuneResult, budget_s: float) -> list[str]:
     if budget_s == 0:
         return [f"--budget 0: nothing searched; {len(res.skipped)} shapes run {res.table}'s route (its cost model's "
                 "zero-trial picks where it lacks a shape)",
-                f"decode step (linears) against cuBLAS: predicted {x(res.predicted_gain)}, measured {harness}"]
+                f"decode step (linears) against cuBLAS: predicted {x(res.predicted_gain)}, measured {harness}",
+                *res.lines]
     lines = [f"tuned {len(res.searched)} shapes in {st.spent_s:.0f} s of a {budget_s:.0f} s budget "
              f"({st.trials} measured trials, {st.trial_cost(0) or 0:.3f} s each) -> {res.table}"]
     why: dict[str, list[str]] = {}

@@ -229,7 +229,17 @@ def zero_trial(table: Path, steps: Sequence[Step], measure: Callable[[Path, Sequ
     res = TuneResult(table, TuneState({}, 0.0))
     res.skipped = {entry_key(s.shape): "--budget 0: the table's route, zero-trial picks for what it lacks"
                    for s in steps}
-    res.predicted_gain = route_gain(load_table(table), steps)
+    t = load_table(table)
+    res.predicted_gain = route_gain(t, steps)
+    from ..runtime.route import choose
+
+    kinds: dict[str, int] = {}
+    for s in steps:
+        tabled = t.entry(s.shape) is not None
+        r = choose(t, s.shape.M, s.shape.d, s.shape.n, dtype=s.shape.dtype)
+        k = ("the table's kernel" if tabled else "a zero-trial pick") if r.tuned else "cuBLAS"
+        kinds[k] = kinds.get(k, 0) + 1
+    res.lines.append("routes: " + ", ".join(f"{v} to {k}" for k, v in sorted(kinds.items())))
     if measure is not None:
         res.measured_gain = measure(table, steps)
     return res
