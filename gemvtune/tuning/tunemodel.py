@@ -133,12 +133,12 @@ def report_lines(res: TuneResult, budget_s: float) -> list[str]:
         return f"x{v:.3f}" if v else "-"
 
     st = res.state
-    harness = (f"{x(res.measured_gain)} in an independent harness (bench guard's)" if res.measured_gain else
+    harness = (f"measured {x(res.measured_gain)} in an independent harness (bench guard's)" if res.measured_gain else
                "not measured in an independent harness (it needs a GPU and torch)")
     if budget_s == 0:
         return [f"--budget 0: nothing searched; {len(res.skipped)} shapes run {res.table}'s route (its cost model's "
                 "zero-trial picks where it lacks a shape)",
-                f"decode step (linears) against cuBLAS: predicted {x(res.predicted_gain)}, measured {harness}",
+                f"decode step (linears) against cuBLAS: predicted {x(res.predicted_gain)}; {harness}",
                 *res.lines]
     lines = [f"tuned {len(res.searched)} shapes in {st.spent_s:.0f} s of a {budget_s:.0f} s budget "
              f"({st.trials} measured trials, {st.trial_cost(0) or 0:.3f} s each) -> {res.table}"]
@@ -148,5 +148,5 @@ def report_lines(res: TuneResult, budget_s: float) -> list[str]:
     for w, keys in why.items():
         lines.append(f"  not searched ({w}): {', '.join(keys[:8])}{' ...' if len(keys) > 8 else ''}")
     lines.append(f"decode step (linears) against cuBLAS: predicted {x(res.predicted_gain)}, measured "
-                 f"{x(res.search_gain)} in the search, {harness}")
+                 f"{x(res.search_gain)} in the search; {harness}")
     return lines + res.lines
