@@ -102,6 +102,8 @@ CLI_CASES = [
     ("HF config folder without one", ["search", "--hf-config", "{tmp}/hf-folder"], "holds no config.json", 2),
     ("--fused without a model", ["search", "--shape", "64x64", "--fused"], "--fused", 2),
     ("no CUDA device", ["search", "--shape", "4096x4096", "--trials", "3", "--results", "{tmp}/g"], "CUDA", 3),
+    ("unknown or unsupported architecture", ["compile-check", "--shape", "64x64", "--arch", "sm_75"],
+     "bad architecture 'sm_75' (sm_75 is older than sm_80", 2),
 ]
 
 
