@@ -116,6 +116,8 @@ CLI_CASES = [
     ("HF config, multimodal text model short of a field", ["shapes", "--hf-config", "{tmp}/mm-missing.json"],
      "text_config: required field 'hidden_size' is missing", 2),
     ("no CUDA device", ["search", "--shape", "4096x4096", "--trials", "3", "--results", "{tmp}/g"], "CUDA", 3),
+    ("unknown or unsupported architecture", ["compile-check", "--shape", "64x64", "--arch", "sm_75"],
+     "bad architecture 'sm_75' (sm_75 is older than sm_80", 2),
 ]
 
 

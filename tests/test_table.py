@@ -110,15 +110,77 @@ def test_concurrent_writers_lose_nothing(tmp_path):
     assert len(load_table(p).shapes) == 40
 
 
-def test_other_gpu_warns_or_refuses(tmp_path):
+def test_another_gpu_never_runs_the_tables_kernels(tmp_path):
+    """A table used on another GPU model is read as before (lookups, reports), but every call takes its fallback,
+    cuBLAS, with one warning saying so (strict_gpu: a UsageError); on its own model its kernels run."""
+    from gemvtune.kernels.group import GroupShape
+    from gemvtune.runtime.grouproute import choose_group
+
     p = tmp_path / "t.json"
-    record(p, Shape(64, 64), _entry(LLAMA_CPP), DEV)
+    record(p, Shape(64, 64), _entry(LLAMA_CPP, 5.0), DEV)   # 5 µs against cuBLAS's 13: the kernel wins
     t = load_table(p)
+    assert t.route(64, 64, 1).tuned and not t.foreign
+    with pytest.warns(UserWarning, match="tuned on NVIDIA H200, this is NVIDIA H100: its kernels never run on another "
+                                         r"GPU; every call runs cuBLAS \(F.linear, cupy.matmul\)"):
+        assert t.check_device("NVIDIA H100", (9, 0)) is False
+    for framework in ("torch", "cupy", "torch-compile"):
+        r = t.route(64, 64, 1, framework)
+        assert r.kind == "cublas" and r.config is None and "tuned on NVIDIA H200, this is NVIDIA H100" in r.why
+    g = choose_group(t, GroupShape((32, 32), 64))
+    assert not g.grouped and "tuned on NVIDIA H200" in g.why
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")   # said once
+        assert t.check_device("NVIDIA H100") is False
+    assert t.lookup(Shape(64, 64)) == (LLAMA_CPP, "tuned") and t.shapes == [Shape(64, 64)]   # still read whole
+    tuned = load_table(p, policy="tuned")   # even the policy that always runs a gemvtune kernel
+    with pytest.warns(UserWarning, match="its kernels never run on another GPU"):
+        tuned._check_gpu("NVIDIA H100")   # (the benchmarks' check, by name)
+    assert tuned.route(64, 64, 1).kind == "cublas" and tuned.route(5000, 64, 1).kind == "cublas"
+    with pytest.raises(UsageError, match="tuned on NVIDIA H200, this is NVIDIA H100"):
+        load_table(p, strict_gpu=True).check_device("NVIDIA H100")
+    same = load_table(p, strict_gpu=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")   # same model: silent, and its kernels run
+        assert same.check_device("NVIDIA H200", (9, 0)) and same.route(64, 64, 1).tuned and same.arch.name == "sm_90"
+
+
+def test_a_tuned_config_the_devices_arch_cannot_run_falls_back(tmp_path):
+    """A route never runs a config the architecture lacks a feature for: cuBLAS, or with the policy ``tuned`` the
+    llama.cpp fallback, as for a config that cannot give the wanted output."""
+    p = tmp_path / "t.json"
+    pdl = GemvConfig(pdl="on")
+    record(p, Shape(64, 64), _entry(pdl, 5.0), {**DEV, "name": "NVIDIA A100", "compute_capability": "8.0"})
+    t = load_table(p)
+    assert t.arch.name == "sm_80" and t.lookup(Shape(64, 64)) == (pdl, "tuned")
+    r = t.route(64, 64, 1)
+    assert r.kind == "cublas" and r.why == (f"{pdl.label} cannot run on sm_80 (pdl=on needs griddepcontrol "
+                                            "(programmatic dependent launch), sm_90 or newer; sm_80 lacks it)")
+    r = load_table(p, policy="tuned").route(64, 64, 1)
+    assert r.tuned and r.config == LLAMA_CPP and r.why.endswith(f"the llama.cpp fallback {LLAMA_CPP.label}")
+    p90 = tmp_path / "t90.json"
+    record(p90, Shape(64, 64), _entry(pdl, 5.0), DEV)
+    t90 = load_table(p90)
+    assert t90.route(64, 64, 1).config == pdl   # on its H200 it runs
+    assert t90.check_device("NVIDIA H200", (8, 0)) and not t90.route(64, 64, 1).tuned   # a device's own arch rules
+
+
+def test_a_swapped_layer_on_another_gpu_runs_f_linear_and_says_why(tmp_path, monkeypatch):
+    torch = pytest.importorskip("torch")
+    import gemvtune
+
+    p = tmp_path / "t.json"
+    record(p, Shape(64, 64), _entry(LLAMA_CPP, 5.0), DEV)
+    t = load_table(p)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)   # an H100 answers (no GPU needed for the routes)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda dev=None: "NVIDIA H100")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda dev=None: (9, 0))
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64).half())
     with pytest.warns(UserWarning, match="tuned on NVIDIA H200, this is NVIDIA H100"):
-        t._check_gpu("NVIDIA H100")
-    with pytest.raises(UsageError, match="tuned on NVIDIA H200"):
-        load_table(p, strict_gpu=True)._check_gpu("NVIDIA H100")
-    load_table(p, strict_gpu=True)._check_gpu("NVIDIA H200")  # same model: silent
+        gemvtune.swap_linears(model, t)
+    layer = model[0]
+    assert not any(any(v) for v in layer._tuned.values()) and not any(any(v) for v in layer._compiled.values())
+    assert "its kernels never run here" in t.route(64, 64, 1, "torch", "fp16", "fp16").why
 
 
 def _sk_entry(cfg, us, gemv_us):

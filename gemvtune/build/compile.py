@@ -4,7 +4,10 @@ NVRTC is called through NVIDIA's Python bindings, ``cuda.bindings.nvrtc`` (packa
 libnvrtc itself from the ``nvidia-cuda-nvrtc`` wheel or the system, found by ``cuda.pathfinder``), so
 the same path runs on a CPU-only machine (compile checks, explicit ``sm_XX``) and on a GPU host, where
 ``gemvtune.device.plan`` loads the cubin with ``cuModuleLoadData`` (every variant the runner, the dispatcher
-and the PyTorch op launch). The cache key is the source hash, the options and ``nvrtcVersion``.
+and the PyTorch op launch). The cache key is the source hash, the options and ``nvrtcVersion``. The architecture is
+one of ``gemvtune.kernels.arch.ARCHS``; a config that architecture cannot run (a feature it lacks, a limit it
+exceeds) never reaches NVRTC: ``compile_variant`` raises, and ``compile_variants`` returns in its place, an
+``InvalidForArch`` saying why.
 
 ``nvrtcCompileProgram`` in cuda-bindings 13.5 drops the GIL, so ``compile_many``'s thread pool
 compiles on every core and precompiles overlap GPU measurement. Measured on a 2-core CPU host, 8 distinct GEMV variants at 4096x4096, fresh cache, 6
@@ -26,10 +29,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import GemvtuneError, UsageError
+from ..errors import GemvtuneError
+from ..kernels.arch import DEFAULT as _DEFAULT
+from ..kernels.arch import features_in, parse_arch
 from ..kernels.epilogue import DEFAULT, Epilogue
 
-DEFAULT_ARCH = "sm_90"
+DEFAULT_ARCH = _DEFAULT.name   # "sm_90"
 
 
 class CompileError(GemvtuneError):
@@ -56,6 +61,18 @@ class NothingToCompile(CompileError):
 
         GemvtuneError.__init__(self, f"{config.label} is a {family_of(config).name} algorithm: the library runs it, "
                                      "nothing to compile")
+        self.log, self.options, self.source = "", [], ""
+
+
+class InvalidForArch(CompileError):
+    """A config the architecture cannot run (``ConfigBase.arch_reasons``): invalid, never handed to NVRTC. A
+    ``CompileError`` so that every caller's compile results keep their type; ``invalid`` tells it from a failure."""
+
+    invalid = True
+
+    def __init__(self, config: Any, arch: str, reasons: Sequence[str]):
+        GemvtuneError.__init__(self, f"invalid for {arch}: " + "; ".join(reasons))
+        self.config, self.arch, self.reasons = config, arch, list(reasons)
         self.log, self.options, self.source = "", [], ""
 
 
@@ -193,10 +210,10 @@ def nvrtc() -> _Nvrtc:
     return _Nvrtc()
 
 
-def options_for(arch: str = DEFAULT_ARCH) -> tuple[str, ...]:
-    if not isinstance(arch, str) or not re.fullmatch(r"sm_[0-9]{2,3}a?", arch, re.ASCII):
-        raise UsageError(f"bad architecture {str(arch)[:40]!r}: expected e.g. sm_90")   # a usage error: exit 2
-    return (f"-arch={arch}", "-std=c++17", "--ptxas-options=-v", "-default-device")
+def options_for(arch: Any = DEFAULT_ARCH) -> tuple[str, ...]:
+    """NVRTC's options for ``arch`` (a name ``gemvtune.kernels.arch.parse_arch`` reads, or an ``Arch``): one of the
+    known architectures, else a UsageError (exit 2)."""
+    return (f"-arch={parse_arch(arch).name}", "-std=c++17", "--ptxas-options=-v", "-default-device")
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
@@ -211,8 +228,12 @@ def compile_source(source: str, name: str = "gemv", arch: str = DEFAULT_ARCH, ke
     """Compile (or fetch from the disk cache) one source to a cubin file. Raises CompileError."""
     from .render import source_hash
 
+    a = parse_arch(arch)
+    lacks = sorted(features_in(source) - a.features)
+    if lacks:   # (a config's own check says why first: compile_variant(s); this guards every source, raw ones too)
+        raise InvalidForArch(None, a.name, [a.lacks(f, f"the source {name}") for f in lacks])
     nv = nvrtc()
-    opts = options_for(arch)
+    opts = options_for(a)
     key = source_hash(source, opts + (nv.version,))
     d = _cache_dir()
     cubin, meta = d / f"{key}.cubin", d / f"{key}.json"
@@ -251,16 +272,27 @@ def compile_many(items: Iterable[tuple[str, ...]], arch: str = DEFAULT_ARCH, job
                         enabled=progress is not None))
 
 
+def _invalid_for(config: Any, shape: Any, arch: Any) -> InvalidForArch | None:
+    """Why ``arch`` cannot run ``config`` for ``shape``, as the result that stands for its compile (None: it can)."""
+    a = parse_arch(arch)
+    why = config.arch_reasons(shape, a)
+    return InvalidForArch(config, a.name, why) if why else None
+
+
 def compile_variant(config: Any, shape: Any, arch: str = DEFAULT_ARCH, source: str | None = None,
                     name: str | None = None, epilogue: Epilogue = DEFAULT, group: Any = None) -> Compiled:
-    """Render with ``epilogue`` (default: FP32 out, no bias) unless ``source`` is given, and compile
-    one variant of a family."""
+    """Render for ``arch`` with ``epilogue`` (default: FP32 out, no bias) unless ``source`` is given, and compile
+    one variant of a family. A config ``arch`` cannot run raises ``InvalidForArch`` before anything is rendered or
+    compiled."""
     from ..kernels.families import family_of, is_library
     from .render import render
 
     if is_library(config):
         raise NothingToCompile(config)
-    src = source if source is not None else render(config, shape, epilogue, group)
+    bad = _invalid_for(config, shape, arch)
+    if bad is not None:
+        raise bad
+    src = source if source is not None else render(config, shape, epilogue, group, arch)
     suffix = f".g{len(group.Ms)}" if group is not None else ""
     return compile_source(src, (name or config.label + epilogue.label + suffix).replace(".", "_"), arch,
                           family_of(config).main_kernel)
@@ -284,20 +316,25 @@ def compile_variants(pairs: Iterable[tuple[Any, ...]], arch: str = DEFAULT_ARCH,
     """Render and compile (config, shape), (config, shape, epilogue) or (config, shape, epilogue, group) items in
     parallel, in order (an item without its own epilogue gets ``epilogue``: by default FP32 out, no bias; with a
     group, its grouped variant); compile failures are returned in place (a config or epilogue render refuses raises
-    UsageError; a library family's config, which has nothing to compile, gets a NothingToCompile in its place);
-    ``progress`` as in ``compile_many``."""
+    UsageError; a library family's config, which has nothing to compile, gets a NothingToCompile in its place, and a
+    config ``arch`` cannot run an InvalidForArch: neither reaches NVRTC); ``progress`` as in ``compile_many``."""
     from ..kernels.families import family_of
     from .render import render
 
-    items, library = [], {}
+    items: list[tuple[str, ...]] = []
+    placed: dict[int, CompileError] = {}
     for i, item in enumerate(pairs):
         c, s = item[0], item[1]
         e = item[2] if len(item) > 2 else epilogue
         g = item[3] if len(item) > 3 else None
         if family_of(c).library:
-            library[i] = NothingToCompile(c)
+            placed[i] = NothingToCompile(c)
+            continue
+        bad = _invalid_for(c, s, arch)
+        if bad is not None:
+            placed[i] = bad
             continue
         suffix = f".g{len(g.Ms)}" if g is not None else ""
-        items.append(((c.label + e.label + suffix).replace(".", "_"), render(c, s, e, g), family_of(c).main_kernel))
+        items.append(((c.label + e.label + suffix).replace(".", "_"), render(c, s, e, g, arch), family_of(c).main_kernel))
     done = iter(compile_many(items, arch=arch, jobs=jobs, progress=progress))
-    return [library[i] if i in library else next(done) for i in range(len(items) + len(library))]
+    return [placed[i] if i in placed else next(done) for i in range(len(items) + len(placed))]

@@ -1,4 +1,4 @@
-"""Templates -> CUDA source. Pure and deterministic: the same (config, shape, epilogue) gives the same bytes."""
+"""Templates -> CUDA source. Pure and deterministic: the same (config, shape, epilogue, arch) gives the same bytes."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
+from ..kernels.arch import DEFAULT as DEFAULT_ARCH
+from ..kernels.arch import parse_arch
 from ..kernels.epilogue import DEFAULT, Epilogue
 from ..kernels.families import FAMILIES
 from ..kernels.shapes import DTYPES, Shape
@@ -70,12 +72,13 @@ def _env():
     )
 
 
-def render(config: Any, shape: Shape, epilogue: Epilogue = DEFAULT, group: Any = None) -> str:
+def render(config: Any, shape: Shape, epilogue: Epilogue = DEFAULT, group: Any = None, arch: Any = None) -> str:
     """CUDA source of one variant of any family with ``epilogue`` (output dtype, bias) fused into its
     final store, from the family's template, for inputs (W, x, bias) of ``shape.dtype`` (FP16 or BF16; FP32
-    accumulation either way). Only validated, typed values reach the template. With ``group`` (a
-    ``gemvtune.kernels.group.GroupShape`` whose fused shape is ``shape``), the grouped variant: one launch over
-    the rows of all its members, each with its own W, y and bias."""
+    accumulation either way), for ``arch`` (an ``Arch`` or its name; None: sm_90): a config it cannot run is refused,
+    and its limits set the occupancy a config asks for. Only validated, typed values reach the template. With
+    ``group`` (a ``gemvtune.kernels.group.GroupShape`` whose fused shape is ``shape``), the grouped variant: one launch
+    over the rows of all its members, each with its own W, y and bias."""
     fam = FAMILIES.get(getattr(config, "family", None))   # type: ignore[arg-type]
     if fam is None or not isinstance(config, fam.config_cls):
         raise UsageError(f"render needs a config of a gemvtune family ({', '.join(FAMILIES)}), got {type(config).__name__}")
@@ -86,9 +89,11 @@ def render(config: Any, shape: Shape, epilogue: Epilogue = DEFAULT, group: Any =
     reasons = epilogue.shape_reasons(shape)
     if reasons:
         raise UsageError(f"the epilogue {epilogue.label or 'default'} cannot serve {shape}: " + "; ".join(reasons))
-    reasons = config.invalid_reasons(shape)
+    a = parse_arch(arch)
+    reasons = config.invalid_reasons(shape, a)
     if reasons:
-        raise UsageError(f"config {config.label} is invalid for {shape}: " + "; ".join(reasons))
+        on = "" if a is DEFAULT_ARCH else f" on {a}"
+        raise UsageError(f"config {config.label} is invalid for {shape}{on}: " + "; ".join(reasons))
     reasons = epilogue.invalid_reasons(config)
     if reasons:
         raise UsageError(f"config {config.label} cannot fuse the epilogue out={epilogue.out} bias={epilogue.bias}"
@@ -110,7 +115,7 @@ def render(config: Any, shape: Shape, epilogue: Epilogue = DEFAULT, group: Any =
                   out_t=epilogue.out_ctype, out_name=epilogue.out_name, bias=bool(epilogue.bias), group=int(members),
                   residual=bool(epilogue.residual), swiglu=bool(epilogue.swiglu))
     values.update(dtype_values(getattr(shape, "dtype", "fp16")))
-    values.update(config.render_values(shape))
+    values.update(config.render_values(shape, a))
     return _env().get_template(fam.template).render(**values)
 
 

@@ -21,8 +21,8 @@ def _shape_opt(f: Callable) -> Callable:
     return click.option("--shape", "shape_text", required=True, help="M x d, e.g. 14336x4096")(f)
 
 
-def _shapes(shape_text: str, batch: str = "1") -> list[Shape]:
-    return [parse_shape(shape_text, n) for n in parse_batches(batch)]
+def _shapes(shape_text: str, batch: str = "1", dtype: str = "fp16") -> list[Shape]:
+    return [parse_shape(shape_text, n, dtype) for n in parse_batches(batch)]
 
 
 log = logging.getLogger("gemvtune")
@@ -41,14 +41,18 @@ def cli(verbose: int, quiet: int) -> None:
 @cli.command()
 @_shape_opt
 @click.option("--batch", default="1", show_default=True, help="batch sizes n, e.g. 1,2,4")
-def space(shape_text: str, batch: str) -> None:
-    """Summarize the valid configs of each family for a shape and why the others are invalid."""
+@_options.DTYPE
+@_options.ARCH
+def space(shape_text: str, batch: str, dtype: str, arch: str | None) -> None:
+    """Summarize the valid configs of each family for a shape (on an architecture) and why the others are invalid."""
+    from ..kernels.arch import parse_arch
     from ..kernels.census import census_lines
     from ..kernels.families import FAMILIES
 
-    for shape in _shapes(shape_text, batch):
+    target = parse_arch(arch)
+    for shape in _shapes(shape_text, batch, dtype):
         for fam in FAMILIES.values():
-            for line in census_lines(fam, shape):
+            for line in census_lines(fam, shape, target):
                 click.echo(line)
 
 
@@ -56,49 +60,62 @@ def space(shape_text: str, batch: str) -> None:
 @_shape_opt
 @click.option("--config", "config_text", default="llama", show_default=True,
               help="preset (llama), JSON object, or key=value,... over the llama.cpp point")
-def render(shape_text: str, config_text: str) -> None:
+@_options.DTYPE
+@_options.ARCH
+def render(shape_text: str, config_text: str, dtype: str, arch: str | None) -> None:
     """Print the CUDA source of one variant."""
     from ..build.render import render as render_source
+    from ..kernels.arch import parse_arch
 
-    click.echo(render_source(sp.parse_config(config_text), parse_shape(shape_text)), nl=False)
+    target = parse_arch(arch)
+    click.echo(render_source(sp.parse_config(config_text), parse_shape(shape_text, 1, dtype), arch=target), nl=False)
 
 
 @cli.command("compile-check")
 @_shape_opt
 @click.option("--configs", "spec", default="sample:32", show_default=True,
               help="all | sample:N | llama | FILE.json | one inline config")
-@click.option("--arch", default="sm_90", show_default=True, help="target architecture, sm_XX")
+@_options.DTYPE
+@_options.ARCH
 @click.option("--jobs", type=click.IntRange(1, 256), default=None, help="parallel NVRTC compiles (default: cores)")
 @click.option("--seed", default=0, show_default=True, type=SEED, help="seed of sample:N")
-def compile_check(shape_text: str, spec: str, arch: str, jobs: int | None, seed: int) -> None:
-    """Compile variants with NVRTC (no GPU needed) and print their resources."""
-    from ..build.compile import CompileError, compile_variants
+def compile_check(shape_text: str, spec: str, dtype: str, arch: str | None, jobs: int | None, seed: int) -> None:
+    """Compile variants with NVRTC (no GPU needed) and print their resources. A config the architecture cannot run
+    (a feature it lacks, a limit it exceeds) is listed as invalid with why, and never compiled."""
+    from ..build.compile import CompileError, InvalidForArch, compile_variants
+    from ..kernels.arch import parse_arch
 
-    shape = parse_shape(shape_text)
+    target = parse_arch(arch)
+    shape = parse_shape(shape_text, 1, dtype)
     configs = select_configs(spec, shape, seed)
     log.info("compile-check: %d configs selected (%s) for %s", len(configs), spec, shape)
     items, skipped = [], 0
     for c in configs:
-        why = c.invalid_reasons(shape)
+        why = c.invalid_reasons(shape, target)
         if why:
             click.echo(f"  skip {c.label}: {why[0]}")
             skipped += 1
         else:
             items.append((c, shape))
-    log.info("compile-check: rendering and compiling %d valid configs for %s (%s)", len(items), shape, arch)
-    results = compile_variants(items, arch=arch, jobs=jobs, progress=f"compile {shape}")
+    log.info("compile-check: rendering and compiling %d valid configs for %s (%s)", len(items), shape, target)
+    results = compile_variants(items, arch=target.name, jobs=jobs, progress=f"compile {shape}")
     log.info("compile-check: compiled; printing the resources")
-    failed = 0
+    failed = compiled = 0
     click.echo(f"{'config':48s} {'regs':>4s} {'spill':>5s} {'stack':>5s} {'smem':>6s} {'s':>6s}")
     for (c, _), r in zip(items, results):
+        if isinstance(r, InvalidForArch):   # (never: the configs were checked above; said as invalid all the same)
+            skipped += 1
+            click.echo(f"  skip {c.label}: {r}")
+            continue
         if isinstance(r, CompileError):
             failed += 1
             click.echo(f"{c.label:48s} FAILED: {r}")
             continue
+        compiled += 1
         res = r.resources
         click.echo(f"{c.label:48s} {res.registers:4d} {res.spill_stores:5d} {res.stack_bytes:5d} "
                    f"{res.smem_bytes:6d} {r.compile_s:6.2f}{' (cached)' if r.cached else ''}")
-    click.echo(f"{len(items) - failed} compiled, {failed} failed, {skipped} invalid for {shape} ({arch})")
+    click.echo(f"{compiled} compiled, {failed} failed, {skipped} invalid for {shape} ({target})")
     if failed:
         sys.exit(1)
 

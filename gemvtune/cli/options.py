@@ -17,6 +17,7 @@ from typing import Any, TextIO
 import click
 
 from ..errors import UsageError
+from ..kernels.arch import ARCHS
 from ..kernels.shapes import DTYPES
 from ..workspace import writable_dir  # noqa: F401  (the commands' results folders; defined with the workspace)
 
@@ -139,6 +140,12 @@ def declared(table: dict[str, Decl], names: str, hidden: bool = False, **changes
 
 
 DTYPE = declared({"dtype": DTYPE_DECL}, "dtype")   # --dtype of the commands that take shapes
+# --arch of the commands that work for an architecture without a GPU (read by gemvtune.kernels.arch.parse_arch in the
+# command: an unknown one is a UsageError naming the known ones, exit 2)
+ARCH_DECL: Decl = (("--arch",), {"default": None, "metavar": "SM",
+                                 "help": f"target architecture: {', '.join(ARCHS)}, or a compute capability like 8.6 "
+                                         "(default: sm_90)"})
+ARCH = declared({"arch": ARCH_DECL}, "arch")
 
 
 def select_configs(spec: str, shape: Any, seed: int = 0) -> list[Any]:

@@ -43,11 +43,18 @@ class Dispatcher:
         p = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
         return p["name"].decode() if isinstance(p["name"], bytes) else str(p["name"])
 
+    def device_capability(self) -> tuple[int, int]:
+        """(major, minor) compute capability of CuPy's current device (``Table.check_device``: its arch)."""
+        p = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
+        return int(p["major"]), int(p["minor"])
+
     def plan(self, table: Any, M: int, d: int, n: int, bias: bool, out_dtype: str, dev: int, stream: int) -> LaunchPlan | None:
         """The plan of an (M, d, n) call, or None when the table's route is cuBLAS."""
         key = (M, d, n, bias, out_dtype, dev)
         plan: LaunchPlan | None | Literal[False] = self._plans.get(key, False)   # False: not decided yet
         if plan is False:
+            # (Table.gemv checked CuPy's current device first: a table of another GPU model routes every call to
+            # cupy.matmul, and a config this device's arch cannot run is never its route: gemvtune.runtime.tablegpu)
             route = table.route(M, d, n, "cupy", out_dtype)
             plan = route_plan(route.config, Shape(M, d, n), Epilogue(out_dtype, bias), dev, stream) if route.tuned else None
             self._plans[key] = plan

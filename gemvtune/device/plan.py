@@ -91,14 +91,17 @@ def device_context(device: int) -> Iterator[None]:
 
 
 def arch_of(device: int) -> str:
-    """``sm_XY`` of a device (what NVRTC compiles for)."""
+    """The arch of a device (what NVRTC compiles for): ``gemvtune.kernels.arch.for_device`` of its compute capability
+    (an unsupported GPU is one UsageError)."""
     _init()
     drv = _driver()
     dev = check(drv.cuDeviceGet(device), "cuDeviceGet")
     A = drv.CUdevice_attribute
     major = check(drv.cuDeviceGetAttribute(A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev), "cuDeviceGetAttribute")
     minor = check(drv.cuDeviceGetAttribute(A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev), "cuDeviceGetAttribute")
-    return f"sm_{major}{minor}"
+    from ..kernels.arch import for_device
+
+    return for_device(int(major), int(minor)).name
 
 
 def capturing(stream: int) -> bool:

@@ -1,12 +1,16 @@
-"""What every family's config shares: domain checks and JSON (de)serialization with clear errors, and the hooks each
-family's config class answers for the rest of gemvtune (its complexity, its template values, its workspace rule)."""
+"""What every family's config shares: domain checks and JSON (de)serialization with clear errors, the PTX features a
+config needs (``gemvtune.kernels.arch``) and why an architecture cannot run it, and the hooks each family's config
+class answers for the rest of gemvtune (its complexity, its template values, its workspace rule)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, fields
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
+from .arch import DEFAULT as DEFAULT_ARCH
+from .arch import Arch, parse_arch
 
 
 class ConfigBase:
@@ -23,6 +27,12 @@ class ConfigBase:
     EXTRA_VALUES: dict[str, tuple[Any, ...]] = {}
     # The epilogue fusions the family's template renders (``gemvtune.kernels.epilogue``: residual, swiglu)
     EPILOGUE_FUSIONS: tuple[str, ...] = ()
+    # The PTX features (``gemvtune.kernels.arch.FEATURES``) the family's template emits that not every architecture
+    # has: for every config, by input dtype, and by a field's value ((field, value) -> feature). ``features`` reads
+    # them; tests/test_arch_families.py checks them against what each rendered source contains.
+    NEEDS: tuple[str, ...] = ()
+    NEEDS_BY_DTYPE: dict[str, tuple[str, ...]] = {}
+    NEEDS_BY_VALUE: dict[tuple[str, Any], str] = {}
 
     if TYPE_CHECKING:   # what every family's config defines (declared for the type checker only)
         @property
@@ -31,7 +41,7 @@ class ConfigBase:
         @property
         def split(self) -> int: ...
 
-        def shape_reasons(self, shape: Any) -> list[str]: ...
+        def shape_reasons(self, shape: Any, arch: Arch = DEFAULT_ARCH) -> list[str]: ...
 
     @classmethod
     def _domain_sets(cls) -> tuple[tuple[str, frozenset], ...]:
@@ -52,14 +62,68 @@ class ConfigBase:
                 errs.append(f"{name}={v!r} is not one of {list(self.DOMAINS[name]) + list(self.EXTRA_VALUES.get(name, ()))}")
         return errs
 
-    def invalid_reasons(self, shape: Any) -> list[str]:
-        """Why this config cannot run ``shape`` (empty: valid), one short line each: its domain errors if it has
-        any, else the family's ``shape_reasons``. Enumerating a space, whose points are in the domains by
-        construction, asks ``shape_reasons`` alone."""
-        return self.domain_errors() or self.shape_reasons(shape)
+    def invalid_reasons(self, shape: Any, arch: Any = None) -> list[str]:
+        """Why this config cannot run ``shape`` on ``arch`` (an ``Arch`` or its name; None: sm_90), one short line
+        each (empty: valid): its domain errors if it has any, else the features ``arch`` lacks, then the family's
+        ``shape_reasons`` (which read the arch's limits). Enumerating a space, whose points are in the domains by
+        construction, asks ``feature_reasons`` and ``shape_reasons`` alone."""
+        errs = self.domain_errors()
+        if errs:
+            return errs
+        a = parse_arch(arch)
+        return self.feature_reasons(getattr(shape, "dtype", "fp16"), a) + self.shape_reasons(shape, a)
 
-    def is_valid(self, shape: Any) -> bool:
-        return not self.invalid_reasons(shape)
+    def is_valid(self, shape: Any, arch: Any = None) -> bool:
+        return not self.invalid_reasons(shape, arch)
+
+    # ---- what an architecture must have ----------------------------------------------------------------
+    @classmethod
+    def all_needs(cls) -> frozenset[str]:
+        """Every feature some config of the family may need (an arch that has them all runs each one)."""
+        needs = cls.__dict__.get("_ALL_NEEDS")
+        if needs is None:
+            needs = frozenset(cls.NEEDS) | frozenset(f for fs in cls.NEEDS_BY_DTYPE.values() for f in fs) \
+                | frozenset(cls.NEEDS_BY_VALUE.values())
+            cls._ALL_NEEDS = needs   # type: ignore[attr-defined]
+        return needs
+
+    def features(self, dtype: str = "fp16") -> dict[str, str]:
+        """The features this config's kernels need with ``dtype`` inputs, each with what needs it ("pdl=on")."""
+        out = {f: f"the {self.family} family" for f in self.NEEDS}
+        for f in self.NEEDS_BY_DTYPE.get(dtype, ()):
+            out.setdefault(f, f"the {self.family} family with {dtype.upper()} inputs")
+        for (name, value), f in self.NEEDS_BY_VALUE.items():
+            if getattr(self, name) == value:
+                out.setdefault(f, f"{name}={value}")
+        return out
+
+    def feature_reasons(self, dtype: str, arch: Arch) -> list[str]:
+        """Why ``arch`` cannot run this config for want of a feature (empty: it has all it needs)."""
+        if arch.features >= self.all_needs():
+            return []
+        return [arch.lacks(f, need) for f, need in self.features(dtype).items() if f not in arch.features]
+
+    def limit_reasons(self, shape: Any, arch: Arch) -> list[str]:
+        """Why this config exceeds a limit of ``arch`` for ``shape`` (shared memory a block opts in to, ...); none by
+        default. A family's ``shape_reasons`` asks it where its limits always stood in its list of reasons."""
+        return []
+
+    def arch_reasons(self, shape: Any, arch: Any = None) -> list[str]:
+        """Why ``arch`` (an ``Arch`` or its name) cannot run this config for ``shape``: the features it lacks, then the
+        family's ``limit_reasons`` (empty: nothing about the architecture stands in the way). Asked before a source
+        reaches NVRTC (``gemvtune.build.compile``)."""
+        a = parse_arch(arch)
+        return self.feature_reasons(getattr(shape, "dtype", "fp16"), a) + self.limit_reasons(shape, a)
+
+    @classmethod
+    def arch_domains(cls, domains: dict[str, Any], arch: Any = None) -> dict[str, Any]:
+        """``domains`` without the values whose configs always need a feature ``arch`` lacks (pdl=on below sm_90):
+        what a search of the family proposes on ``arch`` (the domains themselves where it lacks none)."""
+        a = parse_arch(arch)
+        drop = {(k, v) for (k, v), f in cls.NEEDS_BY_VALUE.items() if f not in a.features}
+        if not drop:
+            return domains
+        return {k: tuple(v for v in vals if (k, v) not in drop) for k, vals in domains.items()}
 
     def needs_workspace(self, shape: Any) -> bool:
         """Whether a kernel of one call of ``shape`` reads the workspace (``ws`` or ``counters``): the
@@ -71,9 +135,9 @@ class ConfigBase:
         (``gemvtune.tuning.confirm``), and a search queues a small space's configs simplest first."""
         raise NotImplementedError(f"{type(self).__name__} does not say how complex it is")
 
-    def render_values(self, shape: Any) -> dict[str, Any]:
-        """The family's own template values for ``shape``, beyond its fields, the shape, dtype and epilogue that
-        ``gemvtune.build.render`` always passes; none by default."""
+    def render_values(self, shape: Any, arch: Arch = DEFAULT_ARCH) -> dict[str, Any]:
+        """The family's own template values for ``shape`` on ``arch``, beyond its fields, the shape, dtype and
+        epilogue that ``gemvtune.build.render`` always passes; none by default."""
         return {}
 
     def epilogue_reasons(self, epilogue: Any) -> list[str]:
@@ -99,3 +163,17 @@ class ConfigBase:
         if errs:
             raise UsageError(f"bad {fam} config: " + "; ".join(errs))
         return cfg
+
+
+def valid_of(configs: Iterable[Any], shape: Any, arch: Any = None) -> list[Any]:
+    """The configs of ``configs`` (points of a family's space: in its domains by construction) valid for ``shape`` on
+    ``arch`` (None: sm_90); the features are asked only where ``arch`` lacks one the family may need."""
+    a = parse_arch(arch)
+    dtype = getattr(shape, "dtype", "fp16")
+    out, check = [], None
+    for c in configs:
+        if check is None:
+            check = not a.features >= c.all_needs()
+        if not c.shape_reasons(shape, a) and not (check and c.feature_reasons(dtype, a)):
+            out.append(c)
+    return out

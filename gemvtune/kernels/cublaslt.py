@@ -81,9 +81,9 @@ class CublasLtConfig(ConfigBase):
             errs.append(f"reduction={self.reduction} is not one scheme of {sorted(REDUCTIONS)}")
         return errs
 
-    def invalid_reasons(self, shape: Shape) -> list[str]:
-        """Only the domain: whether cuBLASLt runs the algorithm on a shape (of either dtype) is the library's to
-        say (``cublasLtMatmulAlgoCheck`` when it is built), and its refusal is measured data."""
+    def invalid_reasons(self, shape: Shape, arch: Any = None) -> list[str]:
+        """Only the domain: whether cuBLASLt runs the algorithm on a shape (of either dtype) and architecture is the
+        library's to say (``cublasLtMatmulAlgoCheck`` when it is built), and its refusal is measured data."""
         return self.domain_errors()
 
     def needs_workspace(self, shape: Shape) -> bool:

@@ -12,7 +12,9 @@ from typing import Any
 
 from ..errors import UsageError
 from ..intparse import is_int_text
-from .configbase import ConfigBase
+from .arch import DEFAULT as DEFAULT_ARCH
+from .arch import Arch
+from .configbase import ConfigBase, valid_of
 from .shapes import Shape
 
 NAME = "gemv"                 # the family's name in tables, CSVs, studies and the cost model
@@ -37,7 +39,6 @@ DOMAINS: dict[str, tuple[Any, ...]] = {
     "pdl": ("off", "on"),                              # programmatic dependent launch (W prefetch, then wait)
     "occ": ("auto", "half", "full"),                   # blocks per SM asked of the compiler (caps registers)
 }
-MAX_THREADS_PER_SM, MAX_BLOCKS_PER_SM = 2048, 32      # sm_90
 
 # Programmatic dependent launch as a chain of a model's linears runs it (outside the searched space: a per-shape search
 # times isolated kernels, where it means nothing): each thread loads its first K W vectors into registers before
@@ -82,6 +83,9 @@ class GemvConfig(ConfigBase):
     DOMAINS = DOMAINS
     EXTRA_VALUES = {"pdl": CHAIN_VALUES}
     EPILOGUE_FUSIONS = ("residual", "swiglu")
+    NEEDS_BY_DTYPE = {"bf16": ("bf16",)}
+    NEEDS_BY_VALUE = {("hint", "evict_first"): "l2.cache_hint",
+                      **{("pdl", v): "griddepcontrol" for v in ("on",) + CHAIN_VALUES}}
 
     # ---- derived values -------------------------------------------------------------------
     @property
@@ -95,13 +99,17 @@ class GemvConfig(ConfigBase):
 
     @property
     def min_blocks(self) -> int:
-        """``__launch_bounds__``'s minimum blocks per SM: 1 (the compiler's choice of registers), or
-        enough blocks for half / all of an SM's 2048 threads (at most 32 blocks), which caps the
-        registers per thread (e.g. 32 at full occupancy) so that more blocks fit in one wave."""
+        """``min_blocks_on`` sm_90 (2048 threads, 32 blocks per SM)."""
+        return self.min_blocks_on(DEFAULT_ARCH)
+
+    def min_blocks_on(self, arch: Arch) -> int:
+        """``__launch_bounds__``'s minimum blocks per SM on ``arch``: 1 (the compiler's choice of registers), or
+        enough blocks for half / all of an SM's resident threads (2048 on sm_90, 1536 on sm_86; at most its resident
+        blocks), which caps the registers per thread (e.g. 32 at full occupancy) so that more blocks fit in one wave."""
         if self.occ == "auto":
             return 1
-        threads = MAX_THREADS_PER_SM // (2 if self.occ == "half" else 1)
-        return max(1, min(MAX_BLOCKS_PER_SM, threads // self.block))
+        threads = arch.threads_per_sm // (2 if self.occ == "half" else 1)
+        return max(1, min(arch.blocks_per_sm, threads // self.block))
 
     @property
     def rows_per_block(self) -> int:
@@ -161,9 +169,11 @@ class GemvConfig(ConfigBase):
         return max(1, slot0 * self.vec_elems // lanes)
 
     # ---- validity -------------------------------------------------------------------------
-    def shape_reasons(self, shape: Shape) -> list[str]:
+    def shape_reasons(self, shape: Shape, arch: Arch = DEFAULT_ARCH) -> list[str]:
         """Why this in-domain config cannot run ``shape`` (empty: it can). Each reason is one short line.
-        (Asked of every point of the space when it is enumerated: fields are read into locals once.)"""
+        (Asked of every point of the space when it is enumerated: fields are read into locals once.) No limit here
+        differs between architectures (the x slice is static shared memory: 48 KiB on every one); their occupancy
+        sets ``min_blocks_on``."""
         r: list[str] = []
         d, vec, tpr, split = shape.d, self.vec, self.tpr, self.split_k
         ve = VEC_ELEMS[vec]
@@ -209,8 +219,8 @@ class GemvConfig(ConfigBase):
         levers = (self.split > 1) + (self.unroll > 1) + (self.hint != "default") + (self.x_load != "ldg") + (self.acc != "fp32")
         return (levers, self.split, self.unroll, self != LLAMA_CPP)
 
-    def render_values(self, shape: Shape) -> dict[str, Any]:
-        return {"vec_elems": self.vec_elems, "rows": self.rows_per_block, "min_blocks": self.min_blocks,
+    def render_values(self, shape: Shape, arch: Arch = DEFAULT_ARCH) -> dict[str, Any]:
+        return {"vec_elems": self.vec_elems, "rows": self.rows_per_block, "min_blocks": self.min_blocks_on(arch),
                 "pf": self.chain_depth, "trigger": self.chain_trigger}
 
     def epilogue_reasons(self, epilogue: Any) -> list[str]:
@@ -271,12 +281,13 @@ def all_configs() -> Iterator[GemvConfig]:
         yield GemvConfig(*values)
 
 
-def valid_configs(shape: Shape) -> list[GemvConfig]:
-    return [c for c in all_configs() if not c.shape_reasons(shape)]   # (in the domains by construction)
+def valid_configs(shape: Shape, arch: Any = None) -> list[GemvConfig]:
+    """Every config of the space valid for ``shape`` on ``arch`` (None: sm_90)."""
+    return valid_of(all_configs(), shape, arch)
 
 
 def sample_configs(shape: Shape, k: int, seed: int = 0) -> list[GemvConfig]:
-    """The llama.cpp config (if valid) then k-1 distinct valid configs drawn uniformly, seeded."""
+    """The llama.cpp config (if valid) then k-1 distinct valid configs (on sm_90) drawn uniformly, seeded."""
     valid = valid_configs(shape)
     rng = random.Random(seed)
     out = [LLAMA_CPP] if LLAMA_CPP in valid else []

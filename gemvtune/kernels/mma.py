@@ -11,7 +11,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .configbase import ConfigBase
+from .arch import DEFAULT as DEFAULT_ARCH
+from .arch import Arch
+from .configbase import ConfigBase, valid_of
 from .shapes import Shape
 from .tctiles import LastBlockCombine, TensorCoreTiles
 
@@ -53,6 +55,8 @@ class MmaConfig(LastBlockCombine, TensorCoreTiles, ConfigBase):
 
     family = NAME
     DOMAINS = DOMAINS
+    NEEDS_BY_DTYPE = {"fp16": ("mma.f16",), "bf16": ("mma.bf16", "bf16")}
+    NEEDS_BY_VALUE = {("hint", "evict_first"): "l2.cache_hint", ("pdl", "on"): "griddepcontrol"}
     kernel_name = MAIN_KERNEL
 
     # ---- derived values (the tiles, chunks, grid and staged X rows: TensorCoreTiles) ---------
@@ -80,11 +84,11 @@ class MmaConfig(LastBlockCombine, TensorCoreTiles, ConfigBase):
                   + (self.pdl != "off"))
         return (levers, self.split, self.kw, self.rw, self.depth, self.mt)
 
-    def render_values(self, shape: Shape) -> dict[str, Any]:
+    def render_values(self, shape: Shape, arch: Arch = DEFAULT_ARCH) -> dict[str, Any]:
         return {"n_tiles": self.n_tiles(shape.n), "w_hint": self.hint, "x_row": self.x_row_halves(shape.d)}
 
     # ---- validity -------------------------------------------------------------------------
-    def shape_reasons(self, shape: Shape) -> list[str]:
+    def shape_reasons(self, shape: Shape, arch: Arch = DEFAULT_ARCH) -> list[str]:
         """Why this in-domain config cannot run ``shape`` (empty: it can). Each reason is one short line."""
         r: list[str] = []
         if self.warps > MAX_WARPS:
@@ -132,5 +136,6 @@ def all_configs() -> Iterator[MmaConfig]:
         yield MmaConfig(*values)
 
 
-def valid_configs(shape: Shape) -> list[MmaConfig]:
-    return [c for c in all_configs() if not c.shape_reasons(shape)]   # (in the domains by construction)
+def valid_configs(shape: Shape, arch: Any = None) -> list[MmaConfig]:
+    """Every config of the space valid for ``shape`` on ``arch`` (None: sm_90)."""
+    return valid_of(all_configs(), shape, arch)

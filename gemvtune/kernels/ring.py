@@ -15,7 +15,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .configbase import ConfigBase
+from .arch import DEFAULT as DEFAULT_ARCH
+from .arch import Arch
+from .configbase import ConfigBase, valid_of
 from .shapes import Shape
 from .tctiles import LastBlockCombine, TensorCoreTiles
 
@@ -24,7 +26,6 @@ TEMPLATE = "ring_gemv.cu.j2"
 MAIN_KERNEL = "ring_gemv"
 STUDY_SUFFIX = "-ring"
 
-SMEM_LIMIT = 227 * 1024  # shared memory one block may opt in to on sm_90 (the ring is dynamic shared memory)
 MAX_WARPS = 16           # warps per block (rw x kw)
 MAX_GRID_X = 2**31 - 1
 
@@ -57,6 +58,8 @@ class RingConfig(LastBlockCombine, TensorCoreTiles, ConfigBase):
 
     family = NAME
     DOMAINS = DOMAINS
+    NEEDS = ("cp.async",)
+    NEEDS_BY_DTYPE = {"fp16": ("mma.f16",), "bf16": ("mma.bf16", "bf16")}
     kernel_name = MAIN_KERNEL
 
     # ---- derived values ------------------------------------------------------------------
@@ -106,12 +109,12 @@ class RingConfig(LastBlockCombine, TensorCoreTiles, ConfigBase):
         levers = (self.split > 1) + (self.kw > 1) + (self.ipb > 1) + (self.x_load != "ring") + (self.prefetch != "none")
         return (levers, self.split, self.kw, self.ipb, self.rw, self.stages, self.mt, self.bk)
 
-    def render_values(self, shape: Shape) -> dict[str, Any]:
+    def render_values(self, shape: Shape, arch: Arch = DEFAULT_ARCH) -> dict[str, Any]:
         return {"n_tiles": self.n_tiles(shape.n), "w_hint": "nc", "x_rows": self.x_rows(shape.n),
                 "stage_bytes": self.stage_bytes(shape.n)}
 
     # ---- validity -------------------------------------------------------------------------
-    def shape_reasons(self, shape: Shape) -> list[str]:
+    def shape_reasons(self, shape: Shape, arch: Arch = DEFAULT_ARCH) -> list[str]:
         """Why this in-domain config cannot run ``shape`` (empty: it can). Each reason is one short line."""
         r: list[str] = []
         if shape.d % 8:
@@ -129,13 +132,20 @@ class RingConfig(LastBlockCombine, TensorCoreTiles, ConfigBase):
         tiles = self.tiles(shape.M)
         if self.ipb > 1 and self.ipb >= 2 * tiles:
             r.append(f"ipb={self.ipb} tiles per block for {tiles} row tile(s): a smaller ipb runs the same grid")
-        sm = self.smem_bytes(shape)
-        if sm > SMEM_LIMIT:
-            r.append(f"{sm} B of shared memory ({self.stages} stages of {self.stage_bytes(shape.n)} B"
-                     + (", d-warp reduction" if self.kw > 1 else "") + f") exceed {SMEM_LIMIT // 1024} KiB")
+        r += self.limit_reasons(shape, arch)
         if self.grid(shape)[0] > MAX_GRID_X:
             r.append("too many row blocks for one grid")
         return r
+
+    def limit_reasons(self, shape: Shape, arch: Arch) -> list[str]:
+        """The ring is dynamic shared memory: a block opts in to at most ``arch.smem_optin`` (227 KiB on sm_90, 163
+        on sm_80, 99 on sm_86)."""
+        sm = self.smem_bytes(shape)
+        if sm > arch.smem_optin:
+            return [f"{sm} B of shared memory ({self.stages} stages of {self.stage_bytes(shape.n)} B"
+                    + (", d-warp reduction" if self.kw > 1 else "") + f") exceed {arch.smem_optin // 1024} KiB"
+                    + ("" if arch is DEFAULT_ARCH else f" (the most a block may opt in to on {arch})")]
+        return []
 
     @property
     def label(self) -> str:
@@ -163,5 +173,6 @@ def all_configs() -> Iterator[RingConfig]:
         yield RingConfig(*values)
 
 
-def valid_configs(shape: Shape) -> list[RingConfig]:
-    return [c for c in all_configs() if not c.shape_reasons(shape)]   # (in the domains by construction)
+def valid_configs(shape: Shape, arch: Any = None) -> list[RingConfig]:
+    """Every config of the space valid for ``shape`` on ``arch`` (None: sm_90)."""
+    return valid_of(all_configs(), shape, arch)

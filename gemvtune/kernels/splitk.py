@@ -10,7 +10,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .configbase import ConfigBase
+from .arch import DEFAULT as DEFAULT_ARCH
+from .arch import Arch
+from .configbase import ConfigBase, valid_of
 from .shapes import Shape
 from .tctiles import TensorCoreTiles
 
@@ -47,6 +49,8 @@ class SplitKConfig(TensorCoreTiles, ConfigBase):
 
     family = NAME
     DOMAINS = DOMAINS
+    NEEDS_BY_DTYPE = {"fp16": ("mma.f16",), "bf16": ("mma.bf16", "bf16")}
+    NEEDS_BY_VALUE = {("w_load", "cpasync"): "cp.async"}
 
     # ---- derived values (the tiles, chunks, grid and staged X rows: TensorCoreTiles) ---------
     @property
@@ -98,11 +102,11 @@ class SplitKConfig(TensorCoreTiles, ConfigBase):
         levers = (self.split > 1) + (self.w_load != "reg") + (self.x_load != "ldg") + (self.combine != "atomic")
         return (levers, self.split, self.depth, self.warps, self.mt)
 
-    def render_values(self, shape: Shape) -> dict[str, Any]:
+    def render_values(self, shape: Shape, arch: Arch = DEFAULT_ARCH) -> dict[str, Any]:
         return {"n_tiles": self.n_tiles(shape.n), "x_row": self.x_row_halves(shape.d), "w_hint": "nc"}
 
     # ---- validity -------------------------------------------------------------------------
-    def shape_reasons(self, shape: Shape) -> list[str]:
+    def shape_reasons(self, shape: Shape, arch: Arch = DEFAULT_ARCH) -> list[str]:
         """Why this in-domain config cannot run ``shape`` (empty: it can). Each reason is one short line."""
         r: list[str] = []
         why, stop = self.split_reasons(shape.d)
@@ -147,5 +151,6 @@ def all_configs() -> Iterator[SplitKConfig]:
         yield SplitKConfig(*values)
 
 
-def valid_configs(shape: Shape) -> list[SplitKConfig]:
-    return [c for c in all_configs() if not c.shape_reasons(shape)]   # (in the domains by construction)
+def valid_configs(shape: Shape, arch: Any = None) -> list[SplitKConfig]:
+    """Every config of the space valid for ``shape`` on ``arch`` (None: sm_90)."""
+    return valid_of(all_configs(), shape, arch)

@@ -15,9 +15,11 @@ from ..kernels.shapes import Shape
 
 
 def warm_start(model_path: Path, shape: Shape, families: tuple[str, ...], domains: Callable[[str], dict[str, Any]],
-               k: int, echo: Callable[[str], None]) -> dict[str, tuple[dict[str, Any], ...]] | None:
-    """{family: the model's top-k configs as parameter dicts} for ``shape``; None (said in one line) where there
-    is no model, LightGBM is missing or the file is not a model: a search then starts from its seed alone."""
+               k: int, echo: Callable[[str], None], arch: str | None = None
+               ) -> dict[str, tuple[dict[str, Any], ...]] | None:
+    """{family: the model's top-k configs valid on ``arch`` (None: sm_90) as parameter dicts} for ``shape``; None
+    (said in one line) where there is no model, LightGBM is missing or the file is not a model: a search then starts
+    from its seed alone."""
     if k <= 0 or not os.path.lexists(model_path):   # (a dangling link or a FIFO there: load's one line)
         return None
     from . import costmodel as cm
@@ -40,7 +42,7 @@ def warm_start(model_path: Path, shape: Shape, families: tuple[str, ...], domain
         configs = []
         for values in itertools.product(*space.values()):
             c = f.config_cls(**dict(zip(names, values)))
-            if c.is_valid(shape):
+            if c.is_valid(shape, arch):
                 configs.append(c)
         if configs:
             out[fam] = tuple({n: getattr(c, n) for n in names} for c, _ in model.rank(configs, shape, k))

@@ -6,8 +6,12 @@ with ``MARGIN``."""
 from __future__ import annotations
 
 import itertools
+import os
+import warnings
+from pathlib import Path
 from typing import Any
 
+from ..errors import UsageError
 from ..kernels.families import DEFAULT_FAMILY, FAMILIES
 from ..kernels.shapes import Shape
 
@@ -15,7 +19,8 @@ MARGIN = 0.10   # a prediction must beat predicted cuBLAS by this much (model er
 
 
 def candidates(table: Any, shape: Shape) -> list[Any]:
-    """Valid template configs for ``shape``: the table's own, each family's seed and fallbacks, the GEMV sweep grid."""
+    """Template configs valid for ``shape`` on the table's architecture: the table's own, each family's seed and
+    fallbacks, the GEMV sweep grid."""
     out: dict[Any, None] = {}
     for k in table.keys():
         e = table.entry(Shape(*k))
@@ -36,7 +41,8 @@ def candidates(table: Any, shape: Shape) -> list[Any]:
     names = list(gemv.sweep_grid)
     for values in itertools.product(*gemv.sweep_grid.values()):
         out[gemv.config_cls(**dict(zip(names, values)))] = None
-    return [c for c in out if not FAMILIES[c.family].library and c.is_valid(shape)]
+    arch = getattr(table, "arch", None)   # (the table's routes run on that architecture: gemvtune.runtime.tablegpu)
+    return [c for c in out if not FAMILIES[c.family].library and c.is_valid(shape, arch)]
 
 
 def pick(table: Any, model: Any, shape: Shape, out: str = "fp32") -> tuple[Any, float] | None:
@@ -50,3 +56,40 @@ def pick(table: Any, model: Any, shape: Shape, out: str = "fp32") -> tuple[Any, 
         return None
     (cfg, us), = model.rank(cands, shape, 1)
     return cfg, us
+
+
+def table_model(table_path: Path, which: str | Path | None) -> Any:
+    """The cost model a table loads (``gemvtune.runtime.table.load_table``'s ``costmodel``): None, or a loader called
+    when an untabled shape first needs it (a named file is read now, so that a bad one fails ``load_table`` with its
+    line)."""
+    if which is None:
+        return None
+    auto = isinstance(which, str) and which == "auto"
+    from . import model_beside
+
+    p = model_beside(table_path.parent) if auto else Path(which)
+    if not auto:
+        from .costmodel import load
+
+        return load(p)
+    import importlib.util
+
+    try:
+        if not os.path.lexists(p) or importlib.util.find_spec("lightgbm") is None:
+            return None
+    except Exception:   # (find_spec of a broken install raises): as without LightGBM
+        return None
+
+    def lazy() -> Any:
+        # a file that is not a model (its trees are checked before LightGBM parses them), LightGBM failing to
+        # import or to read it: one line of warning, never an error, and the table goes on without zero-trial picks
+        try:
+            from .costmodel import load
+
+            return load(p)
+        except Exception as e:
+            why = str(e) if isinstance(e, UsageError) else f"cost model {p}: {type(e).__name__}: {e}"
+            why = " ".join(why.split("\n"))[:500]
+            warnings.warn(f"gemvtune: {why}; shapes the table lacks run cuBLAS", stacklevel=4)
+            return None
+    return lazy

@@ -64,10 +64,10 @@ def _ints(values: Any) -> list[int]:
     return [int(v) for v in values]
 
 
-def _entry(config: Any, shape: Shape, spec: Any) -> dict[str, Any]:
+def _entry(config: Any, shape: Shape, spec: Any, arch: Any = None) -> dict[str, Any]:
     """One tuned shape's values for the template: its rendered kernel(s) (the family's template, through
-    gemvtune.build.render) and the launches of its ``run``."""
-    body, macros = _namespaced(render(config, shape))
+    gemvtune.build.render, for ``arch``: the table's GPU's) and the launches of its ``run``."""
+    body, macros = _namespaced(render(config, shape, arch=arch))
     return {"key": entry_key(shape), "family": _label(config.family), "label": _label(config.label),
             "ns": _ident(namespace_of(shape)), "body": body.strip(), "M": int(shape.M),
             "elem": "half" if shape.dtype == "fp16" else "__nv_bfloat16",
@@ -113,7 +113,7 @@ def build_header(table: Table) -> str:
         spec = launch_spec(cfg, shape)
         pdl_any |= spec.pdl
         ws, off = (spec.workspace_bytes, spec.counters_offset) if spec.needs_workspace else (0, 0)
-        entries.append(_entry(cfg, shape, spec))
+        entries.append(_entry(cfg, shape, spec, table.recorded_arch))
         rows[shape.dtype].append({"M": int(shape.M), "d": int(shape.d), "n": int(shape.n), "align": int(spec.align),
                      "ws": int(ws), "off": int(off), "label": f"{_label(cfg.family)}:{_label(cfg.label)}",
                      "ns": _ident(namespace_of(shape))})

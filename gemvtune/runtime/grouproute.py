@@ -80,6 +80,14 @@ def _checked(who: str, table: Any, group: GroupShape, framework: str, out: str |
     return _cached(table, group, framework, out, swiglu)
 
 
+def forget(table: Any) -> None:
+    """Drop the group routes of ``table`` (its device check changed what may run: ``Table.check_device``)."""
+    try:
+        _CACHE.pop(table, None)
+    except TypeError:   # (an object that cannot be weakly referenced: nothing was cached)
+        pass
+
+
 def _cached(table: Any, group: GroupShape, framework: str, out: str, swiglu: bool) -> GroupRoute:
     key = (group, framework, out, swiglu)
     try:
@@ -96,9 +104,10 @@ def _separate(why: str, grouped_us: float | None = None, separate_us: float | No
     return GroupRoute("separate", None, why, grouped_us, separate_us)
 
 
-def _fused_best(entry: Any, group: GroupShape, out: str, swiglu: bool = False) -> tuple[float, Any, Any] | None:
+def _fused_best(entry: Any, group: GroupShape, out: str, swiglu: bool = False, arch: Any = None
+                ) -> tuple[float, Any, Any] | None:
     """(µs, config, record) of the fastest measured record of the fused shape's entry that can run ``group``
-    as one grouped launch with an ``out`` epilogue (and SwiGLU); None if none can."""
+    as one grouped launch with an ``out`` epilogue (and SwiGLU) on ``arch`` (None: sm_90); None if none can."""
     epi = Epilogue(out, swiglu=swiglu)
     best = None
     for rec in entry.records():
@@ -109,7 +118,8 @@ def _fused_best(entry: Any, group: GroupShape, out: str, swiglu: bool = False) -
             cfg = rec.config_object()
         except Exception:   # (a record whose config this version cannot read: not a candidate)
             continue
-        if cfg.family not in GROUP_FAMILIES or group_reasons(cfg, group, epi) or epi.invalid_reasons(cfg):
+        if (cfg.family not in GROUP_FAMILIES or group_reasons(cfg, group, epi) or epi.invalid_reasons(cfg)
+                or cfg.arch_reasons(group.fused, arch)):
             continue
         if best is None or us < best[0]:
             best = (us, cfg, rec)
@@ -141,10 +151,13 @@ def _choose(table: Any, group: GroupShape, framework: str, out: str, swiglu: boo
     entry_of = getattr(table, "entry", None)
     if not callable(entry_of):
         return _separate("the table holds no entries to read (not a gemvtune Table)")
+    foreign = getattr(table, "foreign", "")
+    if foreign:   # another GPU model than the table's (gemvtune.runtime.tablegpu): each member runs cuBLAS
+        return _separate(foreign)
     entry = entry_of(fused)
     if entry is None:
         return _separate(f"the fused shape {fused.M}x{fused.d} at n={fused.n} ({fused.dtype}) is not in the table")
-    best = _fused_best(entry, group, out, swiglu)
+    best = _fused_best(entry, group, out, swiglu, getattr(table, "arch", None))
     if best is None:
         fuse = " and fuse SwiGLU (an even number of rows per block)" if swiglu else ""
         return _separate(f"no measured {'/'.join(GROUP_FAMILIES)} kernel of the fused shape {fused.M}x{fused.d} at "

@@ -1,5 +1,6 @@
 """The per-GPU lookup table: versioned JSON keyed by (M, d, n, dtype), atomic merge-on-write, lookup with
-fallback, and run-time dispatch (``load_table(path).gemv(W, x)``)."""
+fallback, and run-time dispatch (``load_table(path).gemv(W, x)``) on the GPU it was tuned on only
+(``gemvtune.runtime.tablegpu``)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from ..kernels.families import FAMILIES, FAMILY_NAMES
 from ..kernels.shapes import Shape
 from .entry import Entry, FrozenMap, built
 from .keys import entry_key
+from .tablegpu import GpuRule
 
 log = logging.getLogger("gemvtune")
 
@@ -181,6 +183,7 @@ class Table:
         self._warned: set[Shape] = set()
         self._dispatch: Dispatcher | None = None
         self._gpu_checked = False
+        self.gpu_rule = GpuRule(self.gpu, path, strict_gpu)   # its kernels run on its own GPU model only
         # where load_table found it: "path" (given), "your results" or "shipped" (load_table() with no path)
         self.origin = "path"
 
@@ -209,10 +212,43 @@ class Table:
         key = (M, d, n, framework, out, dtype)
         r = self._routes.get(key)
         if r is None:
-            from .route import choose
+            from .route import Route, choose
 
-            r = self._routes[key] = choose(self, M, d, n, framework, self.policy, out, dtype)
+            if self.gpu_rule.foreign:   # another GPU model: never a kernel (gemvtune.runtime.tablegpu)
+                r = Route("cublas", None, self.gpu_rule.foreign)
+            else:
+                r = self.gpu_rule.guard(choose(self, M, d, n, framework, self.policy, out, dtype),
+                                        Shape(M, d, n, dtype), self.policy)
+            self._routes[key] = r
         return r
+
+    @property
+    def arch(self) -> Any:
+        """The ``gemvtune.kernels.arch.Arch`` the table's routes run on (``GpuRule.arch``)."""
+        return self.gpu_rule.arch
+
+    @property
+    def recorded_arch(self) -> Any:
+        """The ``Arch`` of the GPU the table was tuned on (what ``export`` renders for; sm_90 where none is known)."""
+        return self.gpu_rule.recorded or self.gpu_rule.arch
+
+    @property
+    def foreign(self) -> str:
+        """Why the table's kernels never run on the device it was used on ("" where they may: ``GpuRule``)."""
+        return self.gpu_rule.foreign
+
+    def check_device(self, name: str, capability: tuple[int, int] | None = None) -> bool:
+        """Whether the table's kernels may run on the device ``name`` (of compute ``capability``): another GPU model
+        than the table's warns once (``strict_gpu``: UsageError) and from then on every route is cuBLAS."""
+        self._gpu_checked = True
+        before = (self.gpu_rule.foreign, self.gpu_rule.device_arch)
+        ok = self.gpu_rule.check(name, capability)
+        if (self.gpu_rule.foreign, self.gpu_rule.device_arch) != before:   # routes decided before no longer hold
+            from . import grouproute
+
+            self._routes.clear()
+            grouproute.forget(self)
+        return ok
 
     def lookup(self, shape: Shape) -> tuple[Any, str]:
         """(config, how): the tuned winner (of either family) for (M, d, n); else the winner tuned for
@@ -288,7 +324,7 @@ class Table:
 
             if not self._gpu_checked:
                 check_cuda_tensors(W, x, out, bias)
-                self._check_gpu(_torch_device_name(W))
+                self.check_device(*_torch_device(W))
             return table_gemv(self, W, x, out, bias, out_dtype)
         if self._dispatch is None or not self._gpu_checked:
             # no device at all is said first (exit 3 on the command line), then arrays in host memory, and only
@@ -299,17 +335,12 @@ class Table:
                 self._dispatch = Dispatcher()
             check_arrays(W, x, out, bias)
             if not self._gpu_checked:
-                self._check_gpu(self._dispatch.device_name())
+                self.check_device(self._dispatch.device_name(), self._dispatch.device_capability())
         return self._dispatch.gemv(self, W, x, out, bias, out_dtype)
 
     def _check_gpu(self, name: str) -> None:
-        self._gpu_checked = True
-        made = self.gpu.get("name")
-        if made and made != name:
-            msg = f"table {self.path or ''} was tuned on {made}, this is {name}: its choices may be far from best"
-            if self.strict_gpu:
-                raise UsageError(msg)
-            warnings.warn("gemvtune: " + msg, stacklevel=3)
+        """``check_device`` by name (the benchmarks' check of the GPU they run on)."""
+        self.check_device(name)
 
 
 def _key(shape: Shape) -> tuple[int, int, int, str]:
@@ -322,10 +353,14 @@ def _transfers(config: Any, shape: Shape) -> bool:
     return config.is_valid(shape) and not FAMILIES[config.family].library
 
 
-def _torch_device_name(t: Any) -> str:
+def _torch_device(t: Any) -> tuple[str, tuple[int, int] | None]:
+    """(name, compute capability) of a tensor's CUDA device."""
     import torch
 
-    return torch.cuda.get_device_name(t.device) if t.is_cuda else "cpu"
+    if not t.is_cuda:
+        return "cpu", None
+    major, minor = torch.cuda.get_device_capability(t.device)
+    return torch.cuda.get_device_name(t.device), (int(major), int(minor))
 
 
 def load_table(path: str | Path | None = None, strict_gpu: bool = False, policy: str = "fastest",
@@ -334,7 +369,9 @@ def load_table(path: str | Path | None = None, strict_gpu: bool = False, policy:
     table of the GPU this runs on (or of ``gpu``, a GPU name as the driver reports it): your own
     ``results/<gpu>/table.json`` if there is one, else the one shipped with gemvtune (``Table.origin`` says which;
     ``gemvtune which-table`` shows it); a table of another GPU is never picked, and no table for this GPU is one
-    UsageError. A table of another GPU given by its path runs, with a warning (``strict_gpu``: an error). ``policy``:
+    UsageError. A table of another GPU given by its path is read whole (lookups, reports, export), but its kernels
+    never run there: on another GPU model every call runs cuBLAS, with one warning (``strict_gpu``: an error instead;
+    ``gemvtune.runtime.tablegpu``). ``policy``:
     ``fastest`` (default) runs, per (M, d, n), whichever of the tuned kernel and cuBLAS the table
     measured faster, and for a shape it lacks the cost model's pick where it predicts that faster than
     cuBLAS by a margin, else cuBLAS; ``tuned`` always runs a gemvtune kernel. ``costmodel``: a model file,
@@ -348,42 +385,8 @@ def load_table(path: str | Path | None = None, strict_gpu: bool = False, policy:
         path, origin = found.path, found.origin
         log.info("load_table: %s", found)
     data, entries = _read(Path(path))
-    table = Table(data, str(path), strict_gpu, policy, _costmodel(Path(path), costmodel), entries)
+    from ..model.zerotrial import table_model
+
+    table = Table(data, str(path), strict_gpu, policy, table_model(Path(path), costmodel), entries)
     table.origin = origin
     return table
-
-
-def _costmodel(table_path: Path, which: str | Path | None) -> Any:
-    """The cost model a table loads: None, or a loader called when an untabled shape first needs it (a
-    named file is read now, so that a bad one fails ``load_table`` with its line)."""
-    if which is None:
-        return None
-    auto = isinstance(which, str) and which == "auto"
-    from ..model import model_beside
-
-    p = model_beside(table_path.parent) if auto else Path(which)
-    if not auto:
-        from ..model.costmodel import load
-
-        return load(p)
-    import importlib.util
-
-    try:
-        if not os.path.lexists(p) or importlib.util.find_spec("lightgbm") is None:
-            return None
-    except Exception:   # (find_spec of a broken install raises): as without LightGBM
-        return None
-
-    def lazy() -> Any:
-        # a file that is not a model (its trees are checked before LightGBM parses them), LightGBM failing to
-        # import or to read it: one line of warning, never an error, and the table goes on without zero-trial picks
-        try:
-            from ..model.costmodel import load
-
-            return load(p)
-        except Exception as e:
-            why = str(e) if isinstance(e, UsageError) else f"cost model {p}: {type(e).__name__}: {e}"
-            why = " ".join(why.split("\n"))[:500]
-            warnings.warn(f"gemvtune: {why}; shapes the table lacks run cuBLAS", stacklevel=4)
-            return None
-    return lazy

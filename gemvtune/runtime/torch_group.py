@@ -25,7 +25,7 @@ from ..kernels.epilogue import Epilogue
 from ..kernels.group import MAX_GROUP, GroupShape
 from ..kernels.shapes import MAX_BATCH
 from . import grouproute
-from .torch_op import _ALIGN, _TABLES, DTYPES, _raw_stream, register_table
+from .torch_op import _ALIGN, _TABLES, DTYPES, _raw_stream, device_allows, register_table
 
 # Grouped plans by (table id, members' rows, d, n, bias, out dtype, device, input dtype), like torch_op._FAST; a key
 # whose plan could not be built holds None (warned once; the members run F.linear).
@@ -101,7 +101,7 @@ def run_group(x: torch.Tensor, weights: Sequence[torch.Tensor], biases: Sequence
         except UsageError:
             return _alone(x, weights, biases)
         route = grouproute.choose_group(table, group, "torch", dt)
-        if not route.grouped:
+        if not route.grouped or not device_allows(table, dev):   # (another GPU model: the routes say separate now)
             return _alone(x, weights, biases)
         plan = _group_plan(key, route.config, group, Epilogue(dt, has_bias), dev)
         if plan is None:

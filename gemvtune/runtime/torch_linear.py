@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from ..kernels.shapes import MAX_BATCH
 from .explaintext import format_explain
 from .torch_mlp import GemvSwiGLUMLP, attach_mlps, detach_mlps, mlp_rows, residual_note
-from .torch_op import _ALIGN, DTYPES, register_table, run_linear
+from .torch_op import _ALIGN, DTYPES, device_allows, register_table, run_linear
 from .torch_siblings import attach_groups, detach_groups, group_rows, kept_groups, reattach
 
 __all__ = ["ExplainRows", "GemvLinear", "GemvSwiGLUMLP", "Restored", "explain", "format_explain", "restore_linears",
@@ -53,7 +53,8 @@ class GemvLinear(torch.nn.Module):
     ``forward(x)`` computes ``F.linear(x, weight, bias)`` (out in the weight's dtype, bias and cast fused into
     the tuned kernel) through the table's route for (M, d, n, dtype), n = x.numel() // in_features: the tuned
     kernel where the table measured it faster than cuBLAS for the weight's dtype (FP16 and BF16 entries are
-    separate: a BF16 layer never runs a kernel tuned only for FP16), else ``F.linear`` itself. Anything the
+    separate: a BF16 layer never runs a kernel tuned only for FP16) on the table's own GPU model (on another, every
+    call: ``gemvtune.runtime.tablegpu``), else ``F.linear`` itself. Anything the
     kernels cannot take is ``F.linear`` too: CPU, FP32, x of another dtype than the weight, n > max_batch,
     a gradient needed, a weight not contiguous or not 16-byte aligned. Eager calls launch directly
     (``torch_op.run_linear``); under ``torch.compile`` the layer is the custom op ``torch.ops.gemvtune.linear``, so
@@ -78,6 +79,9 @@ class GemvLinear(torch.nn.Module):
         self.register_parameter("bias", linear.bias)
         self.table, self.max_batch = table, max_batch
         self._tid = register_table(table)
+        # A table runs its kernels on its own GPU model only: checked here against torch's current device (another
+        # model: one warning, and every route below is cuBLAS), and again on the device of each plan built.
+        device_allows(table)
         # Route per weight dtype and n (index 0 unused), decided once from the table's measurements: constants
         # that torch.compile reads without tracing the table (a weight cast after the swap finds its dtype's).
         # A zero-sized layer (0 in or out features) has no shape to tune: F.linear for every n.
@@ -336,6 +340,7 @@ def explain(model: torch.nn.Module, n: int = 1) -> ExplainRows:
             if n > mod.max_batch:
                 rows.append({**row, "route": "F.linear", "why": f"n={n} above this layer's max_batch={mod.max_batch}"})
                 continue
+            device_allows(mod.table, mod.weight.get_device())   # (another GPU model: the routes say so)
             dt = DTYPES[mod.weight.dtype]
             r = mod.table.route(mod.out_features, mod.in_features, n, "torch", dt, dt)
             c = mod.table.route(mod.out_features, mod.in_features, n, "torch-compile", dt, dt)

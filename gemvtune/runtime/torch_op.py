@@ -52,13 +52,28 @@ def register_table(table: Any) -> int:
     return tid
 
 
+def device_allows(table: Any, dev: int | None = None) -> bool:
+    """Whether ``table``'s kernels may run on CUDA device ``dev`` (None: torch's current one): ``Table.check_device``
+    with its name and compute capability (``gemvtune.runtime.tablegpu``: another GPU model makes every route cuBLAS).
+    True where there is nothing to check (no CUDA device, or a table object without the check)."""
+    check = getattr(table, "check_device", None)
+    if check is None or not torch.cuda.is_available():
+        return True
+    if dev is None:
+        dev = torch.cuda.current_device()
+    return bool(check(torch.cuda.get_device_name(dev), tuple(torch.cuda.get_device_capability(dev))))
+
+
 def _plan(tid: int, table: Any, config: Any, M: int, d: int, n: int, bias: bool, out: str, dev: int,
           stream: int, dtype: str = "fp16") -> Any:
     """The route's plan (kept in _FAST): a kernel's ``LaunchPlan`` or a cuBLASLt algorithm's ``LtPlan``
-    (same launch interface), or None where the library refuses its algorithm (cuBLAS runs)."""
+    (same launch interface), or None where the library refuses its algorithm or the table's kernels may not run on
+    ``dev`` (``device_allows``): cuBLAS runs."""
     key = (tid, M, d, n, bias, out, dev, dtype)
     plan = _FAST.get(key)
     if plan is None:
+        if not device_allows(table, dev):
+            return None
         plan = route_plan(config, Shape(M, d, n, dtype), Epilogue(out, bias), dev, stream)
         if plan is not None:
             _FAST[key] = plan

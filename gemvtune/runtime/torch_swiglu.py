@@ -25,7 +25,7 @@ from ..kernels.group import GroupShape
 from ..kernels.shapes import MAX_BATCH
 from . import grouproute
 from .torch_group import _GROUP_FAST, _group_plan, group_unsupported
-from .torch_op import _ALIGN, _TABLES, DTYPES, _raw_stream, register_table
+from .torch_op import _ALIGN, _TABLES, DTYPES, _raw_stream, device_allows, register_table
 
 
 def swiglu_alone(x: torch.Tensor, gate_w: torch.Tensor, up_w: torch.Tensor, gate_b: torch.Tensor | None,
@@ -70,7 +70,7 @@ def run_swiglu(x: torch.Tensor, gate_w: torch.Tensor, up_w: torch.Tensor, gate_b
         except UsageError:
             return swiglu_alone(x, gate_w, up_w, gate_b, up_b)
         route = grouproute.choose_swiglu(table, group, "torch", dt)
-        if not route.grouped:
+        if not route.grouped or not device_allows(table, dev):   # (another GPU model: the routes say separate now)
             return swiglu_alone(x, gate_w, up_w, gate_b, up_b)
         plan = _group_plan(key, route.config, group, Epilogue(dt, has_bias, swiglu=True), dev)
         if plan is None:

@@ -22,12 +22,13 @@ from .coordination.coord import Coordinator
 from .coordination.optuna_adapter import fixed_params
 from .samplers import make_sampler
 from .search_options import SearchOptions, study_record
-from .searcher import (  # noqa: F401 (family_domains, make_searcher: re-exported for search_run and study)
+from .searcher import (  # noqa: F401 (family_domains, make_searcher, search_arch: re-exported for search_run and study)
     Known,
     Searcher,
     family_domains,
     local_coordinator,
     make_searcher,
+    search_arch,
     trials_in_flight,
 )
 
@@ -77,8 +78,8 @@ def run_search(runner: Any, shape: Shape, opts: SearchOptions, storage: Any, nam
                                     load_if_exists=True)
         known = Coordinator.state(study)[2]
         measured0 += len(known)
-        enqueue_seed(study, fam, family_domains(opts, fam))
-        enqueue_warm(study, (opts.warm_start or {}).get(fam, ()), family_domains(opts, fam))
+        enqueue_seed(study, fam, family_domains(opts, fam, search_arch(runner)))
+        enqueue_warm(study, (opts.warm_start or {}).get(fam, ()), family_domains(opts, fam, search_arch(runner)))
         study.set_user_attr("shape", [shape.M, shape.d, shape.n, shape.dtype])
         study.set_user_attr("family", fam)
         if not studies:   # the first study describes the search, for workers that join by name

@@ -27,7 +27,7 @@ from .coordination.coord import Coordinator, this_worker
 from .coordination.journal import DISK_FULL, WriteError, remedy, why_oserror
 from .coordination.optuna_adapter import optimize_logger
 from .coordination.storage import HEARTBEAT_S, open_store
-from .search import SearchOptions, run_search, searchable, study_name
+from .search import SearchOptions, run_search, search_arch, searchable, study_name
 
 # an OSError of one of these, while a search writes, ends it with one line (not a traceback)
 WRITE_ERRNOS = DISK_FULL | {errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO}
@@ -224,15 +224,17 @@ def incumbents(table: Path, shape: Shape) -> tuple[Any, ...]:
     return tuple(out)
 
 
-def _warm(opts: SearchOptions, out: Path, shape: Shape, echo: Callable[[str], None]) -> SearchOptions:
-    """``opts`` with the cost model's warm start for ``shape`` (the model of the results folder, if any)."""
+def _warm(opts: SearchOptions, out: Path, shape: Shape, echo: Callable[[str], None], arch: str | None = None
+          ) -> SearchOptions:
+    """``opts`` with the cost model's warm start for ``shape`` on ``arch`` (the model of the results folder, if any)."""
     if not opts.warm_k or opts.warm_start is not None:
         return opts
     from ..model import model_beside
     from ..model.warm import warm_start
     from .search import family_domains
 
-    warm = warm_start(model_beside(out), shape, opts.families, lambda f: family_domains(opts, f), opts.warm_k, echo)
+    warm = warm_start(model_beside(out), shape, opts.families, lambda f: family_domains(opts, f, arch), opts.warm_k,
+                      echo, arch)
     return dataclasses.replace(opts, warm_start=warm) if warm else opts
 
 
@@ -247,7 +249,7 @@ def _search_shapes(runner: Any, shapes: list[Shape], opts: SearchOptions, out: P
     echo(f"{dev['name']}{replay}: read ceiling {ceil['read_gbps']:.0f} GB/s; storage {storage_url}; table {table}")
     for shape in shapes:
         name = study_name(shape, slug) + runner.study_suffix   # replay: its own studies
-        res = run_search(runner, shape, _warm(opts, out, shape, echo), storage, name, echo=echo, coord=coord,
+        res = run_search(runner, shape, _warm(opts, out, shape, echo, search_arch(runner)), storage, name, echo=echo, coord=coord,
                          joiner=joiner, incumbents=incumbents(table, shape))
         if res is None:   # another worker of this study confirms and writes the table
             runner.release()

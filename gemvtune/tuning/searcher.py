@@ -44,9 +44,18 @@ def _attrs(m: Measurement) -> dict[str, Any]:
     return out
 
 
-def family_domains(opts: SearchOptions, family: str) -> dict[str, Any]:
-    """The space a search of ``family`` covers: opts.domains' for it, else the family's whole space."""
-    return (opts.domains or {}).get(family) or FAMILIES[family].domains
+def family_domains(opts: SearchOptions, family: str, arch: str | None = None) -> dict[str, Any]:
+    """The space a search of ``family`` covers on ``arch`` (None: sm_90): opts.domains' for it, else the family's
+    whole space, without the values that need a feature ``arch`` lacks (``ConfigBase.arch_domains``: never
+    proposed there)."""
+    domains = (opts.domains or {}).get(family) or FAMILIES[family].domains
+    return FAMILIES[family].config_cls.arch_domains(domains, arch)
+
+
+def search_arch(runner: Any) -> str | None:
+    """The architecture a search on ``runner`` validates its configs for: the runner's device's; None (sm_90, the
+    H200 the sweeps were recorded on) for a replayed sweep, whose ``arch`` names no device."""
+    return None if runner.replayed else runner.arch
 
 
 def trials_in_flight(opts: SearchOptions, runner: Any) -> int:
@@ -94,7 +103,8 @@ class Searcher:
         self.idle_count = 0              # proposals in a row that measured nothing new
         self.stop_reason = ""            # why the search stops before its budget ("" while it goes on)
         self.fam = FAMILIES[family]
-        self.domains = family_domains(opts, family)
+        self.arch = search_arch(runner)
+        self.domains = family_domains(opts, family, self.arch)
         self.space = self.make_space()
         self.jobs = self.in_flight()
         self.gpu_lock: Any = threading.Lock() if self.jobs > 1 else contextlib.nullcontext()
@@ -147,7 +157,7 @@ class Searcher:
             trial.set_user_attr("error", f"{type(e).__name__}: {e}"[:300])
             raise optuna.TrialPruned(f"sampler error: {e}") from None
         trial.set_user_attr("label", cfg.label)
-        why = cfg.invalid_reasons(shape)
+        why = cfg.invalid_reasons(shape, self.arch)
         if why:
             trial.set_user_attr("status", Status.INVALID)
             trial.set_user_attr("error", "; ".join(why))
@@ -253,7 +263,7 @@ class TemplateSearcher(Searcher):
     kind = "template"
 
     def make_space(self) -> dict[str, dict[str, Any]] | None:
-        return candidates(self.runner, self.shape, self.family, self.domains)
+        return candidates(self.runner, self.shape, self.family, self.domains, self.arch)
 
     def in_flight(self) -> int:
         return trials_in_flight(self.opts, self.runner)

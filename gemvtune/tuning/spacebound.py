@@ -18,8 +18,9 @@ STALL_PROPOSALS = 200     # proposals in a row that measure nothing new (invalid
 ENUMERATE_LIMIT = 50_000  # grids up to this many points are listed, to know when the space is spent
 
 
-def candidates(runner: Runner, shape: Shape, family: str, domains: dict[str, Any]) -> dict[str, dict[str, Any]] | None:
-    """Every valid config a search of ``family`` over ``domains`` can measure for ``shape``, as label ->
+def candidates(runner: Runner, shape: Shape, family: str, domains: dict[str, Any],
+               arch: str | None = None) -> dict[str, dict[str, Any]] | None:
+    """Every config valid on ``arch`` (None: sm_90) a search of ``family`` over ``domains`` can measure for ``shape``, as label ->
     the searched parameters: the grid's valid points when it has at most ENUMERATE_LIMIT of them, and of
     those only what the runner can answer (a replayed sweep: what it recorded). None when the grid is
     too large to list (no budget could spend it)."""
@@ -35,7 +36,7 @@ def candidates(runner: Runner, shape: Shape, family: str, domains: dict[str, Any
             cfg = fam.config_cls(**params)
         except (TypeError, ValueError):
             continue
-        if not cfg.invalid_reasons(shape) and (have is None or cfg.label in have):
+        if not cfg.invalid_reasons(shape, arch) and (have is None or cfg.label in have):
             out[cfg.label] = params
     return out
 

@@ -46,7 +46,7 @@ def run_sweep(runner: Any, shape: Shape, out_dir: str | Path, echo: Callable[[st
     fam = get_family(family)
     t0 = time.perf_counter()
     grid = grid_configs(family=family)
-    configs = [c for c in grid if c.is_valid(shape)]
+    configs = [c for c in grid if c.is_valid(shape, None if runner.replayed else runner.arch)]   # (on its arch)
     compile_variants([(c, shape) for c in configs], arch=runner.arch)
     t1 = time.perf_counter()
     rows = []

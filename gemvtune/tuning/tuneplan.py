@@ -79,21 +79,22 @@ def read_curve(path: Path, sampler: str) -> Curve:
     return Curve.from_runs(runs, f"{path} ({sampler})")
 
 
-def sample_valid(family: str, shape: Shape, k: int = SAMPLE, seed: int = 0) -> list[Any]:
-    """Up to ``k`` distinct valid configs of a template family for ``shape``, drawn uniformly over its domains
-    (seeded), with its seed and fallbacks first."""
+def sample_valid(family: str, shape: Shape, k: int = SAMPLE, seed: int = 0, arch: Any = None) -> list[Any]:
+    """Up to ``k`` distinct configs of a template family valid for ``shape`` on ``arch`` (None: sm_90), drawn
+    uniformly over the domains the search proposes there (seeded), with its seed and fallbacks first."""
     fam = FAMILIES[family]
     out: dict[Any, None] = {}
     for c in [fam.seed, *(c for c, _ in fam.fallbacks)]:
-        if c is not None and c.is_valid(shape):
+        if c is not None and c.is_valid(shape, arch):
             out[c] = None
-    names, values = list(fam.domains), list(fam.domains.values())
+    domains = fam.config_cls.arch_domains(fam.domains, arch)
+    names, values = list(domains), list(domains.values())
     rng = random.Random(f"{seed}:{family}:{shape.key}")
     for _ in range(20 * k):
         if len(out) >= k:
             break
         c = fam.config_cls(**{n: rng.choice(v) for n, v in zip(names, values)})
-        if c not in out and not c.shape_reasons(shape):
+        if c not in out and c.is_valid(shape, arch):
             out[c] = None
     return list(out)
 
@@ -106,8 +107,8 @@ class Prediction:
     warm: tuple[dict[str, Any], ...]
 
 
-def predict(model: Any, shape: Shape, families: Sequence[str], read_gbps: float, k: int = SAMPLE
-            ) -> dict[str, Prediction]:
+def predict(model: Any, shape: Shape, families: Sequence[str], read_gbps: float, k: int = SAMPLE,
+            arch: Any = None) -> dict[str, Prediction]:
     """Per template family, the cost model's fastest over a sample of its valid space, as a multiple of the read floor
     at this GPU's measured ceiling ``read_gbps``. Without any model, every family's optimum is taken as the read floor
     with no warm start: the plan then favours the shapes where cuBLAS is furthest from the floor."""
@@ -118,7 +119,7 @@ def predict(model: Any, shape: Shape, families: Sequence[str], read_gbps: float,
         if model is None:
             out[f] = Prediction(shape.weight_bytes / read_gbps * 1e-3, ())
             continue
-        configs = sample_valid(f, shape, k)
+        configs = sample_valid(f, shape, k, arch=arch)
         if not configs:
             continue
         # time / read floor, as the model learned it, times this GPU's floor: a model of another GPU (the one

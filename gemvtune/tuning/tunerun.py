@@ -107,6 +107,7 @@ def run_tune(runner: Any, steps: Sequence[Step], budget_s: float, opts: SearchOp
     step gain in an independent harness, given the table (None: not measured). ``key``: what makes a tune resumable."""
     from ..runtime.keys import entry_key
     from .search_run import run_searches
+    from .searcher import search_arch
 
     t0 = clock()
     dev = runner.device_info()
@@ -143,7 +144,7 @@ def run_tune(runner: Any, steps: Sequence[Step], budget_s: float, opts: SearchOp
         sh = st.shape
         base[sh], where = cublas_us(have, sh, read_gbps, runner)
         if sh in todo:
-            preds[sh] = predict(model, sh, searchable, read_gbps)
+            preds[sh] = predict(model, sh, searchable, read_gbps, arch=search_arch(runner))
             best = min((p.optimum_us for p in preds[sh].values()), default=None)
             echo(f"{sh}: cuBLAS {base[sh]:.2f} µs ({where})" + (f", best predicted {best:.2f} µs" if best else ""))
     plan_first: Plan | None = None

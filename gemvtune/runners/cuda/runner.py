@@ -22,6 +22,7 @@ from ...build.compile import CompileError, compile_variant, precompile_variant
 from ...device._cupy import cp, cuda_available, rand_elems, scope
 from ...device.plan import LaunchPlan
 from ...errors import NoDeviceError
+from ...kernels.arch import for_device
 from ...kernels.cublaslt import HEURISTIC_TOP
 from ...kernels.epilogue import DEFAULT, Epilogue
 from ...kernels.families import config_to_dict, is_library
@@ -76,7 +77,8 @@ class CudaRunner(RunnerBase):
 
         self.device_id = device
         self.props = cp.cuda.runtime.getDeviceProperties(device)
-        self.arch = f"sm_{self.props['major']}{self.props['minor']}"
+        # the registry's arch of this device (gemvtune.kernels.arch.for_device; an unsupported GPU is one UsageError)
+        self.arch = for_device(int(self.props["major"]), int(self.props["minor"])).name
         self.pci_bus_id = pci_bus_id(self.props)
         self.gpu_lock = GpuLock(self.pci_bus_id)   # timing is exclusive per GPU across this host's processes
         self.replays, self.warmup, self.target_us = replays, warmup, target_us
@@ -286,8 +288,8 @@ class CudaRunner(RunnerBase):
                  name: str | None, epilogue: Epilogue = DEFAULT) -> Measurement:
         m = Measurement.of(name or (config.label + epilogue.label), kind, shape, Status.OK,
                         params=config_to_dict(config))
-        why = config.invalid_reasons(shape) + epilogue.invalid_reasons(config)
-        if why:
+        why = config.invalid_reasons(shape, self.arch) + epilogue.invalid_reasons(config)
+        if why:   # (on this device's arch: one it cannot run is invalid, with why, and never compiled)
             m.status, m.error = Status.INVALID, "; ".join(why)
             return m
         plan: Any
