@@ -16,8 +16,8 @@ LIBRARY = {n: f for n, f in FAMILIES.items() if f.library}       # a library's a
 
 
 def test_render_reads_the_family_template(monkeypatch):
-    s = Shape(64, 4096)
     for name, fam in TEMPLATED.items():
+        s = Shape(64, 4096, weights=fam.config_cls.WEIGHTS[0])   # (weights the family reads: FP8 ones for fp8gemv)
         assert render(fam.seed, s)   # each family's seed renders from its own template
         monkeypatch.setitem(families.FAMILIES, name, dataclasses.replace(fam, template="no-such.cu.j2"))
         with pytest.raises(jinja2.TemplateNotFound):
@@ -121,12 +121,19 @@ def test_space_command_prints_one_census_per_registered_family(monkeypatch):
         monkeypatch.setitem(families.FAMILIES, name, dataclasses.replace(fam, all_configs=lambda f=fam, b=bad: [f.seed, b]))
     r = CliRunner().invoke(cli, ["space", "--shape", "4096x4096"])
     assert r.exit_code == 0, r.output
-    for fam in TEMPLATED.values():
+    fp16_weights = {n: f for n, f in TEMPLATED.items() if f.config_cls.reads(Shape(4096, 4096))}
+    assert set(TEMPLATED) - set(fp16_weights) == {"fp8gemv"}   # (FP8 weights only: its census is for FP8 shapes)
+    assert "fp8gemv" not in r.output
+    for fam in fp16_weights.values():
         assert f": 1 valid of 2 {fam.name} configs" in r.output
         assert f"  {fam.seed_name} config {fam.seed.label}: valid" in r.output
     assert r.output.startswith("shape 4096x4096 (M=4096, d=4096, n=1): 1 valid of 2 gemv configs\n"
                                "  llama.cpp config b256.half2.fp32.t256.u1.k1.default.ldg: valid\n")
-    assert r.output.count("invalid, by first reason:") == len(TEMPLATED)
+    assert r.output.count("invalid, by first reason:") == len(fp16_weights)
+    r8 = CliRunner().invoke(cli, ["space", "--shape", "4096x4096", "--weights", "e4m3-b128"])
+    assert r8.exit_code == 0 and r8.output.startswith(
+        "shape 4096x4096.e4m3-b128 (M=4096, d=4096, n=1): 1 valid of 2 fp8gemv configs\n"), r8.output
+    assert r8.output.count("valid of") == 1, r8.output
     for fam in LIBRARY.values():   # one line: where its configs come from, and that it needs the GPU
         assert f"(M=4096, d=4096, n=1): {fam.name}: {fam.census_note}\n" in r.output
         assert "no census without a device" in fam.census_note

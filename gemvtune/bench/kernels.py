@@ -141,7 +141,7 @@ def run_tuned_bench(shapes: list[Shape], table_path: str, out_dir: str | None, e
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
     dtypes = {s.dtype for s in shapes}
     if len(dtypes) == 1:   # a BF16 run's files say so (bench-tuned-bf16-...); FP16 keeps the names from before
-        tag += shapes[0].dtype_suffix("-")
+        tag += shapes[0].dtype_suffix("-") + shapes[0].weights_suffix("-")
     out = Path(out_dir) if out_dir else Workspace.for_gpu(dev["name"]).benchmarks
     path = write_csv(rows, out / f"{tag}-{stamp}.csv", provenance(dev, ceiling=ceil, table=str(table_path),
                                                                shapes=[str(s) for s in shapes], rounds=rounds,

@@ -112,7 +112,7 @@ def check(table_path: str, shape_texts: tuple[str, ...], rounds: int | None, fra
         return
     other = load_table(against_path) if against_path else None
     if other is not None:
-        shapes = [s for s in shapes if (s.M, s.d, s.n, s.dtype) in set(other.keys())]
+        shapes = [s for s in shapes if s in {Shape(*k) for k in other.keys()}]
         if not shapes:
             raise UsageError(f"{table_path} and {against_path} hold no shape in common")
     rounds = rounds or 2

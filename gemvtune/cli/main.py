@@ -9,7 +9,6 @@ from collections.abc import Callable
 import click
 
 from ..errors import GemvtuneError
-from ..kernels import gemv as sp
 from ..kernels.shapes import Shape, parse_batches, parse_shape
 from ..tuning.search_options import SEED
 from . import options as _options
@@ -21,8 +20,8 @@ def _shape_opt(f: Callable) -> Callable:
     return click.option("--shape", "shape_text", required=True, help="M x d, e.g. 14336x4096")(f)
 
 
-def _shapes(shape_text: str, batch: str = "1", dtype: str = "fp16") -> list[Shape]:
-    return [parse_shape(shape_text, n, dtype) for n in parse_batches(batch)]
+def _shapes(shape_text: str, batch: str = "1", dtype: str = "fp16", weights: str = "") -> list[Shape]:
+    return [parse_shape(shape_text, n, dtype, weights) for n in parse_batches(batch)]
 
 
 log = logging.getLogger("gemvtune")
@@ -42,16 +41,17 @@ def cli(verbose: int, quiet: int) -> None:
 @_shape_opt
 @click.option("--batch", default="1", show_default=True, help="batch sizes n, e.g. 1,2,4")
 @_options.DTYPE
+@_options.WEIGHTS_OPT
 @_options.ARCH
-def space(shape_text: str, batch: str, dtype: str, arch: str | None) -> None:
+def space(shape_text: str, batch: str, dtype: str, weights: str | None, arch: str | None) -> None:
     """Summarize the valid configs of each family for a shape (on an architecture) and why the others are invalid."""
     from ..kernels.arch import parse_arch
     from ..kernels.census import census_lines
-    from ..kernels.families import FAMILIES
+    from ..kernels.families import FAMILIES, families_for
 
     target = parse_arch(arch)
-    for shape in _shapes(shape_text, batch, dtype):
-        for fam in FAMILIES.values():
+    for shape in _shapes(shape_text, batch, dtype, weights or ""):
+        for fam in map(FAMILIES.get, families_for(shape)):   # (the families that read its weights: FP8 or not)
             for line in census_lines(fam, shape, target):
                 click.echo(line)
 
@@ -59,16 +59,22 @@ def space(shape_text: str, batch: str, dtype: str, arch: str | None) -> None:
 @cli.command()
 @_shape_opt
 @click.option("--config", "config_text", default="llama", show_default=True,
-              help="preset (llama), JSON object, or key=value,... over the llama.cpp point")
+              help="preset (llama), JSON object, or key=value,... over the llama.cpp point (FP8 weights: the preset "
+                   "default, and key=value over it)")
 @_options.DTYPE
+@_options.WEIGHTS_OPT
 @_options.ARCH
-def render(shape_text: str, config_text: str, dtype: str, arch: str | None) -> None:
+def render(shape_text: str, config_text: str, dtype: str, weights: str | None, arch: str | None) -> None:
     """Print the CUDA source of one variant."""
     from ..build.render import render as render_source
     from ..kernels.arch import parse_arch
 
     target = parse_arch(arch)
-    click.echo(render_source(sp.parse_config(config_text), parse_shape(shape_text, 1, dtype), arch=target), nl=False)
+    shape = parse_shape(shape_text, 1, dtype, weights or "")
+    if weights and config_text == "llama":   # (the default: the FP8 family's own default point)
+        config_text = "default"
+    config = _options.config_module(shape).parse_config(config_text)
+    click.echo(render_source(config, shape, arch=target), nl=False)
 
 
 @cli.command("compile-check")
@@ -76,18 +82,20 @@ def render(shape_text: str, config_text: str, dtype: str, arch: str | None) -> N
 @click.option("--configs", "spec", default="sample:32", show_default=True,
               help="all | sample:N | llama | FILE.json | one inline config")
 @_options.DTYPE
+@_options.WEIGHTS_OPT
 @_options.ARCH
 @click.option("--jobs", type=click.IntRange(1, 256), default=None, help="parallel NVRTC compiles (default: cores)")
 @click.option("--seed", default=0, show_default=True, type=SEED, help="seed of sample:N")
-def compile_check(shape_text: str, spec: str, dtype: str, arch: str | None, jobs: int | None, seed: int) -> None:
+def compile_check(shape_text: str, spec: str, dtype: str, weights: str | None, arch: str | None, jobs: int | None,
+                  seed: int) -> None:
     """Compile variants with NVRTC (no GPU needed) and print their resources. A config the architecture cannot run
     (a feature it lacks, a limit it exceeds) is listed as invalid with why, and never compiled."""
     from ..build.compile import CompileError, InvalidForArch, compile_variants
     from ..kernels.arch import parse_arch
 
     target = parse_arch(arch)
-    shape = parse_shape(shape_text, 1, dtype)
-    configs = select_configs(spec, shape, seed)
+    shape = parse_shape(shape_text, 1, dtype, weights or "")
+    configs = select_configs(spec if not (weights and spec == "llama") else "default", shape, seed)
     log.info("compile-check: %d configs selected (%s) for %s", len(configs), spec, shape)
     items, skipped = [], 0
     for c in configs:

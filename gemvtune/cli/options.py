@@ -18,7 +18,7 @@ import click
 
 from ..errors import UsageError
 from ..kernels.arch import ARCHS
-from ..kernels.shapes import DTYPES
+from ..kernels.shapes import DTYPES, WEIGHTS
 from ..workspace import writable_dir  # noqa: F401  (the commands' results folders; defined with the workspace)
 
 log = logging.getLogger("gemvtune")
@@ -140,6 +140,10 @@ def declared(table: dict[str, Decl], names: str, hidden: bool = False, **changes
 
 
 DTYPE = declared({"dtype": DTYPE_DECL}, "dtype")   # --dtype of the commands that take shapes
+WEIGHTS_DECL: Decl = (("--weights",), {"type": click.Choice([w for w in WEIGHTS if w]), "default": None,
+                                       "help": "FP8 weights: E4M3 codes with FP32 scales per row (e4m3-row) or per "
+                                               "128x128 block (e4m3-b128) (default: W in the --dtype)"})
+WEIGHTS_OPT = declared({"weights": WEIGHTS_DECL}, "weights")   # --weights of the commands that render kernels
 # --arch of the commands that work for an architecture without a GPU (read by gemvtune.kernels.arch.parse_arch in the
 # command: an unknown one is a UsageError naming the known ones, exit 2)
 ARCH_DECL: Decl = (("--arch",), {"default": None, "metavar": "SM",
@@ -148,10 +152,20 @@ ARCH_DECL: Decl = (("--arch",), {"default": None, "metavar": "SM",
 ARCH = declared({"arch": ARCH_DECL}, "arch")
 
 
+def config_module(shape: Any) -> Any:
+    """The family module whose presets, samples and ``key=value`` configs a command reads for ``shape``: the GEMV
+    family's, or the FP8 family's for FP8 weights."""
+    from ..kernels import fp8gemv, gemv
+
+    return fp8gemv if getattr(shape, "weights", "") else gemv
+
+
 def select_configs(spec: str, shape: Any, seed: int = 0) -> list[Any]:
-    """``--configs``: ``all`` | ``sample:N`` | ``llama`` | a JSON file of configs | one inline config."""
-    from ..kernels import gemv as sp
+    """``--configs``: ``all`` | ``sample:N`` | ``llama`` (FP8 weights: ``default``) | a JSON file of configs | one
+    inline config."""
     from ..kernels.families import load_configs
+
+    sp = config_module(shape)
 
     if spec == "all":
         return sp.valid_configs(shape)

@@ -33,6 +33,8 @@ class ConfigBase:
     NEEDS: tuple[str, ...] = ()
     NEEDS_BY_DTYPE: dict[str, tuple[str, ...]] = {}
     NEEDS_BY_VALUE: dict[tuple[str, Any], str] = {}
+    # The weight formats (``Shape.weights``) the family's kernels read: "" is W in the input dtype (FP16/BF16)
+    WEIGHTS: tuple[str, ...] = ("",)
 
     if TYPE_CHECKING:   # what every family's config defines (declared for the type checker only)
         @property
@@ -71,10 +73,26 @@ class ConfigBase:
         if errs:
             return errs
         a = parse_arch(arch)
-        return self.feature_reasons(getattr(shape, "dtype", "fp16"), a) + self.shape_reasons(shape, a)
+        return self.feature_reasons(getattr(shape, "dtype", "fp16"), a) + \
+            (self.weights_reasons(shape) or self.shape_reasons(shape, a))
 
     def is_valid(self, shape: Any, arch: Any = None) -> bool:
         return not self.invalid_reasons(shape, arch)
+
+    @classmethod
+    def reads(cls, shape: Any) -> bool:
+        """Whether the family's kernels read ``shape``'s weight format (``WEIGHTS``)."""
+        return getattr(shape, "weights", "") in cls.WEIGHTS
+
+    @classmethod
+    def weights_reasons(cls, shape: Any) -> list[str]:
+        """Why the family cannot read ``shape``'s weights (empty: it can; then ``shape_reasons`` say the rest)."""
+        if cls.reads(shape):
+            return []
+        w = getattr(shape, "weights", "") or "FP16/BF16"
+        only = "FP16/BF16 weights only" if cls.WEIGHTS == ("",) else \
+            f"FP8 weights only ({', '.join(x for x in cls.WEIGHTS if x)})"
+        return [f"{w} weights: the {cls.family} family reads {only}"]
 
     # ---- what an architecture must have ----------------------------------------------------------------
     @classmethod
@@ -165,15 +183,38 @@ class ConfigBase:
         return cfg
 
 
+def parse_config_text(text: str, presets: dict[str, Any], base: Any) -> Any:
+    """A config of ``base``'s family from ``text``: a preset name, a JSON object, or ``key=value,key=value`` over
+    ``base`` (a value of ASCII digits, at most 12, is an integer; ``from_dict`` range-checks every one)."""
+    from ..intparse import is_int_text
+
+    t = text.strip()
+    if t in presets:
+        return presets[t]
+    cls = type(base)
+    if t.startswith("{"):
+        from ..userfile import decode_json
+
+        return cls.from_dict(decode_json(t, "config"))
+    data: dict[str, Any] = base.to_dict()
+    for item in filter(None, (p.strip() for p in t.split(","))):
+        if "=" not in item:
+            raise UsageError(f"malformed config item {item!r}: expected key=value, a JSON object or a preset "
+                             f"({', '.join(presets)})")
+        k, v = (s.strip() for s in item.split("=", 1))
+        data[k] = int(v) if is_int_text(v) else v
+    return cls.from_dict(data)
+
+
 def valid_of(configs: Iterable[Any], shape: Any, arch: Any = None) -> list[Any]:
     """The configs of ``configs`` (points of a family's space: in its domains by construction) valid for ``shape`` on
     ``arch`` (None: sm_90); the features are asked only where ``arch`` lacks one the family may need."""
     a = parse_arch(arch)
-    dtype = getattr(shape, "dtype", "fp16")
+    dtype, weights = getattr(shape, "dtype", "fp16"), getattr(shape, "weights", "")
     out, check = [], None
     for c in configs:
         if check is None:
             check = not a.features >= c.all_needs()
-        if not c.shape_reasons(shape, a) and not (check and c.feature_reasons(dtype, a)):
+        if weights in c.WEIGHTS and not c.shape_reasons(shape, a) and not (check and c.feature_reasons(dtype, a)):
             out.append(c)
     return out

@@ -83,8 +83,9 @@ class CublasLtConfig(ConfigBase):
 
     def invalid_reasons(self, shape: Shape, arch: Any = None) -> list[str]:
         """Only the domain: whether cuBLASLt runs the algorithm on a shape (of either dtype) and architecture is the
-        library's to say (``cublasLtMatmulAlgoCheck`` when it is built), and its refusal is measured data."""
-        return self.domain_errors()
+        library's to say (``cublasLtMatmulAlgoCheck`` when it is built), and its refusal is measured data. (FP8 weights
+        are no shape of this family: ``weights_reasons``.)"""
+        return self.domain_errors() or self.weights_reasons(shape)
 
     def needs_workspace(self, shape: Shape) -> bool:
         """Never gemvtune's workspace: cuBLASLt's own (split-K partial sums) belongs to the plan."""

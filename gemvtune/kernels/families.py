@@ -13,12 +13,13 @@ from types import ModuleType
 from typing import Any
 
 from ..errors import UsageError
-from . import cublaslt, gemv, mma, ring, splitk
+from . import cublaslt, fp8gemv, gemv, mma, ring, splitk
 from .configbase import ConfigBase
 
 # Families in registry order: the order of a search, and of a confirmation's tie-break (the gemv family first, its
-# seed the llama.cpp config; cuBLASLt last, so a tie within the spread goes to gemvtune's own kernels).
-MODULES: tuple[ModuleType, ...] = (gemv, splitk, mma, ring, cublaslt)
+# seed the llama.cpp config; cuBLASLt last, so a tie within the spread goes to gemvtune's own kernels). The FP8 family
+# (FP8 weights only, where no other family is valid) after the FP16/BF16 template families.
+MODULES: tuple[ModuleType, ...] = (gemv, splitk, mma, ring, fp8gemv, cublaslt)
 
 # The names a family's module declares, by the Family field each fills: those of every family, then those of its kind.
 MODULE_NAMES = {"name": "NAME", "config_cls": "CONFIG", "domains": "DOMAINS", "seed": "SEED", "seed_name": "SEED_NAME",
@@ -92,6 +93,12 @@ FAMILIES: dict[str, Family] = _registry(MODULES)
 # Order of families in a search; the gemv family first (its seed is the llama.cpp config).
 FAMILY_NAMES = tuple(FAMILIES)
 DEFAULT_FAMILY = FAMILY_NAMES[0]   # a config or table record that names no family is of this one
+
+
+def families_for(shape: Any, names: Iterable[str] | None = None) -> tuple[str, ...]:
+    """The families of ``names`` (None: every one) whose kernels read ``shape``'s weights (``Shape.weights``): for
+    FP16/BF16 weights every family but the FP8 one, for FP8 weights the FP8 family alone."""
+    return tuple(n for n in (FAMILY_NAMES if names is None else names) if FAMILIES[n].config_cls.reads(shape))
 
 
 def family_of(config: Any) -> Family:

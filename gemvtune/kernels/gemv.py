@@ -10,11 +10,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import UsageError
-from ..intparse import is_int_text
 from .arch import DEFAULT as DEFAULT_ARCH
 from .arch import Arch
-from .configbase import ConfigBase, valid_of
+from .configbase import ConfigBase, parse_config_text, valid_of
 from .shapes import Shape
 
 NAME = "gemv"                 # the family's name in tables, CSVs, studies and the cost model
@@ -298,18 +296,4 @@ def sample_configs(shape: Shape, k: int, seed: int = 0) -> list[GemvConfig]:
 
 def parse_config(text: str) -> GemvConfig:
     """A preset name (``llama``), a JSON object, or ``key=value,key=value`` over the llama.cpp point."""
-    t = text.strip()
-    if t in PRESETS:
-        return PRESETS[t]
-    if t.startswith("{"):
-        from ..userfile import decode_json
-
-        return GemvConfig.from_dict(decode_json(t, "config"))
-    data: dict[str, Any] = LLAMA_CPP.to_dict()
-    for item in filter(None, (p.strip() for p in t.split(","))):
-        if "=" not in item:
-            raise UsageError(f"malformed config item {item!r}: expected key=value, a JSON object or a preset "
-                             f"({', '.join(PRESETS)})")
-        k, v = (s.strip() for s in item.split("=", 1))
-        data[k] = int(v) if is_int_text(v) else v   # ASCII digits, at most 12: a value from_dict then range-checks
-    return GemvConfig.from_dict(data)
+    return parse_config_text(text, PRESETS, LLAMA_CPP)

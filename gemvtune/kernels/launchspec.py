@@ -13,6 +13,10 @@ OUT_T is ``float`` or ``half`` (``Epilogue.out``); ``bias`` is read only when ``
 (it may be null otherwise); ``ws`` holds ``ws_floats`` floats and ``counters`` ``counters`` unsigned
 ints, zero before the first call (the kernels leave them zero again).
 
+A variant of FP8 weights (``Shape.weights`` "e4m3-row" / "e4m3-b128": the fp8gemv family) reads W as
+``const unsigned char*`` (E4M3 codes) and takes one more argument after M, ``const float* __restrict__ scales``
+(``gemvtune.kernels.fp8``'s scales of the shape's layout): ``LaunchSpec.scales``.
+
 A grouped variant (``group``: a ``gemvtune.kernels.group.GroupShape`` whose fused shape is ``shape``) takes one
 more argument after M, the members' pointers and row ends by value (``gemvtune.kernels.group``).
 """
@@ -41,6 +45,7 @@ class LaunchSpec:
     pdl: bool               # launched with programmatic stream serialization (pdl=on or chainK)
     smem: int = 0           # dynamic shared memory bytes of every kernel of the call (the launch opts in past 48 KiB)
     group: Any = None       # a GroupShape: one launch over the rows of its members (None: one weight)
+    scales: bool = False    # FP8 weights: W is E4M3 codes and a trailing ``const float* scales`` argument follows M
 
     @property
     def counters_offset(self) -> int:
@@ -75,4 +80,4 @@ def launch_spec(config: Any, shape: Shape, epilogue: Epilogue = DEFAULT, group: 
     dynamic = getattr(config, "dynamic_smem", None)
     return LaunchSpec(config, shape, epilogue, kernels, max(1, int(floats)), max(1, int(counters)),
                       int(config.vec_elems) * 2, getattr(config, "pdl", "off") != "off",
-                      int(dynamic(shape)) if dynamic is not None else 0, group)
+                      int(dynamic(shape)) if dynamic is not None else 0, group, bool(shape.weights))

@@ -1,7 +1,6 @@
-"""A table entry as a typed, frozen value: ``Entry`` (one (M, d, n, dtype) of a table), its ``Measured`` records
-(the winner, each family's best, the confirmation's candidates, the baselines), its ``SearchRecord`` (the
-search's provenance) and its ``Reconfirmation`` (the route's kernels and baselines measured again in a fresh
-process: ``gemvtune check --reconfirm``).
+"""A table entry as a typed, frozen value: ``Entry`` (one (M, d, n, dtype[, weights]) of a table), its ``Measured``
+records (the winner, each family's best, the confirmation's candidates, the baselines), its ``SearchRecord`` (the
+search's provenance) and its ``Reconfirmation`` (the route's kernels and baselines measured again: ``check``).
 
 ``from_json`` reads the object a table file holds (types only: ranges, configs valid for the shape and the rest are
 the schema's, ``tableschema``, which builds every entry of a table once, when it is loaded); ``to_json`` gives the
@@ -323,9 +322,9 @@ def _reconfirmed(v: Any, where: str) -> Reconfirmation | None:
     return Reconfirmation.from_json(v, where) if v else None
 
 
-_ENTRY_KINDS = {"M": "integer", "d": "integer", "n": "integer", "dtype": "string", "winner": "object",
-                "candidates": "list", "baselines": "object", "search": "object", "tie": "bool",
-                "launch_bound": "bool", "updated": "string", "reconfirmed": "object"}
+_ENTRY_KINDS = {"M": "integer", "d": "integer", "n": "integer", "dtype": "string", "weights": "string", "winner": "object",
+                "candidates": "list", "baselines": "object", "search": "object", "tie": "bool", "launch_bound": "bool",
+                "updated": "string", "reconfirmed": "object"}
 _CONVERT = {"winner": _record, "candidates": _candidates, "baselines": _baselines, "search": _search,
             "reconfirmed": _reconfirmed}
 
@@ -342,6 +341,7 @@ class Entry:
     d: int
     n: int | None = None          # absent: 1
     dtype: str | None = None      # absent: fp16 (every table before BF16)
+    weights: str | None = None    # absent: W in dtype (every table before FP8); "e4m3-row" / "e4m3-b128"
     winner: Measured
     best: Mapping[str, Measured] = field(default_factory=_frozen)
     candidates: tuple[Measured, ...] = ()
@@ -377,7 +377,7 @@ class Entry:
 
     @property
     def shape(self) -> Shape:
-        return Shape(int(self.M), int(self.d), int(self.n or 1), self.dtype or "fp16")
+        return Shape(int(self.M), int(self.d), int(self.n or 1), self.dtype or "fp16", self.weights or "")
 
     def winner_config(self) -> Any:
         """The winning config, of whichever family won (tables before split-K: the default family)."""

@@ -30,7 +30,7 @@ TEMPLATE = "export_header.h.j2"   # in templates/: the prelude, the generic fall
 
 
 def namespace_of(shape: Shape) -> str:
-    return f"gemvtune_{shape.M}_{shape.d}_{shape.n}" + shape.dtype_suffix("_")
+    return f"gemvtune_{shape.M}_{shape.d}_{shape.n}" + shape.dtype_suffix("_") + shape.weights_suffix("_").replace("-", "_")
 
 
 def _namespaced(source: str) -> tuple[str, list[str]]:

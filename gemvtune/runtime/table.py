@@ -147,6 +147,7 @@ def record(path: str | Path, shape: Shape, entry: dict[str, Any], device: dict[s
             data["ceiling"] = ceiling
         key = entry_key(shape)
         raw = {"M": shape.M, "d": shape.d, "n": shape.n, "dtype": shape.dtype, "updated": _now(), **entry}
+        raw.update({"weights": shape.weights} if shape.weights else {})
         # as the file will hold it (numpy scalars as numbers), then as a load would check it
         new = check_entry(key, json.loads(json.dumps(raw, default=_json_default)), path)
         old = entries.get(key)
@@ -177,7 +178,7 @@ class Table:
         self._costmodel = costmodel
         self._predicted: dict[tuple[Shape, str], tuple[Any, float] | None] = {}
         self._routes: dict[tuple[int, int, int, str, str, str], Any] = {}
-        self._configs: dict[tuple[int, int, int, str], Any] = {
+        self._configs: dict[tuple, Any] = {
             _key(e.shape): e.winner_config() for e in self.entries.values()
         }
         self._warned: set[Shape] = set()
@@ -195,8 +196,8 @@ class Table:
     def shapes(self) -> list[Shape]:
         return [Shape(*k) for k in sorted(self._configs)]
 
-    def keys(self) -> list[tuple[int, int, int, str]]:
-        """(M, d, n, dtype) of every entry (``Shape(*key)`` is its shape)."""
+    def keys(self) -> list[tuple]:
+        """(M, d, n, dtype) of every entry, then its weight format where W is FP8 (``Shape(*key)`` is its shape)."""
         return sorted(self._configs)
 
     def entry(self, shape: Shape) -> Entry | None:
@@ -260,20 +261,21 @@ class Table:
         k = _key(shape)
         if k in self._configs:
             return self._configs[k], "tuned"
-        same = sorted(((abs(n - shape.n), -n), cfg, n) for (M, d, n, dt), cfg in self._configs.items()
-                      if (M, d, dt) == (shape.M, shape.d, shape.dtype) and _transfers(cfg, shape))
+        same = sorted(((abs(s.n - shape.n), -s.n), cfg, s.n) for s, cfg in self._shaped()
+                      if (s.M, s.d, s.dtype, s.weights) == (shape.M, shape.d, shape.dtype, shape.weights)
+                      and _transfers(cfg, shape))
         if same:
             return same[0][1], f"winner tuned at n={same[0][2]}"
         zero = self.predicted(shape)
         if zero is not None:
             return zero[0], f"cost model's pick (predicted {zero[1]:.2f} µs, never measured on this shape)"
         best = None
-        for (M, d, n, dt), cfg in self._configs.items():
-            if n != shape.n or dt != shape.dtype or not _transfers(cfg, shape):
+        for s, cfg in self._shaped():
+            if (s.n, s.dtype, s.weights) != (shape.n, shape.dtype, shape.weights) or not _transfers(cfg, shape):
                 continue
-            dist = abs(math.log(M / shape.M)) + abs(math.log(d / shape.d))
+            dist = abs(math.log(s.M / shape.M)) + abs(math.log(s.d / shape.d))
             if best is None or dist < best[0]:
-                best = (dist, cfg, f"nearest tuned shape {M}x{d}")
+                best = (dist, cfg, f"nearest tuned shape {s.M}x{s.d}")
         if best:
             return best[1], best[2]
         for fam in FAMILY_NAMES:
@@ -281,6 +283,9 @@ class Table:
                 if cfg.is_valid(shape):
                     return cfg, why
         raise UsageError(f"no fallback config ({', '.join(FAMILY_NAMES)}) can run shape {shape}")
+
+    def _shaped(self) -> list[tuple[Shape, Any]]:   # (shape, winning config) of every entry
+        return [(Shape(*k), cfg) for k, cfg in self._configs.items()]
 
     @property
     def costmodel(self) -> Any:
@@ -291,8 +296,8 @@ class Table:
     def predicted(self, shape: Shape, out: str = "fp32") -> tuple[Any, float] | None:
         """(config, predicted µs): the cost model's zero-trial pick for a shape, among configs that can give an
         ``out`` output (None: no model, or no valid candidate); computed once per shape and output."""
-        if self.costmodel is None or shape.dtype not in getattr(self.costmodel, "dtypes", ("fp16",)):
-            return None   # (a model trained on FP16 measurements only says nothing about BF16 speed)
+        if shape.weights or self.costmodel is None or shape.dtype not in getattr(self.costmodel, "dtypes", ("fp16",)):
+            return None   # (a model trained on FP16 measurements only says nothing about BF16 speed, nor about FP8 W)
         k = (shape, out)
         if k not in self._predicted:
             from ..model.zerotrial import pick
@@ -343,8 +348,10 @@ class Table:
         self.check_device(name)
 
 
-def _key(shape: Shape) -> tuple[int, int, int, str]:
-    return (shape.M, shape.d, shape.n, shape.dtype)
+def _key(shape: Shape) -> tuple:
+    """(M, d, n, dtype), then the weight format only where W is FP8: ``Shape(*key)`` is the shape either way, and
+    the keys of FP16/BF16 entries stay the 4-tuples their callers compare."""
+    return (shape.M, shape.d, shape.n, shape.dtype) + ((shape.weights,) if shape.weights else ())
 
 
 def _transfers(config: Any, shape: Shape) -> bool:

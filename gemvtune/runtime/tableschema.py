@@ -220,7 +220,7 @@ _SEARCH_STRS = ("sampler", "study", "started", "finished")
 
 def _entry(key: Any, e: Any) -> Entry:
     from ..kernels.families import FAMILY_NAMES
-    from ..kernels.shapes import DTYPES, Shape
+    from ..kernels.shapes import DTYPES, WEIGHTS, Shape
     from .keys import entry_key
 
     e = _dict(e, "entry")
@@ -230,13 +230,17 @@ def _entry(key: Any, e: Any) -> Entry:
     dtype = e.get("dtype", "fp16")
     if dtype not in DTYPES:
         raise SchemaError("dtype", f"must be one of {', '.join(DTYPES)}, got {_show(dtype)}")
+    weights = e.get("weights", "")
+    if weights not in WEIGHTS or weights is None:
+        raise SchemaError("weights", f"must be one of {', '.join(w for w in WEIGHTS if w)} (or absent), got {_show(weights)}")
     try:
-        shape = Shape(e["M"], e["d"], e.get("n") or 1, dtype)
+        shape = Shape(e["M"], e["d"], e.get("n") or 1, dtype, weights)
     except UsageError as err:
         raise SchemaError("M/d/n", f"are not a shape: {err}") from None
     want = entry_key(shape)
     if key != want:
-        raise SchemaError("key", f"{_show(key)} does not match its M, d, n, dtype (expected {want!r})")
+        raise SchemaError("key", f"{_show(key)} does not match its M, d, n, dtype{', weights' if weights else ''} "
+                                 f"(expected {want!r})")
     if "winner" not in e:
         raise SchemaError("winner", "is missing")
     _config(_measured(e["winner"], "winner"), "winner", shape)

@@ -96,7 +96,7 @@ def stale(table: Table, model: Any = None, default_trials: int | None = None) ->
         if gap:
             why.append(gap)
         cfg = e.winner_config()
-        if model is not None and not FAMILIES[cfg.family].library:
+        if model is not None and not FAMILIES[cfg.family].library and not shape.weights:
             from ..model.zerotrial import candidates
 
             cands = candidates(table, shape)

@@ -15,7 +15,7 @@ from typing import Any
 import optuna
 
 from ..errors import UsageError
-from ..kernels.families import DEFAULT_FAMILY, FAMILIES, FAMILY_NAMES, get_family
+from ..kernels.families import DEFAULT_FAMILY, FAMILIES, FAMILY_NAMES, families_for, get_family
 from ..kernels.shapes import Shape
 from .confirm import SearchResult, confirm
 from .coordination.coord import Coordinator
@@ -50,7 +50,7 @@ def quiet_optuna():
 
 
 def study_name(shape: Shape, gpu_slug: str, family: str = DEFAULT_FAMILY) -> str:
-    return get_family(family).study_name(f"gemvtune-{gpu_slug}-{shape.M}x{shape.d}x{shape.n}{shape.dtype_suffix('-')}")
+    return get_family(family).study_name(f"gemvtune-{gpu_slug}-{shape.M}x{shape.d}x{shape.n}{shape.dtype_suffix('-')}{shape.weights_suffix('-')}")
 
 
 @quiet_optuna()
@@ -62,7 +62,7 @@ def run_search(runner: Any, shape: Shape, opts: SearchOptions, storage: Any, nam
     With several workers on one study (``coord``), only the worker that claims the confirmation
     confirms; the others return None. ``incumbents`` join the confirmation (``confirm``)."""
     coord = coord or local_coordinator(storage)
-    opts = searchable(runner, opts, echo)
+    opts = searchable(runner, opts, echo, shape)
     started = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     t_start = time.time()
     studies: dict[str, optuna.Study] = {}
@@ -122,17 +122,31 @@ def run_search(runner: Any, shape: Shape, opts: SearchOptions, storage: Any, nam
     return result
 
 
-def searchable(runner: Any, opts: SearchOptions, echo: Callable[[str], None] | None = None) -> SearchOptions:
+def searchable(runner: Any, opts: SearchOptions, echo: Callable[[str], None] | None = None,
+               shape: Shape | None = None) -> SearchOptions:
     """``opts`` without the library families ``runner`` cannot ask (no nvmath-python, a replayed sweep):
     each left out with a line when the families are the default (every registered one); one UsageError
-    when one was asked for by name. Template families are always searchable."""
+    when one was asked for by name. Template families are always searchable. With ``shape``, also without the
+    families that cannot read its weights (``families_for``: FP8 weights or not): silently when the families are the
+    default, with a line when one was asked for by name; none left is one UsageError."""
+    if shape is not None:
+        fams = families_for(shape, opts.families)
+        if opts.families != FAMILY_NAMES:
+            for f in opts.families:
+                if f not in fams:
+                    (echo or log.warning)(f"the {f} family is not searched for {shape}: "
+                                          + FAMILIES[f].config_cls.weights_reasons(shape)[0])
+        if not fams:
+            raise UsageError(f"no family of {', '.join(opts.families)} reads the weights of {shape}")
+        if fams != opts.families:
+            opts = dataclasses.replace(opts, families=fams)
     keep = []
     for f in opts.families:
         fam = FAMILIES[f]
         why = fam.runner_problem(runner) if fam.library and fam.runner_problem is not None else None
         if why is None:
             keep.append(f)
-        elif opts.families != FAMILY_NAMES:
+        elif opts.families != families_for(shape, FAMILY_NAMES) if shape is not None else opts.families != FAMILY_NAMES:
             raise UsageError(f"the {f} family cannot be searched here: {why}")
         else:
             (echo or log.warning)(f"the {f} family is not searched: {why}")

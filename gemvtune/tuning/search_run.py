@@ -255,7 +255,7 @@ def _search_shapes(runner: Any, shapes: list[Shape], opts: SearchOptions, out: P
             runner.release()
             continue
         stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
-        csv = out / f"search-{shape.M}x{shape.d}x{shape.n}{shape.dtype_suffix('-')}-{stamp}.csv"
+        csv = out / f"search-{shape.M}x{shape.d}x{shape.n}{shape.dtype_suffix('-')}{shape.weights_suffix('-')}-{stamp}.csv"
         write_csv(pd.DataFrame(res.trials), csv, float_format="%.6g")
         meta = provenance(dev, ceiling=ceil, replayed=bool(runner.replayed), study=name, storage=storage_url, shape=[shape.M, shape.d, shape.n],
                           search=res.entry["search"], winner=res.entry["winner"], baselines=res.entry["baselines"])

@@ -35,7 +35,7 @@ def grid_configs(grid: dict[str, tuple[Any, ...]] | None = None, family: str = D
 
 def sweep_path(out_dir: str | Path, shape: Shape, family: str = DEFAULT_FAMILY) -> Path:
     """``sweep-MxDxN.csv.gz``; another family's sweep has its study suffix (``sweep-MxDxN-splitk.csv.gz``)."""
-    return Path(out_dir) / (f"sweep-{shape.M}x{shape.d}x{shape.n}{shape.dtype_suffix('-')}"
+    return Path(out_dir) / (f"sweep-{shape.M}x{shape.d}x{shape.n}{shape.dtype_suffix('-')}{shape.weights_suffix('-')}"
                             f"{get_family(family).study_suffix}.csv.gz")
 
 

@@ -93,7 +93,7 @@ def compare(runner: Any, table: Path, against: Path, steps: Sequence[Step], echo
 
     mine, other = load_table(table, costmodel=None), load_table(against, costmodel=None)
     both = set(mine.keys()) & set(other.keys())
-    common = [s for s in steps if (s.shape.M, s.shape.d, s.shape.n, s.shape.dtype) in both]
+    common = [s for s in steps if s.shape in {Shape(*k) for k in both}]
     if not common:
         return [f"against {against}: no shape in common"]
     echo(f"against {against}: {len(common)} shapes re-measured side by side")

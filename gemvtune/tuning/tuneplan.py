@@ -114,7 +114,7 @@ def predict(model: Any, shape: Shape, families: Sequence[str], read_gbps: float,
     with no warm start: the plan then favours the shapes where cuBLAS is furthest from the floor."""
     out = {}
     for f in families:
-        if FAMILIES[f].library:
+        if FAMILIES[f].library or not FAMILIES[f].config_cls.reads(shape):   # (FP8 weights or not: another family's)
             continue
         if model is None:
             out[f] = Prediction(shape.weight_bytes / read_gbps * 1e-3, ())
