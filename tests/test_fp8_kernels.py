@@ -210,3 +210,26 @@ def test_the_schema_refuses_an_fp8_config_for_fp16_weights(tmp_path):
     p.write_text(json.dumps(data))
     with pytest.raises(UsageError, match="the fp8gemv family reads FP8 weights only"):
         load_table(p, costmodel=None)
+
+
+# ---- a search's families follow the shape's weights -------------------------------------------------
+def test_a_search_runs_the_families_that_read_the_shape_s_weights():
+    import types
+
+    from gemvtune.kernels.families import FAMILY_NAMES
+    from gemvtune.tuning.search import SearchOptions, searchable
+
+    runner = types.SimpleNamespace(replayed=True)   # (cuBLASLt: not searchable here, with a line)
+    lines: list[str] = []
+    fp16 = searchable(runner, SearchOptions(), lines.append, Shape(4096, 4096))
+    assert fp16.families == tuple(f for f in FAMILY_NAMES if f not in ("fp8gemv", "cublaslt"))
+    assert len(lines) == 1 and "cublaslt" in lines[0]   # (no line for the FP8 family: not a family of this shape)
+    lines.clear()
+    fp8 = searchable(runner, SearchOptions(), lines.append, Shape(4096, 4096, weights=ROW))
+    assert fp8.families == ("fp8gemv",) and not lines
+    named = searchable(runner, SearchOptions(families=("gemv", "fp8gemv")), lines.append, Shape(4096, 4096, weights=B128))
+    assert named.families == ("fp8gemv",)
+    assert lines == ["the gemv family is not searched for 4096x4096.e4m3-b128: e4m3-b128 weights: the gemv family "
+                     "reads FP16/BF16 weights only"]
+    with pytest.raises(UsageError, match="no family of gemv reads the weights of 4096x4096.e4m3-row"):
+        searchable(runner, SearchOptions(families=("gemv",)), lines.append, Shape(4096, 4096, weights=ROW))
