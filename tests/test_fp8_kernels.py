@@ -16,6 +16,7 @@ from gemvtune.kernels.families import FAMILIES, families_for
 from gemvtune.kernels.fp8gemv import DOMAINS, SEED, Fp8GemvConfig, all_configs, valid_configs
 from gemvtune.kernels.launchspec import launch_spec
 from gemvtune.kernels.shapes import Shape, parse_shape
+from gemvtune.runtime.export import build_header
 from gemvtune.runtime.keys import entry_key, entry_shape
 from gemvtune.runtime.table import load_table
 
@@ -179,6 +180,8 @@ def test_fp8_entries_round_trip_through_the_table_apart_from_the_fp16_entry(tmp_
     assert t.lookup(Shape(4096, 4096, 4, weights=B128))[1] == "fp8 default fallback"
     p.write_text(json.dumps(t.to_json()))
     assert load_table(p, costmodel=None).to_json()["entries"] == t.to_json()["entries"]
+    header = build_header(t)   # (FP8 entries are not exported: no scales in its ABI)
+    assert "gemv_fp8" not in header and "e4m3" not in header and "gemvtune_4096_4096_2" in header
 
 
 @pytest.mark.parametrize("change, needle", [

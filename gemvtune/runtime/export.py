@@ -4,7 +4,8 @@ inside an anonymous one: several .cu files may include it), a generic run-time-s
 dispatch is exact: ``gemvtune_gemv`` for FP16 W and X, and, where the table has BF16 entries, ``gemvtune_gemv_bf16``
 (with its own fallback, tables and queries; the FP16 text is the same with or without them). A
 shape whose winner is a library's algorithm (cuBLASLt) is marked "use your BLAS" with the algorithm's
-attributes and description (``gemvtune_blas_algorithm``), and no source. The C++
+attributes and description (``gemvtune_blas_algorithm``), and no source. An entry of FP8 weights (``Shape.weights``)
+is not exported: the header's ABI has no scales yet. The C++
 text is templates/export_header.h.j2; this module gives it only validated numbers, identifiers and labels,
 the GPU name's safe ASCII subset, and each tuned kernel as gemvtune.build.render renders it."""
 
@@ -105,6 +106,8 @@ def build_header(table: Table) -> str:
     entries, blas = [], []
     pdl_any = False
     for shape in table.shapes:
+        if shape.weights:   # (FP8 weights: their kernels take scales, which the header's ABI has not)
+            continue
         cfg, how = table.lookup(shape)
         assert how == "tuned"
         if is_library(cfg):   # "use your BLAS": the algorithm, described; no source
