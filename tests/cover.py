@@ -28,6 +28,8 @@ def valid_of(family: str, shape) -> tuple:
     (a family's space is up to 345,600 points; two lists of up to ~80 MB are kept)."""
     from gemvtune.kernels.families import FAMILIES
 
+    if not FAMILIES[family].config_cls.reads(shape):   # (FP8 weights or not: none of the family's configs)
+        return ()
     return tuple(c for c in FAMILIES[family].all_configs() if not c.shape_reasons(shape))   # in the domains by construction
 
 
@@ -55,3 +57,16 @@ def verify_failures(runner, cfgs: list, shape, epilogue=None) -> list:
               for m in [runner.measure(c, shape, timed=False, epilogue=ep)] if not m.ok]
     runner.release()
     return failed
+
+
+def fp8_configs() -> tuple:
+    """A handful of fp8gemv configs with every value of every parameter at least once (the seed: block 128, tpr 32,
+    vec 16, unroll 2, default hint): the FP8 tests' compiles (tests/test_fp8_kernels.py) and verifications (GPU)."""
+    from gemvtune.kernels.fp8gemv import SEED, Fp8GemvConfig
+
+    return (SEED,
+            Fp8GemvConfig(block=64, tpr=8, vec=4, unroll=1, hint="nc"),
+            Fp8GemvConfig(block=256, tpr=16, vec=8, unroll=4, hint="evict_first"),
+            Fp8GemvConfig(block=512, tpr=64, vec=16, unroll=8, hint="default"),
+            Fp8GemvConfig(block=128, tpr=128, vec=8, unroll=2, hint="nc"),
+            Fp8GemvConfig(block=256, tpr=256, vec=4, unroll=1, hint="evict_first"))

@@ -7,6 +7,7 @@ import json
 
 import pytest
 from conftest import ROOT
+from cover import fp8_configs
 
 from gemvtune import UsageError
 from gemvtune.build.compile import InvalidForArch, _Nvrtc, compile_variant
@@ -21,15 +22,7 @@ from gemvtune.runtime.keys import entry_key, entry_shape
 from gemvtune.runtime.table import load_table
 
 ROW, B128 = "e4m3-row", "e4m3-b128"
-# Every value of every parameter at least once (the seed: block 128, tpr 32, vec 16, unroll 2, default hint).
-CONFIGS = (
-    SEED,
-    Fp8GemvConfig(block=64, tpr=8, vec=4, unroll=1, hint="nc"),
-    Fp8GemvConfig(block=256, tpr=16, vec=8, unroll=4, hint="evict_first"),
-    Fp8GemvConfig(block=512, tpr=64, vec=16, unroll=8, hint="default"),
-    Fp8GemvConfig(block=128, tpr=128, vec=8, unroll=2, hint="nc"),
-    Fp8GemvConfig(block=256, tpr=256, vec=4, unroll=1, hint="evict_first"),
-)
+CONFIGS = fp8_configs()
 EDGE = (300, 8208)   # M and d not multiples of 128: ragged scale blocks in both directions
 
 

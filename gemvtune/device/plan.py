@@ -143,7 +143,9 @@ class LaunchPlan:
         self._m = ctypes.c_int(spec.shape.M)
         base = ctypes.addressof(self._vals)
         size = ctypes.sizeof(ctypes.c_void_p)
-        extra = []
+        self._scales = ctypes.c_void_p(0)   # FP8 weights (spec.scales): the trailing ``const float* scales``
+        self._fp8 = bool(spec.scales)
+        extra = [ctypes.addressof(self._scales)] if spec.scales else []
         self._group = None
         if spec.group is not None:   # one more argument, by value: the members' pointers and row ends
             G = len(spec.group.Ms)
@@ -216,12 +218,17 @@ class LaunchPlan:
                 g.bias[i] = (biases[i] or None) if biases is not None else None
             self.launch(Ws[0], x, ys[0], (biases[0] if biases is not None else 0) or 0, stream)
 
-    def launch(self, W: int, x: int, y: int, bias: int = 0, stream: int = 0) -> None:
+    def launch(self, W: int, x: int, y: int, bias: int = 0, stream: int = 0, scales: int = 0) -> None:
         """Enqueue one call on ``stream`` (a raw ``cudaStream_t``; 0 is the legacy default stream).
-        Pointers are raw device addresses, already checked by the caller (shape, dtype, alignment)."""
+        Pointers are raw device addresses, already checked by the caller (shape, dtype, alignment); a plan of FP8
+        weights (``spec.scales``) takes W's E4M3 codes and their float32 ``scales``."""
         vals = self._vals
+        if self._fp8 and not scales:
+            raise LaunchError(f"{self.spec.config.label} reads FP8 weights: launch it with their scales")
         with self._lock:  # the slots are shared: one launch sequence at a time per plan
             vals[0], vals[1], vals[2], vals[3] = W, x, y, bias or None
+            if self._fp8:
+                self._scales.value = scales
             one = self._single
             if one is not None:   # the common case, inlined: one kernel, no PDL
                 err = self._launch_fn(one[0], one[1], one[2], one[3], one[4], one[5], one[6], one[7], stream,

@@ -29,6 +29,7 @@ from ...kernels.families import config_to_dict, is_library
 from ...kernels.launchspec import launch_spec
 from ...kernels.shapes import Shape
 from ..base import Measurement, RunnerBase, Status
+from ..fp8data import fp8_error_bound
 from ..timing import error_bound, gbps, launch_bound, launches_for, summarize
 from .auxkernels import AuxKernels, L2Flush, load_aux
 from .buffers import ShapeBuffers, make_buffers
@@ -238,9 +239,10 @@ class CudaRunner(RunnerBase):
     def plan_launcher(plan: Any) -> Callable[..., None]:
         """launch(W, x, y[, bias]) with CuPy arrays, on the current CuPy stream (capturable): call it
         inside ``on_stream()`` (the runner's timers and verify do) to run it on the runner's."""
-        def launch(W, x, y, bias=None):
+        def launch(W, x, y, bias=None):   # (W: FP8 weights, ``DeviceFp8``, also pass their scales)
+            sc = getattr(W, "scales", None)
             plan.launch(W.data.ptr, x.data.ptr, y.data.ptr, bias.data.ptr if bias is not None else 0,
-                        cp.cuda.get_current_stream().ptr)
+                        cp.cuda.get_current_stream().ptr, sc.data.ptr if sc is not None else 0)
         return launch
 
     def launcher(self, config: Any, shape: Shape, epilogue: Epilogue = DEFAULT) -> Callable[..., None]:
@@ -308,7 +310,8 @@ class CudaRunner(RunnerBase):
                 return m
             r = compiled.resources
             m.registers, m.spill_bytes, m.smem_bytes, m.compile_s = r.registers, r.spill_stores, r.smem_bytes, compiled.compile_s
-        m.bound = error_bound(config.acc, shape.d, out=epilogue.out)
+        m.bound = (fp8_error_bound(shape.d, epilogue.out) if shape.weights
+                   else error_bound(config.acc, shape.d, out=epilogue.out))
         try:
             launch = self.plan_launcher(plan)
             if verify:

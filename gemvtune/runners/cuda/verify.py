@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import Any
 
 from ...device._cupy import cp, rand_elems, scope
@@ -14,6 +15,31 @@ from ...device.elems import nan_fill, to_float64
 from ...kernels.epilogue import DEFAULT, Epilogue
 from ...kernels.shapes import Shape
 from ..timing import ROW_FACTOR
+
+
+@dataclass
+class DeviceFp8:
+    """FP8 weights on the device: ``codes`` uint8 [M, d] (E4M3) and ``scales`` float32 (the shape's layout).
+    ``data`` is the codes' (the kernel's W pointer: ``W.data.ptr``, as for a 16-bit W)."""
+
+    codes: Any
+    scales: Any
+
+    @property
+    def data(self) -> Any:
+        return self.codes.data
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.codes.shape)
+
+
+def fp8_device(shape: Shape, rng: Any) -> tuple[DeviceFp8, Any]:
+    """(the random FP8 weight of ``shape`` on the device, its host ``Fp8Weight``), seeded from ``rng`` (CuPy's)."""
+    from ..fp8data import fp8_weight
+
+    q = fp8_weight(shape, int(float(rng.random((1,), dtype=cp.float32)[0]) * 2**24))   # (CuPy's draws: 24 bits)
+    return DeviceFp8(cp.asarray(q.codes), cp.asarray(q.scales)), q
 
 
 def x_shape(shape: Shape) -> tuple[int, ...]:
@@ -84,7 +110,8 @@ class Verifier:
 
     def verify(self, run: Callable[..., Any], shape: Shape, bound: float,
                epilogue: Epilogue = DEFAULT) -> tuple[bool, float, float, str]:
-        """Random W (fresh per shape, kept with its float64 copies), fresh random x (and bias[M] when
+        """Random W (fresh per shape, kept with its float64 copies; FP8 weights: E4M3 codes and scales, the float64
+        copies their exact dequantisation, ``runners.fp8data``), fresh random x (and bias[M] when
         the epilogue has one) per call, y poisoned with NaN in the epilogue's dtype, one launch,
         float64 reference (two float64 GEMVs against the resident copies, plus the bias).
 
@@ -114,10 +141,18 @@ class Verifier:
             return self.check(got, ref, cp.sqrt(sq), bound)
 
     def _verify_matrix(self, shape: Shape) -> tuple[Any, Any, Any]:
+        """W of ``shape`` and its float64 values: random 16-bit elements, or FP8 weights (``buffers.DeviceFp8``: codes
+        and scales of ``runners.fp8data.fp8_weight``) whose float64 values are the exactly dequantised codes."""
         if self._vmat is None or self._vmat[0] != shape:
             self._vmat = None
-            W = rand_elems((shape.M, shape.d), self.rng, shape.dtype)
-            W64 = to_float64(W, shape.dtype)
+            if shape.weights:
+                from ..fp8data import dequantized64
+
+                W, _ = fp8_device(shape, self.rng)
+                W64 = dequantized64(W.codes, W.scales, shape.fp8_layout, cp)
+            else:
+                W = rand_elems((shape.M, shape.d), self.rng, shape.dtype)
+                W64 = to_float64(W, shape.dtype)
             self._vmat = (shape, W, W64, W64 * W64)
         return self._vmat[1:]
 
