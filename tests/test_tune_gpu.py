@@ -1,7 +1,8 @@
 """The whole-model tune on the GPU (marked gpu; skipped with the reason where no CUDA device answers): a budgeted tune
 of two small shapes at two batch sizes spends no more than its budget (by its own clock, kept in its state), writes a
 valid table whose entries were searched at the plan's split and re-confirmed in a fresh process, and ends with the
-step's predicted and measured gains."""
+step's predicted and measured gains. Marked slow: it runs in the second GPU tier (``gpu-check.sh slow-tests``),
+which has the room for its budget."""
 
 import json
 
@@ -12,7 +13,7 @@ from gemvtune.runtime.table import load_table
 from gemvtune.runtime.tableschema import validate_table
 from gemvtune.tuning.tunestate import NAME
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.slow]   # a minute of tuning: the second GPU tier (docs/testing.md)
 
 BUDGET_S = 60
 
