@@ -16,7 +16,7 @@ transformers = pytest.importorskip("transformers", reason="transformers is not i
 nn = torch.nn
 F = torch.nn.functional
 
-from test_groups import CFG, MODELS, _entry, hand_table, tiny  # noqa: E402
+from test_groups import CFG, MODELS, _entry, _swapped, hand_table, tiny  # noqa: E402
 
 from gemvtune.kernels.gemv import GemvConfig  # noqa: E402
 from gemvtune.kernels.group import GroupShape  # noqa: E402
@@ -318,15 +318,6 @@ def forced(monkeypatch):
     rec = _Recorder()
     monkeypatch.setattr(torch_swiglu, "run_swiglu", rec)
     return rec
-
-
-def _swapped(kind="llama", dtype=torch.bfloat16, **kw):
-    m = tiny(kind, dtype, **kw)
-    ids = torch.randint(0, 128, (1, 5), generator=torch.Generator().manual_seed(3))
-    with torch.no_grad():
-        ref = m(ids).logits
-    swap_linears(m, load_table(TABLE, costmodel=None), group=True)
-    return m, ids, ref
 
 
 @pytest.mark.parametrize("kind", sorted(MODELS))

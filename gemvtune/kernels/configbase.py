@@ -218,3 +218,14 @@ def valid_of(configs: Iterable[Any], shape: Any, arch: Any = None) -> list[Any]:
         if weights in c.WEIGHTS and not c.shape_reasons(shape, a) and not (check and c.feature_reasons(dtype, a)):
             out.append(c)
     return out
+
+
+def sample_of(valid: list[Any], first: Any, k: int, seed: int = 0) -> list[Any]:
+    """``first`` (a family's seed config, if it is among ``valid``) then k-1 distinct others of ``valid`` drawn
+    uniformly, seeded: a command's ``--configs sample:N``."""
+    import random
+
+    out = [first] if first in valid else []
+    rest = [c for c in valid if c != first]
+    out += random.Random(seed).sample(rest, min(max(k - len(out), 0), len(rest)))
+    return out

@@ -16,7 +16,7 @@ from typing import Any
 
 from .arch import DEFAULT as DEFAULT_ARCH
 from .arch import Arch
-from .configbase import ConfigBase, parse_config_text, valid_of
+from .configbase import ConfigBase, parse_config_text, sample_of, valid_of
 from .shapes import FP8_LAYOUTS, Shape
 
 NAME = "fp8gemv"
@@ -129,13 +129,7 @@ PRESETS = {"default": SEED}
 
 def sample_configs(shape: Shape, k: int, seed: int = 0) -> list[Fp8GemvConfig]:
     """The default config (if valid) then k-1 distinct valid configs (on sm_90) drawn uniformly, seeded."""
-    import random
-
-    valid = valid_configs(shape)
-    out = [SEED] if SEED in valid else []
-    rest = [c for c in valid if c != SEED]
-    out += random.Random(seed).sample(rest, min(max(k - len(out), 0), len(rest)))
-    return out
+    return sample_of(valid_configs(shape), SEED, k, seed)
 
 
 def parse_config(text: str) -> Fp8GemvConfig:

@@ -5,14 +5,13 @@ space (a frozen config, its domains, validity with reasons) and the names its re
 from __future__ import annotations
 
 import itertools
-import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from .arch import DEFAULT as DEFAULT_ARCH
 from .arch import Arch
-from .configbase import ConfigBase, parse_config_text, valid_of
+from .configbase import ConfigBase, parse_config_text, sample_of, valid_of
 from .shapes import Shape
 
 NAME = "gemv"                 # the family's name in tables, CSVs, studies and the cost model
@@ -286,12 +285,7 @@ def valid_configs(shape: Shape, arch: Any = None) -> list[GemvConfig]:
 
 def sample_configs(shape: Shape, k: int, seed: int = 0) -> list[GemvConfig]:
     """The llama.cpp config (if valid) then k-1 distinct valid configs (on sm_90) drawn uniformly, seeded."""
-    valid = valid_configs(shape)
-    rng = random.Random(seed)
-    out = [LLAMA_CPP] if LLAMA_CPP in valid else []
-    rest = [c for c in valid if c != LLAMA_CPP]
-    out += rng.sample(rest, min(max(k - len(out), 0), len(rest)))
-    return out
+    return sample_of(valid_configs(shape), LLAMA_CPP, k, seed)
 
 
 def parse_config(text: str) -> GemvConfig:
