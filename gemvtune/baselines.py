@@ -26,6 +26,13 @@ BASELINES: dict[str, Baseline] = {b.name: b for b in (
     Baseline("llama.cpp", "gemvtune", "llama.cpp config (d compiled in)",
              "the GEMV family at llama.cpp's own launch parameters"),
     Baseline("seed", "gemvtune", "seed kernel", "llama.cpp's kernel as written (d at run time), in a graph"),
+    # FP8 weights (a shape's ``weights``): no cuBLAS call takes E4M3 codes with FP16/BF16 x, so what a model runs
+    # without a kernel is the dequantisation then F.linear (the route's fallback, ``runtime.fp8linear``); cuBLAS
+    # on the FP16/BF16 weights of the same (M, d, n) is the speed FP8 must beat (reported, never a route's rival)
+    Baseline("dequant-torch", "torch", "dequantize + F.linear",
+             "codes x scales to the input dtype, then F.linear, in a torch CUDA graph over the rotating FP8 copies"),
+    Baseline("cublas-16bit", "torch", "cuBLAS on 16-bit weights (torch F.linear)",
+             "F.linear on FP16/BF16 weights of the same M, d, n, in the same torch harness"),
 )}
 
 # the cuBLAS baseline of each kind of caller a table serves (what "never slower" is measured against): torch eager,
@@ -36,13 +43,17 @@ CUBLAS_FOR = {"torch": "cublas-torch", "cupy": "cublas", "torch-compile": "cubla
 COMPILER_FOR = {"torch-compile": "inductor"}
 
 
+# what a call on FP8 weights runs where no kernel does (the last link of the chain: an FP8 entry has no cuBLAS one)
+FP8_FALLBACK = "dequant-torch"
+
+
 def cublas_of(found: Any, framework: str | None = None, ok: Callable[[Any], bool] = bool) -> Any:
-    """The cuBLAS baseline among ``found`` (a table entry's ``baselines`` records, or measurements by kind):
-    ``framework``'s own where present and ``ok``, else torch's, else CuPy's (the one fallback chain, written once).
-    None where neither is."""
+    """The baseline a tuned kernel replaces among ``found`` (a table entry's ``baselines`` records, or measurements
+    by kind): cuBLAS, ``framework``'s own where present and ``ok``, else torch's, else CuPy's; for FP8 weights (no
+    cuBLAS record) dequantize + F.linear (the one fallback chain, written once). None where none is."""
     if not isinstance(found, Mapping):
         return None
-    order = ([CUBLAS_FOR[framework]] if framework in CUBLAS_FOR else []) + ["cublas-torch", "cublas"]
+    order = ([CUBLAS_FOR[framework]] if framework in CUBLAS_FOR else []) + ["cublas-torch", "cublas", FP8_FALLBACK]
     for name in order:
         v = found.get(name)
         if v is not None and ok(v):

@@ -29,7 +29,7 @@ from gemvtune.tuning.search_options import (
 FULL = ["--shape", "64x64", "--shape", "128x256", "--model", "llama-3-8b", "--hf-config", "/abs/a.json",
         "--hf-config", "/abs/b", "--fused", "--tp", "2", "--sampler", "random", "--trials", "37", "--timeout", "2.5",
         "--seed", "7", "--storage", "sqlite:///x.db", "--results", "res", "--table", "t.json", "--top-k", "4",
-        "--rounds", "2", "--warm-start", "3", "--batch", "1,2", "--dtype", "bf16", "--family", "gemv", "--replay", "sweeps", "--allow-replay-into-measured",
+        "--rounds", "2", "--warm-start", "3", "--batch", "1,2", "--dtype", "bf16", "--weights", "e4m3-row", "--family", "gemv", "--replay", "sweeps", "--allow-replay-into-measured",
         "--watchdog", "30", "--devices", "0,1", "--workers", "2", "--no-reconfirm", "--inductor", "--heartbeat", "0.5",
         "--worker-index", "1"]
 

@@ -45,7 +45,7 @@ def search(**params: Any) -> None:
     if p["tp"] is not None and not (p["model"] or p["hf_configs"]):
         raise UsageError("--tp picks one GPU's shards of --model/--hf-config: give one of them")
     shapes = tune_shapes(p["shape_texts"], p["model"], p["hf_configs"], p["fused"], p["batch_text"], p["dtype"],
-                         p["tp"] or 1)
+                         p["tp"] or 1, p["weights"] or "")
     opts = from_cli(params)
     if p["inductor"] and (p["no_reconfirm"] or p["replay_path"]):
         raise UsageError("--inductor is timed by the re-confirmation, which "

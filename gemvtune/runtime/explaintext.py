@@ -11,6 +11,9 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Any
 
+# The routes of a layer's row, in the order counted: a tuned kernel, cuBLAS (F.linear), an FP8 layer's dequantize +
+# F.linear, F.linear where no kernel can run, an FP8 layer left with its own module's forward
+_ROUTES = ("tuned", "cublas", "dequant", "F.linear", "module")
 # Per kind of group row: (what the lines call it, the routes in the order counted)
 _KINDS = {"siblings": ("sibling groups", ("grouped", "separate", "ungrouped")),
           "swiglu": ("SwiGLU MLPs (gate/up -> silu(g)*u in one launch)", ("grouped", "separate", "ungrouped"))}
@@ -20,15 +23,16 @@ def format_explain(rows: list[dict[str, Any]]) -> str:
     """A short text summary of ``explain``'s rows: counts per route, then one line per distinct
     (M, d, route, why) with the layers it covers; then the groups and the SwiGLU MLPs the same way, and the notes."""
     counts = Counter(r["route"] for r in rows)
-    lines = [f"{len(rows)} linear layers: " + ", ".join(f"{counts[k]} {k}" for k in ("tuned", "cublas", "F.linear")
-                                                        if counts[k])]
+    fp8 = Counter(r.get("weights") for r in rows if r.get("weights"))
+    lines = [f"{len(rows)} linear layers: " + ", ".join(f"{counts[k]} {k}" for k in _ROUTES if counts[k])
+             + "".join(f"; {c} with {w} weights" for w, c in sorted(fp8.items()))]
     groups: dict[tuple, list[str]] = defaultdict(list)
     for r in rows:
-        groups[(r["M"], r["d"], r["route"], r["why"], r.get("compiled_route"), r.get("compiled_why"))].append(
-            r["name"].rsplit(".", 1)[-1])
-    for (M, d, route, why, c_route, c_why), names in groups.items():
+        groups[(r["M"], r["d"], r.get("weights") or "", r["route"], r["why"], r.get("compiled_route"),
+                r.get("compiled_why"))].append(r["name"].rsplit(".", 1)[-1])
+    for (M, d, weights, route, why, c_route, c_why), names in groups.items():
         kinds = ", ".join(sorted(set(names)))
-        lines.append(f"  {M}x{d} {route:8s} x{len(names):<4d} [{kinds}] {why}")
+        lines.append(f"  {M}x{d}{' ' + weights if weights else ''} {route:8s} x{len(names):<4d} [{kinds}] {why}")
         if c_route is not None:
             lines.append(f"    under torch.compile: {c_route} ({c_why})")
     sib = getattr(rows, "groups", None) or []

@@ -76,7 +76,7 @@ class Contest:
         the tuned kernel does not win)."""
         t, c, w, rival = self.tuned_us, self.cublas_us, self.win, self.rival
         if t is None:
-            return f"cuBLAS: no measured kernel that gives an {out} output"
+            return f"{rival}: no measured kernel that gives an {out} output"
         if c is None or w is None:
             return f"tuned {t:.2f} µs beats {rival} (not measured)"
         if w <= 0:

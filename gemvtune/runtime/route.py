@@ -95,7 +95,13 @@ def contest(entry: Entry, framework: str, shape: Any = None, out: str = "fp32") 
     base = cublas_of(entry.baselines, framework, ok=lambda rec: rec.ok_us is not None)
     cands = _candidates(entry, entry.shape if shape is None else shape, out)
     us, cfg, rec = cands[0] if cands else (None, None, None)
-    return Contest(us, _us(base), cfg, spread(rec), spread(base))
+    return Contest(us, _us(base), cfg, spread(rec), spread(base), rival_of(entry.shape))
+
+
+def rival_of(shape: Any) -> str:
+    """What a call of ``shape`` runs where its tuned kernel does not: cuBLAS, or for FP8 weights (no cuBLAS call takes
+    them) their dequantisation then F.linear (``gemvtune.runtime.fp8linear``)."""
+    return "dequantize + F.linear" if getattr(shape, "weights", "") else "cuBLAS"
 
 
 def judge(entry: Entry, framework: str, shape: Any = None, out: str = "fp32") -> Verdict:
@@ -176,10 +182,12 @@ def _zero_trial(table: Any, shape: Any, framework: str, out: str) -> Route | Non
 
 
 def choose(table: Any, M: int, d: int, n: int, framework: str = "torch", policy: str = "fastest",
-           out: str = "fp32", dtype: str = "fp16") -> Route:
+           out: str = "fp32", dtype: str = "fp16", weights: str = "") -> Route:
     """The route of one (M, d, n) call on ``dtype`` inputs through ``table`` (a ``gemvtune.runtime.table.Table``)
     for a caller of ``framework`` that wants an ``out`` result (``fp32`` or the input dtype). Entries of another
-    dtype never serve it: a BF16 call where the table has only FP16 entries runs cuBLAS, and the route says so."""
+    dtype never serve it: a BF16 call where the table has only FP16 entries runs cuBLAS, and the route says so.
+    ``weights`` ("e4m3-row", "e4m3-b128"): W is FP8 (``Shape.weights``); only entries of that format serve the call,
+    and where none does, route kind "cublas" means the fallback of FP8 weights, dequantize + F.linear."""
     from ..kernels.epilogue import Epilogue
     from ..kernels.shapes import Shape
 
@@ -187,7 +195,7 @@ def choose(table: Any, M: int, d: int, n: int, framework: str = "torch", policy:
         raise ValueError(f"framework must be one of {', '.join(CUBLAS_FOR)}, got {framework!r}")
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
-    shape = Shape(M, d, n, dtype)
+    shape = Shape(M, d, n, dtype, weights)
     if out not in ("fp32", dtype):
         raise ValueError(f"a {dtype} call's output is fp32 or {dtype}, not {out!r}")
     entry = table.entry(shape)
@@ -205,10 +213,14 @@ def choose(table: Any, M: int, d: int, n: int, framework: str = "torch", policy:
     if entry is not None:
         v = judge(entry, framework, shape, out)
         return _route(v, v.says(out))
-    same = sorted(k[2] for k in table.keys() if (k[0], k[1], k[3]) == (M, d, dtype))
+    fmt = f" --weights {weights}" if weights else ""
+    same = sorted(k[2] for k in table.keys() if (k[0], k[1], k[3], Shape(*k).weights) == (M, d, dtype, weights))
     if same:
         return Route("cublas", None, f"{M}x{d} at n={n} is not in the table (tuned at n={','.join(map(str, same))} "
-                     f"only): a kernel runs only at a measured n (gemvtune search --shape {M}x{d} --batch {n})")
+                     f"only): a kernel runs only at a measured n (gemvtune search --shape {M}x{d} --batch {n}{fmt})")
+    if weights:   # (the cost model is trained on 16-bit weights: it picks nothing for FP8 ones)
+        return Route("cublas", None, f"{M}x{d} at n={n} with {weights} weights is not in the table "
+                     f"(gemvtune search --shape {M}x{d} --batch {n}{fmt}): dequantize + F.linear runs")
     near = f" for {dtype} (its entries are of another dtype)" if dtype != "fp16" and any(
         k[:2] == (M, d) for k in table.keys()) else ""
     zero = _zero_trial(table, shape, framework, out)

@@ -177,7 +177,7 @@ class Table:
         # callable that loads it when a shape first needs it (load_table's: most tables never need it)
         self._costmodel = costmodel
         self._predicted: dict[tuple[Shape, str], tuple[Any, float] | None] = {}
-        self._routes: dict[tuple[int, int, int, str, str, str], Any] = {}
+        self._routes: dict[tuple, Any] = {}
         self._configs: dict[tuple, Any] = {
             _key(e.shape): e.winner_config() for e in self.entries.values()
         }
@@ -207,10 +207,12 @@ class Table:
         """The table as its file holds it (``record`` writes this)."""
         return table_json(self.data, self.entries)
 
-    def route(self, M: int, d: int, n: int, framework: str = "torch", out: str = "fp32", dtype: str = "fp16") -> Any:
-        """The ``gemvtune.runtime.route.Route`` of an (M, d, n) call on ``dtype`` inputs under this table's policy
-        (cached): the tuned kernel or cuBLAS, whichever the table measured faster (see ``gemvtune.runtime.route``)."""
-        key = (M, d, n, framework, out, dtype)
+    def route(self, M: int, d: int, n: int, framework: str = "torch", out: str = "fp32", dtype: str = "fp16",
+              weights: str = "") -> Any:
+        """The ``gemvtune.runtime.route.Route`` of an (M, d, n) call on ``dtype`` inputs (W of ``weights``: "" for W
+        in ``dtype``, else its FP8 format) under this table's policy (cached): the tuned kernel or the baseline it
+        replaces, whichever the table measured faster (see ``gemvtune.runtime.route``)."""
+        key = (M, d, n, framework, out, dtype) + ((weights,) if weights else ())
         r = self._routes.get(key)
         if r is None:
             from .route import Route, choose
@@ -218,8 +220,8 @@ class Table:
             if self.gpu_rule.foreign:   # another GPU model: never a kernel (gemvtune.runtime.tablegpu)
                 r = Route("cublas", None, self.gpu_rule.foreign)
             else:
-                r = self.gpu_rule.guard(choose(self, M, d, n, framework, self.policy, out, dtype),
-                                        Shape(M, d, n, dtype), self.policy)
+                r = self.gpu_rule.guard(choose(self, M, d, n, framework, self.policy, out, dtype, weights),
+                                        Shape(M, d, n, dtype, weights), self.policy)
             self._routes[key] = r
         return r
 
@@ -313,7 +315,8 @@ class Table:
                           stacklevel=3)
         return cfg
 
-    def gemv(self, W: Any, x: Any, out: Any = None, bias: Any = None, out_dtype: str = "fp32") -> Any:
+    def gemv(self, W: Any, x: Any, out: Any = None, bias: Any = None, out_dtype: str = "fp32",
+             scales: Any = None) -> Any:
         """y = W x (+ bias); W [M, d] and x [d] (or X [n, d], n <= 16: Y = X W^T) FP16 on one CUDA
         device (CuPy arrays or torch tensors), bias (optional) [M] FP16, out (optional) [M] (or
         [n, M]) of ``out_dtype`` (``fp32`` or ``fp16``). Runs the table's route for (M, d, n): the
@@ -321,16 +324,21 @@ class Table:
         ``cupy.matmul``, FP16 result, then cast) where the table measured cuBLAS faster or lacks the
         shape (policy ``fastest``, the default; ``load_table(..., policy="tuned")`` always runs a
         gemvtune kernel). Returns out (a CuPy array, or a torch tensor for torch input). Works inside
-        CUDA graph capture once each shape has run once outside it."""
+        CUDA graph capture once each shape has run once outside it. FP8 weights (torch only): W E4M3 codes with
+        their float32 ``scales`` (``torch_op.table_gemv_fp8``), through the table's FP8 route."""
         # The arguments before the check of the table's GPU could warn (it runs once, at the first valid call):
         # a CPU tensor is one UsageError; NumPy arrays are one once a device answers (NoDeviceError before).
         if type(W).__module__.startswith("torch"):
-            from .torch_op import check_cuda_tensors, table_gemv
+            from .torch_op import check_cuda_tensors, table_gemv, table_gemv_fp8, torch_device
 
             if not self._gpu_checked:
                 check_cuda_tensors(W, x, out, bias)
-                self.check_device(*_torch_device(W))
+                self.check_device(*torch_device(W))
+            if scales is not None:
+                return table_gemv_fp8(self, W, scales, x, out, bias, out_dtype)
             return table_gemv(self, W, x, out, bias, out_dtype)
+        if scales is not None:
+            raise UsageError("FP8 weights (scales=...) run on torch tensors only: pass W, x and scales as CUDA tensors")
         if self._dispatch is None or not self._gpu_checked:
             # no device at all is said first (exit 3 on the command line), then arrays in host memory, and only
             # then could the check of the table's GPU warn
@@ -358,16 +366,6 @@ def _transfers(config: Any, shape: Shape) -> bool:
     """Whether a config tuned for another shape may run ``shape``: a kernel valid for it may; a library's
     algorithm (cuBLASLt: chosen by the library for its own shape, its refusal known only on the GPU) may not."""
     return config.is_valid(shape) and not FAMILIES[config.family].library
-
-
-def _torch_device(t: Any) -> tuple[str, tuple[int, int] | None]:
-    """(name, compute capability) of a tensor's CUDA device."""
-    import torch
-
-    if not t.is_cuda:
-        return "cpu", None
-    major, minor = torch.cuda.get_device_capability(t.device)
-    return torch.cuda.get_device_name(t.device), (int(major), int(minor))
 
 
 def load_table(path: str | Path | None = None, strict_gpu: bool = False, policy: str = "fastest",

@@ -29,7 +29,6 @@ the candidates that were not grouped or fused, with why. ``restore_linears`` ret
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -41,6 +40,8 @@ from .explaintext import format_explain
 from .torch_mlp import GemvSwiGLUMLP, attach_mlps, detach_mlps, mlp_rows, residual_note
 from .torch_op import _ALIGN, DTYPES, device_allows, register_table, run_linear
 from .torch_siblings import attach_groups, detach_groups, group_rows, kept_groups, reattach
+from .torchmods import check_table as _check_table
+from .torchmods import linear_children as _linear_children
 
 __all__ = ["ExplainRows", "GemvLinear", "GemvSwiGLUMLP", "Restored", "explain", "format_explain", "restore_linears",
            "swap_linears"]
@@ -177,25 +178,6 @@ class GemvLinear(torch.nn.Module):
         return torch.ops.gemvtune.linear(x, w, b, self._tid)
 
 
-def _check_table(table: Any, who: str) -> None:
-    """A TypeError saying what was expected, for a table argument that is not a loaded gemvtune Table (or an
-    object with its ``route``, as tests pass)."""
-    if isinstance(table, type) or not callable(getattr(table, "route", None)):
-        if isinstance(table, type):   # the class itself (gemvtune.Table), not a loaded table
-            raise TypeError(f"{who}: table must be a gemvtune Table from load_table(path), got the class "
-                            f"{table.__name__} itself")
-        hint = " (load it first: gemvtune.load_table(path))" if isinstance(table, (str, os.PathLike)) else ""
-        raise TypeError(f"{who}: table must be a gemvtune Table from load_table(path), got "
-                        f"{type(table).__name__}{hint}")
-
-
-def _linear_children(model: torch.nn.Module):
-    """(qualified name, parent, attribute name, child) for every direct child of every module."""
-    for pname, parent in model.named_modules(remove_duplicate=False):
-        for cname, child in list(parent.named_children()):
-            yield (f"{pname}.{cname}" if pname else cname), parent, cname, child
-
-
 def swap_linears(model: torch.nn.Module, table: Any,
                  filter: Callable[[str, torch.nn.Module], bool] | None = None,
                  max_batch: int = MAX_BATCH, group: bool = False) -> list[str]:
@@ -228,6 +210,9 @@ def swap_linears(model: torch.nn.Module, table: Any,
             done[id(child)] = GemvLinear(child, table, max_batch)
         setattr(parent, cname, done[id(child)])
         names.append(name)
+    from .torch_fp8 import wrap_fp8_modules
+
+    names += wrap_fp8_modules(model, table, filter, max_batch)[0]   # FP8 linears a checkpoint loaded
     if group:
         detach_mlps(model, GemvLinear)   # (a model swapped before: its MLPs' own forwards are read again)
         attach_groups(model, table, GemvLinear)
@@ -247,8 +232,17 @@ def restore_linears(model: torch.nn.Module) -> Restored:
     notes = [(m, m._mlp_note) for m in swapped if m._mlp_note is not None]
     mlps = detach_mlps(model, GemvLinear)
     detach_groups(model, GemvLinear)
-    names, slots = [], []
+    names: list[str] = []
+    slots: list[tuple[str, Any, str, Any, Any]] = []
+    from .torch_fp8 import GemvFp8Linear
+
     for name, parent, cname, child in list(_linear_children(model)):
+        if isinstance(child, GemvFp8Linear):   # its original module, or an nn.Linear of its dequantised weights
+            orig = child.restored()
+            setattr(parent, cname, orig)
+            names.append(name)
+            slots.append((name, parent, cname, orig, child))
+            continue
         if not isinstance(child, GemvLinear):
             continue
         orig = child.original
@@ -284,6 +278,10 @@ class Restored(list[str]):
         for name, parent, cname, orig, w in self._slots:
             if parent._modules.get(cname) is not orig:
                 continue
+            if not isinstance(w, GemvLinear):   # an FP8 layer: its own tensors, not the original's
+                setattr(parent, cname, w)
+                names.append(name)
+                continue
             if w.weight is not orig.weight:
                 w.register_parameter("weight", orig.weight)
             if w.bias is not orig.bias:
@@ -314,8 +312,10 @@ class ExplainRows(list[dict[str, Any]]):
 
 def explain(model: torch.nn.Module, n: int = 1) -> ExplainRows:
     """Per linear layer of ``model`` (swapped or not), what a call with n rows runs and why: a dict
-    with ``name, M, d, bias, route`` ("tuned", "cublas": ``F.linear`` chosen from the table's
-    measurements, or "F.linear": the layer cannot run a tuned kernel), ``why``, ``tuned_us`` and
+    with ``name, M, d, bias, weights`` ("" for 16-bit weights, else the FP8 format: ``GemvFp8Linear`` layers and FP8
+    layers a checkpoint loaded), ``route`` ("tuned", "cublas": ``F.linear`` chosen from the table's
+    measurements, "dequant": an FP8 layer's dequantize + F.linear, "F.linear": the layer cannot run a tuned kernel, or
+    "module": an FP8 layer left with its own forward), ``why``, ``tuned_us`` and
     ``cublas_us`` (the table's measurements behind the choice, or None), and ``compiled_route`` and
     ``compiled_why``: what the same call runs under ``torch.compile`` where that differs ("inductor": Inductor's
     F.linear beat the tuned kernel, "cublas"), else None. A grouped member's own row says what it would run alone.
@@ -329,10 +329,15 @@ def explain(model: torch.nn.Module, n: int = 1) -> ExplainRows:
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_BATCH:
         raise ValueError(f"n must be in 1..{MAX_BATCH}, got {n!r}")
     rows = []
+    from .torch_fp8 import fp8_rows
+
+    fp8 = fp8_rows(model, n)   # FP8 layers: wrapped, or left with their own forward (and why)
     for name, mod in model.named_modules():
-        if isinstance(mod, GemvLinear):
+        if name in fp8:
+            rows.append(fp8[name])
+        elif isinstance(mod, GemvLinear):
             row = {"name": name, "M": mod.out_features, "d": mod.in_features, "bias": mod.bias is not None,
-                   "tuned_us": None, "cublas_us": None, "compiled_route": None, "compiled_why": None}
+                   "weights": "", "tuned_us": None, "cublas_us": None, "compiled_route": None, "compiled_why": None}
             why = mod.static_reason()
             if why:
                 rows.append({**row, "route": "F.linear", "why": why})
@@ -350,7 +355,8 @@ def explain(model: torch.nn.Module, n: int = 1) -> ExplainRows:
                          "tuned_us": r.tuned_us, "cublas_us": r.cublas_us})
         elif type(mod) is torch.nn.Linear:
             rows.append({"name": name, "M": mod.out_features, "d": mod.in_features, "bias": mod.bias is not None,
-                         "route": "F.linear", "why": "not swapped (swap_linears left it, or a filter excluded it)",
+                         "weights": "", "route": "F.linear",
+                         "why": "not swapped (swap_linears left it, or a filter excluded it)",
                          "tuned_us": None, "cublas_us": None, "compiled_route": None, "compiled_why": None})
     out = ExplainRows(rows)
     out.groups = group_rows(model, n, GemvLinear) + mlp_rows(model, n, GemvLinear)

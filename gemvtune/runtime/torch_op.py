@@ -65,16 +65,17 @@ def device_allows(table: Any, dev: int | None = None) -> bool:
 
 
 def _plan(tid: int, table: Any, config: Any, M: int, d: int, n: int, bias: bool, out: str, dev: int,
-          stream: int, dtype: str = "fp16") -> Any:
+          stream: int, dtype: str = "fp16", weights: str = "") -> Any:
     """The route's plan (kept in _FAST): a kernel's ``LaunchPlan`` or a cuBLASLt algorithm's ``LtPlan``
     (same launch interface), or None where the library refuses its algorithm or the table's kernels may not run on
-    ``dev`` (``device_allows``): cuBLAS runs."""
-    key = (tid, M, d, n, bias, out, dev, dtype)
+    ``dev`` (``device_allows``): cuBLAS runs. ``weights``: W's FP8 format ("" for 16-bit W: the key has no 9th
+    field then)."""
+    key = (tid, M, d, n, bias, out, dev, dtype) + ((weights,) if weights else ())
     plan = _FAST.get(key)
     if plan is None:
         if not device_allows(table, dev):
             return None
-        plan = route_plan(config, Shape(M, d, n, dtype), Epilogue(out, bias), dev, stream)
+        plan = route_plan(config, Shape(M, d, n, dtype, weights), Epilogue(out, bias), dev, stream)
         if plan is not None:
             _FAST[key] = plan
     return plan
@@ -129,6 +130,70 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, tab
     if not ok:
         return F.linear(x, weight, bias)
     return run_linear(x, weight, bias, _TABLES[table], table)
+
+
+def run_fp8_linear(x: torch.Tensor, codes: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None,
+                   weights: str, table: Any, tid: int | None = None) -> torch.Tensor:
+    """``F.linear(x, codes x scales, bias)`` for FP8 weights of format ``weights`` ("e4m3-row", "e4m3-b128") through
+    the table's route: the tuned FP8 kernel, or dequantize + F.linear (``fp8linear.fallback_linear``) where the table
+    measured that faster, lacks the shape, or anything here cannot take the call. The caller has checked what does not
+    change between calls (``fp8torch.check``: codes uint8 or float8_e4m3fn, contiguous [M, d], 16-byte aligned;
+    scales float32, contiguous, of the layout's shape, finite and positive; all on x's device); x is FP16 or BF16."""
+    from ..kernels.shapes import FP8_LAYOUTS
+    from .fp8linear import fallback_linear
+
+    layout = FP8_LAYOUTS[weights]
+    M, d = codes.shape
+    n = x.numel() // d if d else 0
+    dt = DTYPES.get(x.dtype)
+    if dt is None or not 1 <= n <= MAX_BATCH or (bias is not None and bias.dtype != x.dtype):
+        return fallback_linear(x, codes, scales, layout, bias)
+    if tid is None:
+        tid = register_table(table)
+    dev = x.get_device()
+    has_bias = bias is not None
+    plan = _FAST.get((tid, M, d, n, has_bias, dt, dev, dt, weights))     # the hot path: one lookup
+    stream = _raw_stream(dev)
+    if plan is None:
+        route = table.route(M, d, n, "torch", dt, dt, weights)
+        if route.kind != "tuned":
+            return fallback_linear(x, codes, scales, layout, bias)
+        plan = _plan(tid, table, route.config, M, d, n, has_bias, dt, dev, stream, dt, weights)
+        if plan is None:
+            return fallback_linear(x, codes, scales, layout, bias)
+    if not x.is_contiguous():
+        x = x.contiguous()
+    if bias is not None and not bias.is_contiguous():
+        bias = bias.contiguous()
+    xp = x.data_ptr()
+    if xp % _ALIGN:
+        x = x.clone()
+        xp = x.data_ptr()
+    y = torch.empty(x.shape[:-1] + (M,), dtype=x.dtype, device=x.device)
+    plan.launch(codes.data_ptr(), xp, y.data_ptr(), bias.data_ptr() if bias is not None else 0, stream,
+                scales.data_ptr())
+    return y
+
+
+@torch.library.custom_op("gemvtune::linear_fp8", mutates_args=())
+def linear_fp8(x: torch.Tensor, codes: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None, weights: str,
+               table: int) -> torch.Tensor:
+    """``run_fp8_linear`` through table ``table`` (an id from ``register_table``): what ``torch.compile`` traces for
+    an FP8 layer whose route is a tuned kernel (``GemvFp8Linear``)."""
+    if table not in _TABLES:
+        raise UsageError(f"gemvtune::linear_fp8: no table registered under id {table}")
+    if codes.dim() != 2 or x.shape[-1] != codes.shape[1]:
+        raise UsageError(f"gemvtune::linear_fp8: x {tuple(x.shape)} does not match the weight {tuple(codes.shape)}")
+    return run_fp8_linear(x, codes, scales, bias, weights, _TABLES[table], table)
+
+
+@linear_fp8.register_fake
+def _linear_fp8_fake(x: torch.Tensor, codes: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None,
+                     weights: str, table: int) -> torch.Tensor:
+    torch._check(codes.dim() == 2, lambda: f"gemvtune::linear_fp8: the weight must be 2-D, got {codes.dim()}-D")
+    torch._check(x.dim() >= 1 and x.shape[-1] == codes.shape[1],
+                 lambda: f"gemvtune::linear_fp8: x {tuple(x.shape)} does not match the weight {tuple(codes.shape)}")
+    return x.new_empty((*x.shape[:-1], codes.shape[0]))
 
 
 @linear.register_fake
@@ -216,3 +281,66 @@ def table_gemv(table: Any, W: torch.Tensor, x: torch.Tensor, out: torch.Tensor |
         out = torch.empty(ysh, dtype=want_out, device=W.device)
     plan.launch(W.data_ptr(), x.data_ptr(), out.data_ptr(), bias.data_ptr() if bias is not None else 0, stream)
     return out
+
+
+def fp8_layout_of(scales: torch.Tensor, M: int, d: int) -> str:
+    """The FP8 format (``Shape.weights``) whose scales have ``scales``' shape for W [M, d] ("" if none has)."""
+    if tuple(scales.shape) in ((M,), (M, 1)):
+        return "e4m3-row"
+    if tuple(scales.shape) == (-(-M // 128), -(-d // 128)):
+        return "e4m3-b128"
+    return ""
+
+
+def table_gemv_fp8(table: Any, W: torch.Tensor, scales: torch.Tensor, x: torch.Tensor, out: torch.Tensor | None,
+                   bias: torch.Tensor | None, out_dtype: str) -> torch.Tensor:
+    """``Table.gemv`` of FP8 weights on torch tensors: codes W [M, d] (float8_e4m3fn or uint8) and their float32
+    ``scales`` ([M] or [M, 1]: per row; [ceil(M/128), ceil(d/128)]: per 128x128 block); x [d] or [n, d] FP16 or BF16;
+    y of ``out_dtype`` (the inputs' dtype, or fp32: computed in x's dtype, then cast). Every input is checked: one
+    UsageError naming what is wrong (``fp8torch.check``), never a wrong answer."""
+    from .fp8torch import check
+
+    check_cuda_tensors(scales, x, out, bias)
+    if W.dim() != 2:
+        raise UsageError(f"W must be 2-D [M, d] E4M3 codes, got shape {tuple(W.shape)}")
+    M, d = W.shape
+    weights = fp8_layout_of(scales, M, d)
+    if not weights:
+        raise UsageError(f"scales of shape {tuple(scales.shape)} fit neither layout of W {tuple(W.shape)}: [{M}] per "
+                         f"row or [{-(-M // 128)}, {-(-d // 128)}] per 128x128 block")
+    from ..kernels.shapes import FP8_LAYOUTS
+
+    flat = scales.reshape(-1) if weights == "e4m3-row" else scales
+    why = check(W, flat, FP8_LAYOUTS[weights], M, d)
+    if why:
+        raise UsageError(f"FP8 weights: {why}")
+    dt = DTYPES.get(x.dtype)
+    if dt is None:
+        raise UsageError(f"x must be float16 or bfloat16 with FP8 weights, got {_dtype_name(x.dtype)}")
+    if out_dtype not in ("fp32", dt):
+        raise UsageError(f"out_dtype must be fp32 or {dt} (x's dtype), got {out_dtype!r}")
+    if bias is not None and (bias.dtype != x.dtype or bias.shape != (M,) or bias.device != W.device):
+        raise UsageError(f"bias must be a [{M}] tensor of x's dtype on W's device")
+    if x.dim() == 2 and x.shape[0] == 1:
+        x = x.reshape(-1)
+    n = 1 if x.dim() == 1 else x.shape[0]
+    if x.dim() not in (1, 2) or x.shape[-1] != d or not 1 <= n <= MAX_BATCH or x.device != W.device:
+        raise UsageError(f"x must have shape [{d}] or [n, {d}] with n <= {MAX_BATCH} on W's device to match W "
+                         f"{tuple(W.shape)}, got {tuple(x.shape)} on {x.device}")
+    ysh = (M,) if n == 1 else (n, M)
+    want = _TORCH[out_dtype]
+    if out is not None and (out.numel() != n * M or not out.is_contiguous() or out.dtype != want):
+        raise UsageError(f"out must be a contiguous {_dtype_name(want)} tensor of {n * M} elements")
+    y = run_fp8_linear(x.detach().reshape(n, d), W.detach(), flat.detach(), bias, weights, table).view(ysh)
+    if out is None:
+        return y.to(want)
+    out.view(ysh).copy_(y)
+    return out
+
+
+def torch_device(t: Any) -> tuple[str, tuple[int, int] | None]:
+    """(name, compute capability) of a tensor's CUDA device (``Table.gemv``'s check of the table's GPU)."""
+    if not t.is_cuda:
+        return "cpu", None
+    major, minor = torch.cuda.get_device_capability(t.device)
+    return torch.cuda.get_device_name(t.device), (int(major), int(minor))

@@ -107,6 +107,8 @@ class Verdict:
 
     def runs(self) -> str:
         """What runs where the tuned kernel does not."""
+        if self.search.rival != "cuBLAS":   # (FP8 weights: their fallback)
+            return f": {self.search.rival} runs" + (" (Inductor compiles it)" if self.compiled else "")
         return ": F.linear runs (Inductor compiles it)" if self.compiled else ": cuBLAS runs"
 
 
@@ -124,7 +126,7 @@ def _again(entry: Entry, framework: str, search: Contest) -> tuple[Contest | Non
     base = cublas_of(rc.baselines, framework, ok=_ok)
     if base is None:
         return None, f" (the re-confirmation of {(rc.date or '')[:10]} measured no cuBLAS)", "", rec
-    return Contest(rec.ok_us, base.ok_us, search.config, spread(rec), spread(base)), "", "", rec
+    return Contest(rec.ok_us, base.ok_us, search.config, spread(rec), spread(base), search.rival), "", "", rec
 
 
 def verdict(entry: Entry, framework: str, search: Contest) -> Verdict:

@@ -27,10 +27,11 @@ def batches_of(batch: int | str | Sequence[int]) -> list[int]:
 
 def tune_shapes(shapes: Iterable[Shape | str] = (), model: str | None = None,
                 hf_config: str | Path | Sequence[str | Path] | None = None, fused: bool = False,
-                batch: int | str | Sequence[int] = 1, dtype: str = "fp16", tp: int = 1) -> list[Shape]:
+                batch: int | str | Sequence[int] = 1, dtype: str = "fp16", tp: int = 1, weights: str = "") -> list[Shape]:
     """The (M, d, n, dtype) a tune covers: the shapes given (``Shape`` or ``"MxD"``), a preset's, HF configs' (their
     decode step's shapes, ``gemvtune.kernels.modelshapes.step_shapes``: on one GPU of ``tp`` tensor-parallel GPUs,
-    a routed expert's at the tokens it sees at each batch), shape by shape, each at every batch."""
+    a routed expert's at the tokens it sees at each batch), shape by shape, each at every batch; with ``weights``
+    (an FP8 format, ``Shape.weights``) W of every shape in it."""
     from ..kernels.hfconfig import read_hf_config, read_preset
     from ..kernels.modelshapes import step_shapes
 
@@ -50,11 +51,12 @@ def tune_shapes(shapes: Iterable[Shape | str] = (), model: str | None = None,
         raise UsageError("tp picks one GPU's shards of a model preset or an HF config: give one of them")
     by_md: dict[tuple[int, int], list[Shape]] = {}   # (M, d) first seen first, then each batch
     for s in base:
-        by_md.setdefault((s.M, s.d), []).extend(Shape(s.M, s.d, n, dtype) for n in batches)
+        by_md.setdefault((s.M, s.d), []).extend(Shape(s.M, s.d, n, dtype, weights) for n in batches)
     for m in models:
         for n in batches:
             for ss in step_shapes(m, n, tp, fused, dtype):
-                by_md.setdefault((ss.shape.M, ss.shape.d), []).append(ss.shape)
+                s = ss.shape
+                by_md.setdefault((s.M, s.d), []).append(Shape(s.M, s.d, s.n, s.dtype, weights))
     return list(dict.fromkeys(s for group in by_md.values() for s in group))
 
 

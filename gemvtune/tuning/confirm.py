@@ -77,7 +77,9 @@ def confirm(runner: Any, shape: Shape, studies: dict[str, optuna.Study] | optuna
         top[fam] = cands
     if not any(top.values()):
         raise UsageError(f"no correct variant was found for {shape} (see the search CSV for the reasons)")
-    pool = list(dict.fromkeys([c for cs in top.values() for c in cs] + list(incumbents) + [LLAMA_CPP]))
+    # llama.cpp's config, re-measured beside them as a baseline, where it can run the shape (not on FP8 weights)
+    llama = [LLAMA_CPP] if LLAMA_CPP.is_valid(shape) else []
+    pool = list(dict.fromkeys([c for cs in top.values() for c in cs] + list(incumbents) + llama))
     per: dict[Any, list[Measurement]] = {c: [] for c in pool}
     base: dict[str, list[Measurement]] = {}
     for r in range(opts.rounds):
@@ -108,7 +110,7 @@ def confirm(runner: Any, shape: Shape, studies: dict[str, optuna.Study] | optuna
     winner = Measurement.of(w.label, "winner", shape, Status.OK, us_median=s["us"],
                          us_min=s["us_min"], us_max=s["us_max"], gbps=s["gbps"], pct_ceiling=s["pct_ceiling"],
                          params=config_to_dict(w))
-    baselines = {"llama.cpp": stats[LLAMA_CPP]}
+    baselines = {"llama.cpp": stats[LLAMA_CPP]} if llama else {}
     base_ms = {}
     for kind, ms in base.items():
         baselines[kind] = _summary(ms)

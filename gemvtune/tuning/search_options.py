@@ -17,7 +17,7 @@ import click
 
 from ..errors import UsageError
 from ..kernels.families import FAMILY_NAMES, get_family, parse_families
-from ..kernels.shapes import DTYPES
+from ..kernels.shapes import DTYPES, WEIGHTS
 from .coordination.storage import HEARTBEAT_S
 from .samplers import SAMPLERS
 from .spacebound import STALL_PROPOSALS
@@ -119,6 +119,9 @@ OPTIONS: tuple[Opt, ...] = (   # in ``gemvtune search --help`` order
         help="batch sizes n (columns of x) to tune each shape at, e.g. 1,2,4,8,16"),
     Opt("--dtype", "dtype", click.Choice(DTYPES), "fp16", show_default=True,
         help="dtype of W and x (and the bias): fp16 or bf16; the table keeps their entries apart"),
+    Opt("--weights", "weights", click.Choice([w for w in WEIGHTS if w]),
+        help="FP8 weights (W8A16): E4M3 codes with FP32 scales per output row (e4m3-row) or per 128x128 block "
+             "(e4m3-b128); x and y stay --dtype. The table keeps their entries apart (default: W in --dtype)"),
     Opt("--family", "family_text", field="families", parse=_families, study=True,
         help="kernel families to search, comma-separated: " + ",".join(FAMILY_NAMES) + " (default: all; a "
              "library family, cuBLASLt's algorithms, where this runner can ask it; on --replay: the sweeps' family)"),

@@ -265,10 +265,14 @@ def _search_shapes(runner: Any, shapes: list[Shape], opts: SearchOptions, out: P
         w, b = e.winner, e.baselines
         c = cublas_of(b)
         cub = c.us if c else None
-        lla = b["llama.cpp"].us
+        rival = "dequantize + F.linear" if shape.weights else "cuBLAS"
+        lla = b["llama.cpp"].us if "llama.cpp" in b else None   # (FP8 weights: no llama.cpp point)
+        sixteen = b["cublas-16bit"].us if "cublas-16bit" in b else None
+        theirs = (f"x{_ratio(lla, w.us)} llama.cpp" if lla is not None else
+                  f"x{_ratio(sixteen, w.us)} cuBLAS on 16-bit weights" if sixteen is not None else "")
         fams = "  ".join(f"{f} {e.best[f].us:.2f}" for f in opts.families if f in e.best and e.best[f].kept_from is None)
         echo(f"{shape!s:>14s}  {w.label:44s} {w.us:8.2f} µs  {w.pct_ceiling:5.1f}% ceiling  "
-             f"x{_ratio(cub, w.us)} cuBLAS  x{_ratio(lla, w.us)} llama.cpp  [{fams}]  "
+             f"x{_ratio(cub, w.us)} {rival}  {theirs}  [{fams}]  "
              f"({res.new_measured} new / {res.measured} measured trials{', tie' if res.tie else ''}"
              f"{', launch-bound: W streams faster than an empty launch' if e.launch_bound else ''}) "
              f"-> {csv.name}")

@@ -101,9 +101,10 @@ class Baselines:
         h = self.h
         m = Measurement.of("cublas (cupy.matmul)", "cublas", shape, Status.OK)
         m.bound = library_bound(shape)   # its output is FP16: one final rounding to 2^-11
-        if shape.dtype != "fp16":
-            m.status, m.error = Status.INVALID, (f"CuPy has no {shape.dtype} arrays: cuBLAS is measured through "
-                                                 "torch (cublas-torch)")
+        if shape.dtype != "fp16" or shape.weights:
+            m.status, m.error = Status.INVALID, (
+                f"cuBLAS takes no {shape.weights} weights: their baseline is dequantize + F.linear" if shape.weights
+                else f"CuPy has no {shape.dtype} arrays: cuBLAS is measured through torch (cublas-torch)")
             return m
         with h.on_stream():
             try:
@@ -122,7 +123,15 @@ class Baselines:
 
     def baselines(self, shape: Shape) -> list[Measurement]:
         """cuBLAS via cupy.matmul (spin) and, where torch is installed, via torch in a graph (what a search's
-        confirmation compares against; the benchmark adds ``measure_inductor`` and ``measure_seed``)."""
+        confirmation compares against; the benchmark adds ``measure_inductor`` and ``measure_seed``). FP8 weights:
+        dequantize + F.linear, and cuBLAS on 16-bit weights of the same shape (``fp8base``)."""
+        if shape.weights:
+            from .fp8base import measure_dequant_linear, measure_sixteen_bit
+
+            with self.h.gpu_lock.held():
+                got = [measure_dequant_linear(self.h, shape, self.time_torch),
+                       measure_sixteen_bit(self.measure_torch_linear, shape)]
+            return [m for m in got if m is not None]
         with self.h.gpu_lock.held():
             out = [self.measure_cublas(shape)]
             t = self.measure_torch_linear(shape)
