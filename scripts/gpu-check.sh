@@ -9,7 +9,7 @@
 # Exit 0 if every part passed, 1 if any failed, 2 on a usage error.
 set -uo pipefail
 
-PARTS="tests slow-tests sanitizer bench hf percall search group guard tune"
+PARTS="tests slow-tests sanitizer bench hf percall search group guard tune fp8"
 SAN_CONFIGS=tests/data/sanitize_configs.json
 HF_CONFIG_DEFAULT=gemvtune/kernels/hf_configs/llama-3-8b.json
 
@@ -22,7 +22,8 @@ parts (run in the order given):
               the log ends with the 30 slowest, as both test parts do)
   slow-tests  python3 -m pytest -q -m "gpu and slow" (pytest's exit 5, no test selected, counts as a pass)
   sanitizer   compute-sanitizer memcheck and racecheck (--report-api-errors no) over gemvtune verify of
-              $SAN_CONFIGS on the edge shapes at n = 1 and 3, fp16 and bf16;
+              $SAN_CONFIGS on the edge shapes at n = 1 and 3, fp16 and bf16; a sample of the FP8 family in
+              both scale layouts (SAN_FP8);
               then memcheck of gemvtune percall ops in fp16 and bf16
   bench       gemvtune bench kernels --suite decode (tuned table against cuBLAS, llama.cpp config, seed kernel),
               fp16 then bf16, in one process each
@@ -40,6 +41,11 @@ parts (run in the order given):
               re-measured at the end beside the committed table in the same process (--against) and in
               bench guard's harness; the summary: shapes tuned, seconds spent, predicted/measured step gain
 
+  fp8         FP8 weights: gemvtune search of FP8_SHAPES (--weights FP8_WEIGHTS) into a copy of the committed
+              table (OUT/fp8/table.json), then gemvtune bench fp8 of them (the FP8 kernel against the 16-bit tuned
+              kernel, cuBLAS on 16-bit weights, dequantize + F.linear and gemlite's A16W8_FP8, carried in
+              .peers/gemlite: the device's carry list names it); the summary: the targets' lines
+
 output: OUT/PART.log, OUT/PART/, OUT/summary.txt   (OUT: \$OUT if set, else ./gpu-check-out)
 
 environment (defaults in brackets):
@@ -48,7 +54,7 @@ environment (defaults in brackets):
   TESTS            extra pytest arguments for tests and slow-tests, e.g. test files []
   SAN_SHAPES       sanitizer edge shapes [1x8 1x72 1x4104 7x8 7x72 7x4104 129x8 129x72 129x4104]
                    (the H200 took 179 s for the whole part on 1x8 7x72 129x4104; split by SAN_DTYPES to fit a limit)
-  SAN_DTYPES       [fp16 bf16]       SAN_PERCALL_ARGS [--calls 20 --repeats 1]
+  SAN_DTYPES       [fp16 bf16]       SAN_PERCALL_ARGS [--calls 20 --repeats 1]   SAN_FP8 [e4m3-row e4m3-b128]
   BENCH_DTYPES     [fp16 bf16]       BENCH_BATCH [1,8]   BENCH_ROUNDS [3]
   BENCH_OPTS       [--no-inductor]   (set but empty: the Inductor baseline too)
   HF_CONFIG        [$HF_CONFIG_DEFAULT]   HF_DTYPES [fp16 bf16]
@@ -57,6 +63,8 @@ environment (defaults in brackets):
   GROUP_MODEL      [llama-3-8b]      GROUP_BATCH [1,8]   GROUP_DTYPES [fp16 bf16]   T_GROUP [400]
   GUARD_ARGS       []  (e.g. --dtype fp16 --batch 1,8; default: the whole suite)   T_GUARD [300]
   TUNE_ARGS        [--model llama-3-8b --batch 1,2,4,8,16 --budget 5m]   T_TUNE [580]
+  FP8_SHAPES       [4096x4096 1024x4096 14336x4096 4096x14336 128256x4096]   FP8_WEIGHTS [e4m3-row]
+  FP8_BATCH        [1,8]   FP8_DTYPE [fp16]   FP8_TRIALS [40]   FP8_ROUNDS [3]   T_FP8 [580]
   SEARCH_SHAPE     [4096x4096]       SEARCH_BATCH [1]   SEARCH_TRIALS [12]   SEARCH_FAMILY [all]
   GEMVTUNE_CACHE_DIR [\${TMPDIR:-/tmp}/gemvtune-cache]   GPU_CHECK_COMMIT (when the checkout has no .git)
 
@@ -146,7 +154,7 @@ part_sanitizer() {
   # --report-api-errors no: cuda-bindings resolves every driver symbol through cuGetProcAddress at cuInit, and
   # those the driver lacks come back CUDA_ERROR_INVALID_VALUE, which the sanitizer would count as errors
   # (gemvtune checks its own API calls).
-  local edge=() s dt tool pc=() clean=0 total=0
+  local edge=() s dt w tool pc=() clean=0 total=0
   for s in ${SAN_SHAPES:-1x8 1x72 1x4104 7x8 7x72 7x4104 129x8 129x72 129x4104}; do edge+=(--shape "$s"); done
   read -r -a pc <<< "${SAN_PERCALL_ARGS:---calls 20 --repeats 1}"
   local san=(env GEMVTUNE_NO_POOL=1 compute-sanitizer --report-api-errors no --error-exitcode 9)
@@ -156,6 +164,15 @@ part_sanitizer() {
     for tool in memcheck racecheck; do
       run "$tool verify $dt" "${san[@]}" --tool "$tool" \
         python3 -m gemvtune verify "${edge[@]}" --batch 1,3 --dtype "$dt" --configs "$SAN_CONFIGS"
+      total=$((total + 1)); clean=$((clean + $(sanitizer_clean)))
+    done
+  done
+  # FP8 weights (W8A16): a sample of the FP8 family on the edge shapes, both scale layouts, under both tools
+  for w in ${SAN_FP8:-e4m3-row e4m3-b128}; do
+    run "verify $w" python3 -m gemvtune verify "${edge[@]}" --batch 1,3 --weights "$w" --configs sample:6
+    for tool in memcheck racecheck; do
+      run "$tool verify $w" "${san[@]}" --tool "$tool" \
+        python3 -m gemvtune verify "${edge[@]}" --batch 1,3 --weights "$w" --configs sample:6
       total=$((total + 1)); clean=$((clean + $(sanitizer_clean)))
     done
   done
@@ -260,6 +277,20 @@ part_tune() {
   finish "${got:-no tune summary}"
 }
 
+part_fp8() {
+  local shapes=() s got
+  for s in ${FP8_SHAPES:-4096x4096 1024x4096 14336x4096 4096x14336 128256x4096}; do shapes+=(--shape "$s"); done
+  cp results/nvidia-h200/table.json "$D/table.json" || return 1
+  run "search fp8" python3 -m gemvtune search "${shapes[@]}" --weights "${FP8_WEIGHTS:-e4m3-row}" \
+    --batch "${FP8_BATCH:-1,8}" --dtype "${FP8_DTYPE:-fp16}" --trials "${FP8_TRIALS:-40}" --no-reconfirm \
+    --results "$D/search" --table "$D/table.json"
+  run "bench fp8" python3 -m gemvtune bench fp8 "${shapes[@]}" --weights "${FP8_WEIGHTS:-e4m3-row}" \
+    --batch "${FP8_BATCH:-1,8}" --dtype "${FP8_DTYPE:-fp16}" --rounds "${FP8_ROUNDS:-3}" --table "$D/table.json" \
+    --out "$D"
+  got=$(grep -E '^(n = 1, shapes|x gemlite|x dequantize)' "$LAST" | squeeze | paste -sd ';' -)
+  finish "${got:-no fp8 summary}"
+}
+
 # ---- one part, in its own process (under timeout) ------------------------------------------------
 
 if [ "${1:-}" = __part ]; then
@@ -278,6 +309,7 @@ if [ "${1:-}" = __part ]; then
     group) part_group ;;
     guard) part_guard ;;
     tune) part_tune ;;
+    fp8) part_fp8 ;;
     *) echo "gpu-check.sh: unknown part '$part'"; exit 2 ;;
   esac
   exit $?
@@ -301,6 +333,10 @@ OUTDIR=${OUT:-./gpu-check-out}
 mkdir -p "$OUTDIR" || exit 2
 OUTDIR=$(cd "$OUTDIR" && pwd)
 cd "$(dirname "$SELF")/.." || exit 2   # the repository root: tests/ and gemvtune/ paths are relative to it
+# gemlite (the gemlite-fp8 baseline, gemvtune.bench.gemlite): its source carried in the git-ignored .peers/gemlite
+if [ -d .peers/gemlite/gemlite ]; then
+  export GEMVTUNE_GEMLITE="$PWD/.peers/gemlite"
+fi
 if ! command -v compute-sanitizer > /dev/null && [ -x /usr/local/cuda/bin/compute-sanitizer ]; then
   PATH=$PATH:/usr/local/cuda/bin
 fi
@@ -309,7 +345,7 @@ GPU=${GPU:-no nvidia-smi answer}
 COMMIT=${GPU_CHECK_COMMIT:-$(git describe --always --dirty 2>/dev/null || echo "unknown (no git)")}
 export OUTDIR GPU COMMIT PATH PYTHONUNBUFFERED=1 GEMVTUNE_CACHE_DIR="${GEMVTUNE_CACHE_DIR:-${TMPDIR:-/tmp}/gemvtune-cache}"
 
-declare -A LIMIT=([tests]=540 [slow-tests]=540 [sanitizer]=570 [bench]=560 [hf]=570 [percall]=240 [search]=300 [group]=400 [guard]=300 [tune]=580)
+declare -A LIMIT=([tests]=540 [slow-tests]=540 [sanitizer]=570 [bench]=560 [hf]=570 [percall]=240 [search]=300 [group]=400 [guard]=300 [tune]=580 [fp8]=580)
 rows=() failed=0
 for p in "$@"; do
   var=T_$(echo "${p//-/_}" | tr '[:lower:]' '[:upper:]')

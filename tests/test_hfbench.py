@@ -496,3 +496,47 @@ def test_whole_bench_on_gpu(tmp_path):
     assert prov["profile"]["gemvtune"]["eager"].get("per_step", {}).get("gemvtune_n", 0) > 0, prov["profile"]
     assert prov["profile"]["stock"]["eager"]["per_step"]["gemvtune_n"] == 0
     assert "mode" in r.stdout.splitlines()[-3] and "compiled" in r.stdout.splitlines()[-1]
+
+
+@pytest.mark.slow  # builds and runs a transformers model on the CPU
+def test_whole_fp8_bench_on_cpu(tmp_path):
+    """--weights: gemvtune's variant is the model quantised to FP8, stock the 16-bit model; the FP8 model's first
+    decode step is checked against a float64 copy of its dequantised weights (on the CPU every FP8 layer runs
+    dequantize + F.linear, so the kernels' error is the fallback's: the check holds)."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("torch")
+    from gemvtune.hf.bench import run_hf_bench
+
+    cfg = _write(tmp_path, TINY)
+    lines = []
+    paths = run_hf_bench(str(cfg), layers=2, tokens=4, prompt_tokens=3, table_path=str(TABLE),
+                         out_dir=str(tmp_path / "out"), rounds=1, echo=lines.append, device="cpu", command="test",
+                         weights="e4m3-row", profile=False)
+    assert paths["csv"].name.startswith("hf-tiny-llama-L2-e4m3-row-")
+    prov = json.loads(paths["provenance"].read_text())
+    assert prov["weights"] == "e4m3-row" and prov["swapped"] == 2 * 7 + 1
+    fp8 = prov["fp8"]
+    assert "error" not in fp8, fp8
+    assert fp8["held"] and fp8["kernel_rel"] == fp8["fallback_rel"] and 0 < fp8["fallback_rel"] < 1e-2, fp8
+    mem = prov["fp8_memory"]
+    assert 0 < mem["after"] < 0.6 * mem["before"]     # 1 byte per weight and a float32 scale per row (d = 64)
+    assert prov["logits"]["decode_rel"] > 0          # FP8 against the 16-bit model: the quantisation shows
+    md = paths["summary_md"].read_text()
+    assert "FP8 first-step logits vs float64 of the dequantised model" in md and ": held" in md
+    assert any(line.startswith("quantize_fp8: 15 linear layers in FP8") for line in lines), lines
+
+
+@pytest.mark.slow   # the GPU suite's second tier: -m "gpu and slow" (docs/testing.md)
+@pytest.mark.gpu
+def test_whole_fp8_bench_on_gpu(tmp_path):
+    pytest.importorskip("transformers")
+    if not TABLE.exists():
+        pytest.skip(f"no table at {TABLE}")
+    cfg = _write(tmp_path, LLAMA_3_8B)
+    out = tmp_path / "out"
+    r = run_cli("bench", "hf", str(cfg), "--layers", "2", "--tokens", "8", "--rounds", "1", "--weights", "e4m3-row",
+                "--table", str(TABLE), "--out", str(out), env={"PYTHONUNBUFFERED": "1"})
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    prov = json.loads(next(out.glob("hf-*-L2-e4m3-row-*-provenance.json")).read_text())
+    assert prov["fp8"].get("held"), prov["fp8"]
+    assert prov["agreement"]["eager"]["n"] > 0

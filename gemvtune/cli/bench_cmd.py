@@ -1,6 +1,7 @@
 """The bench commands (a group, registered on the main group): ``bench kernels`` (per shape, the tuned table
 or chosen configs against the baselines), ``bench step`` (one decode step of a model preset), ``bench hf``
-(greedy decode of a Hugging Face model, stock against gemvtune), ``bench group`` (sibling linears in one launch)
+(greedy decode of a Hugging Face model, stock against gemvtune), ``bench fp8`` (FP8 weights against 16-bit,
+dequantize + F.linear and gemlite), ``bench group`` (sibling linears in one launch)
 and ``bench guard`` (the never-slower check: swapped layers against stock nn.Linear in a torch-only harness). The old spelling without a subcommand
 (``bench --shape ...``, ``bench --model NAME --layers N``, ``bench --hf-config PATH``) runs the same code for
 one release, saying so in one line on stderr."""
@@ -59,6 +60,15 @@ OPTS: dict[str, Decl] = {
                                  "help": "comma list of none, plain, pdl: the step as it is, and with stand-ins of the "
                                          "kernels a model runs between its linears (plain: they end a PDL chain; "
                                          "pdl: PDL-aware)"}),
+    "fp8_weights": (("--weights", "fp8_weights"), {"type": click.Choice(["e4m3-row", "e4m3-b128"]),
+                                                   "default": "e4m3-row", "show_default": True,
+                                                   "help": "FP8 format: scales per output row or per 128x128 block"}),
+    "hf_weights": (("--weights", "hf_weights"), {
+        "type": click.Choice(["e4m3-row", "e4m3-b128"]), "default": None,
+        "help": "gemvtune's variant quantises the model's linears to FP8 (quantize_fp8: E4M3 with scales per row or "
+                "per 128x128 block) against the stock 16-bit model; its first decode step is checked against a "
+                "float64 reference of the dequantised model"}),
+    "no_gemlite": (("--no-gemlite",), {"is_flag": True, "help": "skip gemlite's A16W8_FP8 baseline"}),
     "context": (("--context",), {"default": 128, "show_default": True, "type": click.IntRange(1, 1 << 20),
                                  "help": "KV-cache tokens the attention stand-in reads"}),
 }
@@ -123,6 +133,29 @@ def kernels(**params: Any) -> None:
     run_kernels(**params)
 
 
+@bench.command("fp8", short_help="FP8 weights: the table's FP8 kernel against 16-bit, dequantize and gemlite")
+@declared(OPTS, "shape_texts suite model table_path batch_text rounds out_dir dtype fp8_weights no_gemlite")
+def fp8(shape_texts: tuple[str, ...], suite: str | None, model: str | None, table_path: str | None, batch_text: str,
+        rounds: int, out_dir: str | None, dtype: str, fp8_weights: str, no_gemlite: bool) -> None:
+    """Per shape and batch, FP8 weights (E4M3 with FP32 scales) in one process: the table's FP8 kernel against its
+    16-bit tuned kernel and cuBLAS on 16-bit weights, dequantize + F.linear (what a model of FP8 weights runs
+    without a kernel) and gemlite's A16W8_FP8 with its own autotune (carried source: .peers/gemlite or
+    GEMVTUNE_GEMLITE; row scales only); % of the read ceiling on the FP8 bytes, ratios, geomeans per batch."""
+    from ..kernels.hfconfig import model_shapes
+    from ..kernels.shapes import DECODE_SUITE
+
+    shapes = [parse_shape(t) for t in shape_texts] + ([Shape(M, d) for M, d in DECODE_SUITE] if suite else [])
+    shapes += model_shapes(model) if model else []
+    if not shapes:
+        raise UsageError("bench fp8 needs --shape, --suite or --model")
+    fp8s = list(dict.fromkeys(Shape(s.M, s.d, n, dtype, fp8_weights) for s in shapes
+                              for n in parse_batches(batch_text)))
+    table_path = _tuned_table(table_path)
+    from ..bench.fp8bench import run_fp8_bench
+
+    run_fp8_bench(fp8s, table_path, out_dir, echo=click.echo, rounds=rounds, gemlite=not no_gemlite)
+
+
 @bench.command("step", short_help="one whole decode step of a model preset in CUDA graphs")
 @declared(OPTS, STEP + " pdl between context", model={"required": True, "help": "the model preset whose decode step is timed"},
           layers_text={"required": True, "help": "layers of the step (then the LM head once)"})
@@ -141,7 +174,7 @@ def step(model: str, layers_text: str, table_path: str | None, rounds: int, out_
 
 @bench.command("hf", short_help="a Hugging Face model's greedy decode, stock against gemvtune")
 @click.argument("hf_config", metavar="CONFIG")
-@declared(OPTS, HF + " group", layers_text={"help": "build the model with N layers (default: the config's)"},
+@declared(OPTS, HF + " group hf_weights", layers_text={"help": "build the model with N layers (default: the config's)"},
           seed={"help": "seed of the model's random weights"},
           rounds={"help": "interleaved rounds of generate, stock and gemvtune"})
 def hf(**params: Any) -> None:
@@ -296,7 +329,8 @@ def run_step(model: str, layers: int, table_path: str | None, rounds: int, out_d
 
 
 def run_hf(hf_config: str, layers_text: str | None, tokens_text: str | None, prompt_text: str | None,
-           table_path: str | None, out_dir: str | None, rounds: int, seed: int, dtype: str, group: bool = False) -> None:
+           table_path: str | None, out_dir: str | None, rounds: int, seed: int, dtype: str, group: bool = False,
+           hf_weights: str | None = None) -> None:
     """bench hf: every check that needs no GPU first (the numbers, the config file, transformers, the table),
     then the GPU check, then gemvtune.hf.bench."""
     from ..hf.bench import build_config, check_transformers, positive_int, read_config, run_hf_bench
@@ -304,6 +338,8 @@ def run_hf(hf_config: str, layers_text: str | None, tokens_text: str | None, pro
     layers = positive_int(layers_text, "--layers") if layers_text is not None else None
     tokens = positive_int(tokens_text, "--tokens") if tokens_text is not None else 128
     prompt = positive_int(prompt_text, "--prompt-tokens") if prompt_text is not None else 16
+    if group and hf_weights:
+        raise UsageError("--group and --weights: FP8 layers are not grouped (pick one)")
     fields, _, cfg_file = read_config(hf_config)        # a bad config.json: one line
     check_transformers()                                # before the GPU check: testable without a GPU
     build_config(fields, layers, where=f"config {cfg_file}")  # a model_type transformers does not know
@@ -320,4 +356,4 @@ def run_hf(hf_config: str, layers_text: str | None, tokens_text: str | None, pro
         load_table(table_path)
     run_hf_bench(hf_config, layers=layers, tokens=tokens, prompt_tokens=prompt, table_path=table_path, out_dir=out_dir,
                  rounds=rounds, echo=click.echo, seed=seed, dtype={"fp16": "float16", "bf16": "bfloat16"}[dtype],
-                 group=group)
+                 group=group, weights=hf_weights or "")

@@ -151,11 +151,13 @@ def ceiling(gib: float) -> None:
 @click.option("--seed", default=0, show_default=True, type=SEED, help="seed of sample:N")
 @click.option("--batch", default="1", show_default=True, help="batch sizes n, e.g. 1,3,8")
 @_options.DTYPE
-def verify(shape_texts: tuple[str, ...], spec: str, seed: int, batch: str, dtype: str) -> None:
+@_options.WEIGHTS_OPT
+def verify(shape_texts: tuple[str, ...], spec: str, seed: int, batch: str, dtype: str, weights: str | None) -> None:
     """Check variants (either family; a config file may mix them) against a float64 reference on fresh
-    random inputs (no timing). Configs invalid for a shape are listed as such. Exit 1 if any is wrong."""
-    shapes = [parse_shape(t, n, dtype) for t in shape_texts for n in parse_batches(batch)]
-    picks = {s: select_configs(spec, s, seed) for s in shapes}
+    random inputs (no timing); with --weights, FP8 weights against the float64 product of their exact
+    dequantisation. Configs invalid for a shape are listed as such. Exit 1 if any is wrong."""
+    shapes = [parse_shape(t, n, dtype, weights or "") for t in shape_texts for n in parse_batches(batch)]
+    picks = {s: select_configs(spec if not (weights and spec == "llama") else "default", s, seed) for s in shapes}
     _gpu_check()
     from ..build.compile import compile_variants
     from ..runners.cuda import CudaRunner

@@ -106,9 +106,14 @@ def run_hf_bench(config_path: str, layers: int | None = None, tokens: int = 128,
                  table_path: str | None = None, out_dir: str | None = None, rounds: int = 3,
                  echo: Callable[[str], None] = print, dtype: str = "float16", device: str = "cuda", seed: int = 0,
                  profile: bool = True, profile_compiled: bool = True, command: str | None = None,
-                 group: bool = False) -> dict[str, Path]:
+                 group: bool = False, weights: str = "") -> dict[str, Path]:
     """The whole benchmark; returns the paths written (csv, summary_csv, summary_md, provenance, png). ``group``:
-    gemvtune's variant is ``swap_linears(model, table, group=True)`` (sibling linears in one launch)."""
+    gemvtune's variant is ``swap_linears(model, table, group=True)`` (sibling linears in one launch). ``weights``
+    ("e4m3-row", "e4m3-b128"): gemvtune's variant is the model quantised to FP8 (``quantize_fp8``), stock the 16-bit
+    model, and the FP8 model's first decode step is checked against a float64 reference of its dequantised weights
+    (``gemvtune.hf.fp8check``)."""
+    if group and weights:
+        raise UsageError("--group and --weights: FP8 layers are not grouped (pick one)")
     for v, opt in ((tokens, "--tokens"), (prompt_tokens, "--prompt-tokens"), (rounds, "--rounds")):
         positive_int(v, opt)
     if layers is not None:
@@ -138,12 +143,13 @@ def run_hf_bench(config_path: str, layers: int | None = None, tokens: int = 128,
             table._check_gpu(env["gpu"])
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
     bench = (f"hf-{name}-L{layers}" + ("" if dtype == "float16" else f"-{dtype}")
-             + ("-group" if group else ""))   # the benchmark; a run adds its stamp
+             + ("-group" if group else "") + (f"-{weights}" if weights else ""))   # the benchmark; a run adds its stamp
     stem = f"{bench}-{stamp}"
     result: dict[str, Any] = {  # date and command (unless given) as every gemvtune provenance has them
         **provenance(), "model": name, "config_path": str(config_path), "config_file": str(cfg_file), **cinfo,
         "dtype": dtype, "tokens": tokens, "prompt_tokens": prompt_tokens, "rounds": rounds, "seed": seed,
-        "table": str(table_path), "device": device, "env": env, "group": bool(group), "notes": []}
+        "table": str(table_path), "device": device, "env": env, "group": bool(group), "weights": weights,
+        "notes": []}
     if command:
         result["command"] = command
     result["env"]["transformers"] = tf_version
@@ -162,7 +168,11 @@ def run_hf_bench(config_path: str, layers: int | None = None, tokens: int = 128,
         result["notes"].append(f"config fields dropped: {cinfo['dropped_fields'] or 'none'}; per-layer lists "
                                f"fitted to {layers} layers: {cinfo['adjusted_fields'] or 'none'}")
 
-    variants = Variants(model, table, group=group)
+    variants = Variants(model, table, group=group, weights=weights)
+    if variants.fp8 is not None:
+        result["fp8_memory"] = {"before": variants.fp8.before, "after": variants.fp8.fp8,
+                                "skipped": variants.fp8.skipped}
+        echo(f"quantize_fp8: {variants.fp8}")
     result["swapped"] = len(variants.names)
     result["groups"] = variants.groups
     result["swiglu_mlps"] = variants.mlps
@@ -196,6 +206,11 @@ def run_hf_bench(config_path: str, layers: int | None = None, tokens: int = 128,
     echo("logits vs stock: " + (result["logits"].get("error") or
                                 f"prefill {result['logits']['prefill_rel']:.2e}, first decode step "
                                 f"{result['logits']['decode_rel']:.2e} (max|diff| / max|stock|)"))
+    if weights:
+        from .fp8check import fp8_accuracy, fp8_line
+
+        result["fp8"] = fp8_accuracy(b)
+        echo(fp8_line(result["fp8"]))
     if profile:
         echo("profiling (torch.profiler, CUDA activity)...")
         result["profile"] = profile_linear_share(b, compiled=profile_compiled)

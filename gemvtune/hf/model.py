@@ -196,16 +196,26 @@ class Variants:
     groups and SwiGLU MLP wrappers each time): every round sees the same module objects of each variant, so
     torch.compile's guards match one of two cached graphs instead of recompiling at each switch."""
 
-    def __init__(self, model: Any, table: Any, group: bool = False):
+    def __init__(self, model: Any, table: Any, group: bool = False, weights: str = ""):
+        """``weights`` ("e4m3-row", "e4m3-b128"): gemvtune's variant is the model's linears quantised to FP8
+        (``quantize_fp8``, the 16-bit weights kept for the stock variant), not ``swap_linears``."""
+        from ..runtime.torch_fp8 import GemvFp8Linear, quantize_fp8
         from ..runtime.torch_linear import GemvLinear, restore_linears, swap_linears
 
         self.model = model
         self._restore = restore_linears
-        self.names = list(swap_linears(model, table, group=group))
+        self.fp8 = None
+        if weights:
+            from ..kernels.shapes import FP8_LAYOUTS
+
+            self.fp8 = quantize_fp8(model, table, FP8_LAYOUTS[weights], keep_fp16=True)
+            self.names = list(self.fp8)
+        else:
+            self.names = list(swap_linears(model, table, group=group))
         self._restored = restore_linears(model)
         self.groups, self.mlps = self._restored.groups, self._restored.mlps
         self.missing = [n for n in self.names if n not in self._restored]
-        left = [n for n, m in model.named_modules() if isinstance(m, GemvLinear)]
+        left = [n for n, m in model.named_modules() if isinstance(m, (GemvLinear, GemvFp8Linear))]
         if left:
             raise RuntimeError(f"restore_linears left {len(left)} swapped layers (e.g. {left[0]}): no stock variant")
         self.current = "stock"

@@ -230,6 +230,13 @@ def summary_markdown(result: dict[str, Any], table: list[dict[str, Any]]) -> str
                      f"{_f(lg.get('prefill_rel'), '.2e')}, first decode step {_f(lg.get('decode_rel'), '.2e')} (eager, "
                      f"both fed stock's greedy next token); argmax of the first decode step "
                      f"{'equal' if lg.get('decode_argmax_equal') else 'differs'}.")
+    if r.get("fp8"):   # (gemvtune bench hf --weights: the FP8 model's accuracy, gemvtune.hf.fp8check)
+        from .fp8check import fp8_line
+
+        mem = r.get("fp8_memory") or {}
+        lines.append(f"- {fp8_line(r['fp8'])}; the stock comparison above is the FP8 model against the 16-bit one"
+                     + (f"; linears' weights {mem['before'] / 1e9:.2f} GB -> {mem['after'] / 1e9:.2f} GB in FP8 "
+                        "(the 16-bit ones kept for the stock rounds)." if mem else "."))
 
     ex = r.get("explain") or {}
     lines += ["", "## Which layers run tuned kernels (gemvtune.explain, n=1)", ""]

@@ -203,13 +203,18 @@ def _weight_bytes(m: torch.nn.Module) -> int:
 
 class Fp8Report(list[str]):
     """What ``quantize_fp8`` answers: the names of the layers it quantised or wrapped (a list), ``layout``, the bytes
-    of those layers' weights before and after (``before``, ``after``; ``saved`` = before - after, counting a kept
-    16-bit weight as not saved), ``kept`` (``keep_fp16``) and ``skipped``: (name, why) of layers left alone."""
+    of the quantised layers' weights before, in FP8 (``fp8``: codes, scales and bias) and after (``after``: FP8 plus
+    the 16-bit weights kept; ``saved`` = before - after), ``kept`` (``keep_fp16``) and ``skipped``: (name, why) of
+    layers left alone."""
 
-    def __init__(self, names: list[str], layout: str, before: int, after: int, kept: bool,
+    def __init__(self, names: list[str], layout: str, before: int, fp8: int, kept: bool,
                  skipped: list[tuple[str, str]]):
         super().__init__(names)
-        self.layout, self.before, self.after, self.kept, self.skipped = layout, before, after, kept, skipped
+        self.layout, self.before, self.fp8, self.kept, self.skipped = layout, before, fp8, kept, skipped
+
+    @property
+    def after(self) -> int:
+        return self.fp8 + (self.before if self.kept else 0)
 
     @property
     def saved(self) -> int:
@@ -219,7 +224,7 @@ class Fp8Report(list[str]):
         kept = " (the 16-bit weights kept for restore_linears: nothing freed yet)" if self.kept else ""
         skipped = f"; {len(self.skipped)} left as they were" if self.skipped else ""
         return (f"{len(self)} linear layers in FP8 ({WEIGHTS_OF[self.layout]}): {self.before / 1e9:.3f} GB of weights "
-                f"-> {self.after / 1e9:.3f} GB, {self.saved / 1e9:.3f} GB saved{kept}{skipped}")
+                f"-> {self.fp8 / 1e9:.3f} GB, {(self.before - self.fp8) / 1e9:.3f} GB saved{kept}{skipped}")
 
 
 def quantize_fp8(model: torch.nn.Module, table: Any = None, layout: str = "row", keep_fp16: bool = False,
@@ -244,7 +249,7 @@ def quantize_fp8(model: torch.nn.Module, table: Any = None, layout: str = "row",
     done: dict[int, GemvFp8Linear] = {}
     names: list[str] = []
     skipped: list[tuple[str, str]] = []
-    before = after = 0
+    before = fp8 = 0
     for name, parent, cname, child in list(linear_children(model)):
         # a swapped layer (GemvLinear: a wrapper of the nn.Linear it holds as ``original``) is quantised from it
         wrapped = getattr(child, "original", None) if not isinstance(child, GemvFp8Linear) else None
@@ -261,11 +266,11 @@ def quantize_fp8(model: torch.nn.Module, table: Any = None, layout: str = "row",
                 continue
             before += _weight_bytes(lin)
             done[id(child)] = GemvFp8Linear.from_linear(lin, table, layout, keep_fp16, max_batch)
-            after += _weight_bytes(done[id(child)]) + (_weight_bytes(lin) if keep_fp16 else 0)
+            fp8 += _weight_bytes(done[id(child)])
         setattr(parent, cname, done[id(child)])
         names.append(name)
     wrapped, refused = wrap_fp8_modules(model, table, filter, max_batch)
-    return Fp8Report(names + wrapped, layout, before, after, keep_fp16, skipped + refused)
+    return Fp8Report(names + wrapped, layout, before, fp8, keep_fp16, skipped + refused)
 
 
 def wrap_fp8_modules(model: torch.nn.Module, table: Any, filter: Callable[[str, torch.nn.Module], bool] | None = None,
