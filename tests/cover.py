@@ -70,3 +70,14 @@ def fp8_configs() -> tuple:
             Fp8GemvConfig(block=512, tpr=64, vec=16, unroll=8, hint="default"),
             Fp8GemvConfig(block=128, tpr=128, vec=8, unroll=2, hint="nc"),
             Fp8GemvConfig(block=256, tpr=256, vec=4, unroll=1, hint="evict_first"))
+
+
+def fp8mma_configs(shape=None) -> tuple:
+    """fp8mma configs valid on ``shape`` (default 1000x4096, n = 8, FP16, row scales) with every value of every
+    parameter at least once, the seed first, and 3 random ones (seeded): the FP8 tensor-core family's compiles and
+    verifications."""
+    from gemvtune.kernels.fp8mma import DOMAINS, SEED
+    from gemvtune.kernels.shapes import Shape
+
+    s = shape or Shape(1000, 4096, 8, "fp16", "e4m3-row")
+    return tuple(cover(list(valid_of("fp8mma", s)), SEED, DOMAINS, 3, 37))

@@ -30,12 +30,12 @@ from gemvtune.tuning.searcher import family_domains
 
 TEMPLATE = [f for f in FAMILIES.values() if not f.library]
 SHAPES = {"gemv": (4096, 4104, 1), "splitk": (1000, 4096, 8), "mma": (1000, 4096, 3), "ring": (4096, 4096, 8),
-          "fp8gemv": (1000, 4096, 3)}
+          "fp8gemv": (1000, 4096, 3), "fp8mma": (1000, 4096, 3)}
 
 
 def _sample(fam, dtype: str) -> tuple[Shape, list]:
     M, d, n = SHAPES[fam.name]
-    s = Shape(M, d, n, dtype, fam.config_cls.WEIGHTS[0])   # (weights the family reads: FP8 ones for fp8gemv)
+    s = Shape(M, d, n, dtype, fam.config_cls.WEIGHTS[0])   # (weights the family reads: FP8 ones for fp8gemv, fp8mma)
     return s, cover(list(valid_of(fam.name, s)), fam.seed, fam.domains, 6, 11)
 
 

@@ -1,6 +1,7 @@
 """``gemvtune export --format cuda``: the header names every tuned shape, compiles with nvcc (two
 translation units linked together), bad input is one line and exit 2; on a GPU, the header's
-dispatch (tuned, split-K with workspace, fallback) matches a float64 reference."""
+dispatch (tuned, split-K with workspace, fallback) matches a float64 reference. FP8 entries (W E4M3 codes with
+scales): their dispatchers, their NVRTC and nvcc compiles, the not-handled answers, and on a GPU their results."""
 
 import ctypes
 import json
@@ -14,11 +15,12 @@ import pytest
 from conftest import ROOT, run_cli
 
 from gemvtune.kernels.families import is_library
+from gemvtune.kernels.fp8gemv import Fp8GemvConfig
 from gemvtune.kernels.gemv import GemvConfig
 from gemvtune.kernels.launchspec import launch_spec
 from gemvtune.kernels.shapes import Shape
 from gemvtune.kernels.splitk import SplitKConfig
-from gemvtune.runtime.export import build_header, namespace_of
+from gemvtune.runtime.export import build_header, export, fp8_kernel, namespace_of, suffix_of
 from gemvtune.runtime.table import entry_key, load_table
 
 TABLE = ROOT / "results" / "nvidia-h200" / "table.json"
@@ -85,6 +87,42 @@ def _synthetic_table(path: Path) -> Path:
     return path
 
 
+# FP8 entries (Shape.weights): row and block128 scales, FP16 and BF16 x, n = 1, 2, 3, M off the 128-row blocks, every
+# hint; (tuned µs, dequantize + F.linear µs): the last one's route is dequantize + F.linear (measured faster)
+FP8_WINNERS = {
+    Shape(4096, 4096, 1, "fp16", "e4m3-row"): (Fp8GemvConfig(), 10.0, 20.0),
+    Shape(300, 1024, 3, "fp16", "e4m3-b128"): (Fp8GemvConfig(block=64, tpr=8, vec=4, unroll=1), 5.0, 9.0),
+    Shape(1000, 4096, 2, "bf16", "e4m3-row"): (Fp8GemvConfig(block=256, tpr=64, vec=8, unroll=4, hint="evict_first"),
+                                               10.0, 20.0),
+    Shape(4096, 1024, 1, "bf16", "e4m3-b128"): (Fp8GemvConfig(hint="nc"), 6.0, 12.0),
+    Shape(4096, 4096, 1, "bf16", "e4m3-b128"): (Fp8GemvConfig(), 12.0, 8.0),
+}
+FP8_DEQUANT = Shape(4096, 4096, 1, "bf16", "e4m3-b128")
+
+
+def _fp8_table(path: Path, with_16bit: bool = True) -> Path:
+    """The synthetic table's entries (with_16bit) and FP8_WINNERS, with their times and dequantize baselines."""
+    data = json.loads((_synthetic_table(path) if with_16bit else TABLE).read_text())
+    if not with_16bit:
+        data["entries"] = {}
+    for s, (c, us, dq) in FP8_WINNERS.items():
+        data["entries"][entry_key(s)] = {"M": s.M, "d": s.d, "n": s.n, "dtype": s.dtype, "weights": s.weights,
+                                         "winner": {"family": "fp8gemv", "config": c.to_dict(), "us": us},
+                                         "baselines": {"dequant-torch": {"us": dq, "status": "ok"}}}
+    path.write_text(json.dumps(data))
+    return path
+
+
+def _without_fp8(text: str) -> str:
+    """The header less its FP8 part: the declarations in the opening comment, cuda_bf16.h where only FP8 entries
+    need it (a table without BF16 16-bit entries), and all from "FP8 weights" on."""
+    top = text.index("// and for FP8 weights")
+    text = text[:top] + text[text.index('//\n// "Use your BLAS"', top):]
+    if "gemvtune_gemv_bf16(" not in text:
+        text = text.replace("#include <cuda_bf16.h>\n", "", 1)
+    return text[:text.index("\n// ---- FP8 weights ----")]
+
+
 # ---- CPU ---------------------------------------------------------------------------------------
 def test_export_names_every_entry(tmp_path):
     out = tmp_path / "gemvtune_h200.cuh"
@@ -106,6 +144,89 @@ def test_export_names_every_entry(tmp_path):
     assert "gemvtune_gemv(int M, int d, int n, const __half* W, const __half* X, float* Y," in text
     assert build_header(table) == text                                 # deterministic
     assert not [p for p in tmp_path.iterdir() if p.suffix == ".tmp"]   # the temporary file is gone
+
+
+def test_export_fp8_entries(tmp_path):
+    """FP8 entries get their own kernels and, per X dtype and scale layout, a dispatcher with W as E4M3 codes and
+    the scales; the one whose route is dequantize + F.linear has a row without a kernel (the dispatcher returns
+    gemvtune_not_handled); the 16-bit part is the text the table gives without them."""
+    table = load_table(_fp8_table(tmp_path / "table.json"))
+    text = build_header(table)
+    assert text.isascii() and 'extern "C"' not in text
+    for sfx, T in (("_e4m3_row", "__half"), ("_e4m3_b128", "__half"), ("_bf16_e4m3_row", "__nv_bfloat16"),
+                   ("_bf16_e4m3_b128", "__nv_bfloat16")):
+        decl = (f"static inline cudaError_t gemvtune_gemv{sfx}(int M, int d, int n, const unsigned char* W, "
+                f"const float* scales,\n{' ' * (40 + len(sfx))}const {T}* X, float* Y, void* workspace, "
+                "cudaStream_t stream) {")
+        assert text.count(decl) == 1, sfx
+        assert f"//   cudaError_t gemvtune_gemv{sfx}(int M, int d, int n, const unsigned char* W, const float* scales," in text
+        for query in ("int gemvtune_is_tuned", "const char* gemvtune_kernel_label", "size_t gemvtune_workspace_bytes"):
+            assert f"static inline {query}{sfx}(int M, int d, int n) {{" in text, (query, sfx)
+    for s, (c, _, _) in FP8_WINNERS.items():
+        if s == FP8_DEQUANT:
+            assert fp8_kernel(table, s) is None and f"namespace {namespace_of(s)} {{" not in text
+            assert f'{{{s.M}, {s.d}, {s.n}, 1u, 0u, 0u, "dequant-torch", nullptr}},' in text
+            assert f"//   {entry_key(s)}: dequantize + F.linear 8.00 us, the tuned kernel 12.00 us" in text
+            continue
+        assert fp8_kernel(table, s) == c and namespace_of(s).endswith(suffix_of(s)) and suffix_of(s).count("e4m3")
+        assert f"namespace {namespace_of(s)} {{" in text and f"// ---- {entry_key(s)}: fp8gemv {c.label} ----" in text
+        assert (f'{{{s.M}, {s.d}, {s.n}, {c.vec}u, 0u, 0u, "fp8gemv:{c.label}", {namespace_of(s)}::run}},') in text
+        grid = -(-s.M // (c.block // c.tpr))
+        assert (f"launch_fp8(gemv_fp8, dim3({grid}, 1, 1), dim3({c.block}, 1, 1), false, 0, stream, W, X, Y, ws, "
+                f"counters, {s.M}, scales);") in text
+    assert "return gemvtune_not_handled;" in text and "static constexpr cudaError_t gemvtune_not_handled" in text
+    assert "own dequantize + GEMM" in text and "scales[ceil(M/128)][ceil(d/128)] row-major" in text
+    assert text.count("#include <cuda_bf16.h>") == 1
+    # the 16-bit part is untouched: the synthetic table's header is this one less the FP8 part
+    assert _without_fp8(text) == build_header(load_table(_synthetic_table(tmp_path / "plain.json")))
+    # FP8 entries only, BF16 ones among them: cuda_bf16.h is included, the kernels need sm_89 (no pdl=on entry)
+    alone = build_header(load_table(_fp8_table(tmp_path / "alone.json", with_16bit=False)))
+    assert alone.count("#include <cuda_bf16.h>") == 1 and "the tuned kernels need sm_89 or newer" in alone
+    assert "0 tuned shape(s)" in alone and "(4 tuned shape(s), 1 that runs your\n// dequantize + GEMM;" in alone
+    assert build_header(table) == text   # deterministic
+
+
+def test_export_without_fp8_entries_has_no_fp8_part():
+    text = build_header(load_table(TABLE))
+    assert "e4m3" not in text and "gemvtune_not_handled" not in text and "unsigned char* W" not in text
+
+
+def test_export_fp8_kernels_compile_with_nvrtc(tmp_path):
+    """Each FP8 kernel as the header holds it (its namespace's text up to its run()) compiles with NVRTC for sm_90,
+    both layouts, FP16 and BF16 x, without spills (its namespace named here: an anonymous one's kernel is dropped)."""
+    from gemvtune.build.compile import compile_source
+
+    table = load_table(_fp8_table(tmp_path / "table.json", with_16bit=False))
+    text = build_header(table)
+    done = set()
+    for s in FP8_WINNERS:
+        if s == FP8_DEQUANT:
+            continue
+        ns = namespace_of(s)
+        start = text.index(f"namespace {ns} {{\n")
+        body = text[start:text.index("\n\ninline cudaError_t run(", start)]
+        src = "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n" + body + f"\n}}  // namespace {ns}\n"
+        res = compile_source(src, ns, "sm_90", kernel="gemv_fp8", use_cache=False)
+        # the kernel is in the cubin, in its namespace (mangled), and spills nothing (where ptxas reported)
+        assert f"_ZN{len(ns)}{ns}8gemv_fp8".encode() in Path(res.cubin_path).read_bytes(), s
+        assert res.resources.spill_stores == 0, (s, res.resources)
+        done.add((s.dtype, s.weights))
+    assert done == {(t, w) for t in ("fp16", "bf16") for w in ("e4m3-row", "e4m3-b128")}
+
+
+@pytest.mark.parametrize("field,value", [("weights", "e4m3-row\n#include <x>"), ("weights", "e5m2-row"),
+                                         ("hint", 'nc"); }'), ("block", "128 /*")])
+def test_export_fp8_table_strings_are_refused(tmp_path, field, value):
+    """A table's FP8 entry with a weight format or config value outside their domains never reaches the header."""
+    path = _fp8_table(tmp_path / "table.json", with_16bit=False)
+    data = json.loads(path.read_text())
+    e = data["entries"][entry_key(Shape(4096, 4096, 1, "fp16", "e4m3-row"))]
+    (e if field == "weights" else e["winner"]["config"])[field] = value
+    path.write_text(json.dumps(data))
+    r = run_cli("export", "--table", str(path), "--out", str(tmp_path / "o.cuh"))
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2 and len(lines) == 1 and "is malformed" in lines[0], r.stderr
+    assert not (tmp_path / "o.cuh").exists()
 
 
 def workspace_layout(config, shape: Shape) -> tuple[int, int]:
@@ -152,6 +273,68 @@ def test_export_compiles_with_nvcc(tmp_path, which):
     _compile(nvcc, "sm_90", tmp_path, srcs, tmp_path / "libg.so")
     if which == "committed":
         _host_side(ctypes.CDLL(str(tmp_path / "libg.so")), load_table(table))
+
+
+FP8_WRAPPER = r"""
+#include "%s"
+#define FP8_CALLS(sfx, T) \
+extern "C" int gt_gemv##sfx(int M, int d, int n, const void* W, const void* s, const void* X, float* Y, void* ws, \
+                            void* stream) { \
+    return (int)gemvtune_gemv##sfx(M, d, n, (const unsigned char*)W, (const float*)s, (const T*)X, Y, ws, \
+                                   (cudaStream_t)stream); \
+} \
+extern "C" unsigned long long gt_ws##sfx(int M, int d, int n) { return gemvtune_workspace_bytes##sfx(M, d, n); } \
+extern "C" int gt_tuned##sfx(int M, int d, int n) { return gemvtune_is_tuned##sfx(M, d, n); } \
+extern "C" const char* gt_label##sfx(int M, int d, int n) { return gemvtune_kernel_label##sfx(M, d, n); }
+FP8_CALLS(_e4m3_row, __half)
+FP8_CALLS(_e4m3_b128, __half)
+FP8_CALLS(_bf16_e4m3_row, __nv_bfloat16)
+FP8_CALLS(_bf16_e4m3_b128, __nv_bfloat16)
+extern "C" int gt_not_handled() { return (int)gemvtune_not_handled; }
+"""
+
+
+def _fp8_lib(nvcc: str, arch: str, folder: Path, table: Path, strict: bool = True):
+    """The FP8 table's header built into a library (two translation units: the second only includes it)."""
+    header = export(load_table(table), "cuda", folder / "g8.cuh")   # (the CLI's path: test_export_names_every_entry)
+    (folder / "f8a.cu").write_text(FP8_WRAPPER % header.name)
+    (folder / "f8b.cu").write_text(f'#include "{header.name}"\nint f8b() {{ return gemvtune_is_tuned_e4m3_row(1, 1, 1); }}\n')
+    _compile(nvcc, arch, folder, [folder / "f8a.cu", folder / "f8b.cu"], folder / "libg8.so", strict)
+    so = ctypes.CDLL(str(folder / "libg8.so"))
+    for sfx in ("_e4m3_row", "_e4m3_b128", "_bf16_e4m3_row", "_bf16_e4m3_b128"):
+        getattr(so, f"gt_gemv{sfx}").argtypes = [ctypes.c_int] * 3 + [ctypes.c_void_p] * 6
+        getattr(so, f"gt_ws{sfx}").restype = ctypes.c_ulonglong
+        getattr(so, f"gt_label{sfx}").restype = ctypes.c_char_p
+    return so
+
+
+@pytest.mark.slow  # nvcc builds the exported header into a library
+def test_export_fp8_compiles_with_nvcc(tmp_path):
+    """The FP8 part compiles for sm_90 without warnings in two translation units linked together, and answers on
+    the host: tuned or not, labels, no workspace; gemvtune_not_handled (cudaErrorNotSupported) for the dequantize
+    entry, an untuned shape and a misaligned W or scales, cudaErrorInvalidValue for null pointers; nothing launched."""
+    nvcc = _nvcc()
+    if not nvcc:
+        pytest.skip("nvcc is not on PATH")
+    so = _fp8_lib(nvcc, "sm_90", tmp_path, _fp8_table(tmp_path / "table.json"))
+    table = load_table(tmp_path / "table.json")
+    nh = so.gt_not_handled()
+    assert nh == 801   # cudaErrorNotSupported
+    for s, (c, _, _) in FP8_WINNERS.items():
+        sfx, dq = suffix_of(s), s == FP8_DEQUANT
+        assert getattr(so, f"gt_tuned{sfx}")(s.M, s.d, s.n) == (0 if dq else 1)
+        assert getattr(so, f"gt_label{sfx}")(s.M, s.d, s.n).decode() == ("dequant-torch" if dq else f"fp8gemv:{c.label}")
+        assert getattr(so, f"gt_ws{sfx}")(s.M, s.d, s.n) == 0
+        gemv = getattr(so, f"gt_gemv{sfx}")
+        assert gemv(s.M, s.d, s.n, 4096, None, 4096, 4096, None, None) == 1    # no scales
+        assert gemv(0, s.d, s.n, 4096, 4096, 4096, 4096, None, None) == 1      # M < 1
+        assert gemv(s.M + 1, s.d, s.n, 4096, 4096, 4096, 4096, None, None) == nh   # not in the table
+        assert gemv(s.M, s.d, s.n, 4096 + 2, 4096, 4096, 4096, None, None) == nh   # W misaligned
+        assert gemv(s.M, s.d, s.n, 4096, 4096 + 2, 4096, 4096, None, None) == nh   # scales misaligned
+        if dq:
+            assert gemv(s.M, s.d, s.n, 4096, 4096, 4096, 4096, None, None) == nh   # dequantize + GEMM
+        assert fp8_kernel(table, s) == (None if dq else c)
+    assert so.gt_tuned_e4m3_row(4096, 4096, 2) == 0 and so.gt_label_e4m3_row(4096, 4096, 2) == b"fallback"
 
 
 def _host_side(so, table) -> None:
@@ -318,3 +501,48 @@ def test_export_gpu_fallback_bf16(lib, shape):
     assert lib.gt_tuned_w_bf16(shape.M, shape.d, shape.n) == 0 and lib.gt_label_bf16(shape.M, shape.d, shape.n) == b"fallback"
     _run_and_check(lib, shape, "fp32", calls=1)
     _run_and_check(lib, Shape(4096, 4096, 1, "bf16"), "fp32", offset=1, calls=1)
+
+
+@pytest.fixture(scope="module")
+def lib_fp8(tmp_path_factory):
+    import cupy as cp
+
+    nvcc = _nvcc()
+    if not nvcc:
+        pytest.skip("nvcc is not on PATH (the GPU export tests build the header into a shared library)")
+    d = tmp_path_factory.mktemp("export-gpu-fp8")
+    return _fp8_lib(nvcc, f"sm_{cp.cuda.Device().compute_capability}", d, _fp8_table(d / "table.json"), strict=False)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [s for s in FP8_WINNERS if s != FP8_DEQUANT], ids=str)
+def test_export_gpu_fp8(lib_fp8, shape):
+    """gemvtune_gemv_<layout> runs the tuned FP8 kernel on E4M3 codes and their scales (``runners.fp8data``'s random
+    weight: scales differ by block and row), twice, checked against the float64 product of the exactly dequantised W
+    with the FP8 bound; a misaligned W launches nothing and returns gemvtune_not_handled."""
+    import cupy as cp
+
+    from gemvtune.device.elems import from_float32, to_float64
+    from gemvtune.runners.cuda.verify import Verifier
+    from gemvtune.runners.fp8data import dequantized64, fp8_error_bound, fp8_weight
+
+    q = fp8_weight(shape, seed=11)
+    codes, scales = cp.asarray(q.codes), cp.asarray(q.scales)
+    W64 = dequantized64(codes, scales, shape.fp8_layout, cp)
+    gemv = getattr(lib_fp8, f"gt_gemv{suffix_of(shape)}")
+    rng = cp.random.default_rng(5)
+    for _ in range(2):
+        X = from_float32(rng.random((shape.n, shape.d), dtype=cp.float32) * 2 - 1, shape.dtype)
+        Y = cp.full((shape.n, shape.M), cp.nan, dtype=cp.float32)
+        cp.cuda.Device().synchronize()
+        assert gemv(shape.M, shape.d, shape.n, codes.data.ptr, scales.data.ptr, X.data.ptr, Y.data.ptr, None, None) == 0
+        cp.cuda.Device().synchronize()
+        x64 = to_float64(X, shape.dtype)
+        ref, scale = x64 @ W64.T, cp.sqrt((x64 * x64) @ (W64 * W64).T)
+        ok, relerr, rowerr, reason = Verifier.check(Y, ref, scale, fp8_error_bound(shape.d))
+        assert ok, f"{shape}: {reason} (relerr {relerr:.3g}, rowerr {rowerr:.3g})"
+    buf = cp.zeros(shape.M * shape.d + 16, dtype=cp.uint8)
+    Y = cp.full((shape.n, shape.M), cp.nan, dtype=cp.float32)
+    assert gemv(shape.M, shape.d, shape.n, buf.data.ptr + 1, scales.data.ptr, X.data.ptr, Y.data.ptr, None,
+                None) == lib_fp8.gt_not_handled()
+    assert bool(cp.isnan(Y).all())   # nothing ran

@@ -122,8 +122,9 @@ def test_space_command_prints_one_census_per_registered_family(monkeypatch):
     r = CliRunner().invoke(cli, ["space", "--shape", "4096x4096"])
     assert r.exit_code == 0, r.output
     fp16_weights = {n: f for n, f in TEMPLATED.items() if f.config_cls.reads(Shape(4096, 4096))}
-    assert set(TEMPLATED) - set(fp16_weights) == {"fp8gemv"}   # (FP8 weights only: its census is for FP8 shapes)
-    assert "fp8gemv" not in r.output
+    fp8_weights = {"fp8gemv", "fp8mma"}     # (FP8 weights only: their census is for FP8 shapes)
+    assert set(TEMPLATED) - set(fp16_weights) == fp8_weights
+    assert not any(f"{name} configs" in r.output for name in fp8_weights)
     for fam in fp16_weights.values():
         assert f": 1 valid of 2 {fam.name} configs" in r.output
         assert f"  {fam.seed_name} config {fam.seed.label}: valid" in r.output
@@ -133,7 +134,7 @@ def test_space_command_prints_one_census_per_registered_family(monkeypatch):
     r8 = CliRunner().invoke(cli, ["space", "--shape", "4096x4096", "--weights", "e4m3-b128"])
     assert r8.exit_code == 0 and r8.output.startswith(
         "shape 4096x4096.e4m3-b128 (M=4096, d=4096, n=1): 1 valid of 2 fp8gemv configs\n"), r8.output
-    assert r8.output.count("valid of") == 1, r8.output
+    assert "1 valid of 2 fp8mma configs" in r8.output and r8.output.count("valid of") == 2, r8.output
     for fam in LIBRARY.values():   # one line: where its configs come from, and that it needs the GPU
         assert f"(M=4096, d=4096, n=1): {fam.name}: {fam.census_note}\n" in r.output
         assert "no census without a device" in fam.census_note

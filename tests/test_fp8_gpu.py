@@ -69,3 +69,51 @@ def test_fp8_variants_time(runner):
         m = runner.measure(SEED, Shape(4096, 4096, 1, "bf16", weights))
         assert m.ok and m.us_median > 0 and m.copies >= 2, (m.status, m.error)
     runner.release()
+
+
+# ---- the FP8 tensor-core family (fp8mma) ----------------------------------------------------------------------------
+# d a multiple of 16 (its rule), off the 128-column blocks where it can be; M off the 128-row blocks; n across the n8 tiles
+MMA_EDGES = ((1, 144, 1), (129, 80, 3), (300, 8720, 16), (1000, 4112, 8), (4096, 4096, 2))
+
+
+@pytest.mark.parametrize("weights", [ROW, B128])
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("edge", MMA_EDGES, ids=lambda e: "x".join(map(str, e)))
+def test_fp8mma_variants_verify(runner, edge, dtype, weights):
+    from cover import fp8mma_configs
+
+    shape = Shape(*edge, dtype, weights)
+    cfgs = [c for c in fp8mma_configs() + fp8mma_configs(Shape(300, 8720, 16, "fp16", ROW))
+            if c.is_valid(shape, runner.arch)]
+    if not cfgs:
+        from gemvtune.kernels.fp8mma import valid_configs
+
+        cfgs = valid_configs(shape)[:4]
+    assert cfgs, shape
+    failed = verify_failures(runner, cfgs, shape)
+    failed += verify_failures(runner, cfgs[:3], shape, Epilogue(dtype, bias=True))
+    assert not failed, failed[:5]
+
+
+MMA_FAULTS = {
+    "row-scale-dropped": (ROW, "#define SCALED(r, v) ((v) * __ldg(scales + (r)))", "#define SCALED(r, v) (v)"),
+    "row-index": (ROW, "__ldg(scales + (r))", "__ldg(scales + ((r) + 1) % M)"),
+    "block-scale-dropped": (B128, "fmaf(part[t][j][e], sc, acc[t][j][e])", "fmaf(part[t][j][e], 1.f, acc[t][j][e])"),
+    "block-column-index": (B128, "__ldg(srow[t] + chunk * KCHUNK / SB)", "__ldg(srow[t] + (chunk * KCHUNK / SB + 1) % SCOLS)"),
+    "widen-order": (ROW, "widen2(c.x & 0xffffu), widen2(c.x >> 16)", "widen2(c.x >> 16), widen2(c.x & 0xffffu)"),
+}
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("fault", MMA_FAULTS)
+def test_planted_fp8mma_faults_are_caught(runner, fault, dtype):
+    from gemvtune.kernels.fp8mma import SEED as MMA_SEED
+
+    weights, good, bad = MMA_FAULTS[fault]
+    shape = Shape(300, 8720, 3, dtype, weights)
+    src = render(MMA_SEED, shape, arch=runner.arch)
+    assert good in src, fault
+    m = runner.measure(MMA_SEED, shape, timed=False, source=src.replace(good, bad), name=f"planted_mma_{fault}")
+    assert m.status == Status.WRONG, (fault, m.status, m.error)
+    assert runner.measure(MMA_SEED, shape, timed=False).ok
+    runner.release()

@@ -58,13 +58,16 @@ def test_an_unknown_weight_format_is_one_line():
         assert "\n" not in str(e.value) and "e4m3-row, e4m3-b128" in str(e.value)
 
 
-# ---- validity: FP8 weights are the fp8gemv family's alone ------------------------------------------
+# ---- validity: FP8 weights are the FP8 families' alone (fp8gemv, fp8mma) ----------------------------
+FP8_FAMILIES = ("fp8gemv", "fp8mma")
+
+
 def test_other_families_are_invalid_for_fp8_shapes_and_fp8gemv_for_fp16_ones():
     fp8, fp16 = Shape(4096, 4096, 2, "bf16", ROW), Shape(4096, 4096, 2, "bf16")
-    assert families_for(fp8) == ("fp8gemv",) and "fp8gemv" not in families_for(fp16)
-    assert families_for(fp16) == tuple(n for n in FAMILIES if n != "fp8gemv")
+    assert families_for(fp8) == FP8_FAMILIES and not set(FP8_FAMILIES) & set(families_for(fp16))
+    assert families_for(fp16) == tuple(n for n in FAMILIES if n not in FP8_FAMILIES)
     for name, fam in FAMILIES.items():
-        if name == "fp8gemv":
+        if name in FP8_FAMILIES:
             continue
         seed = fam.seed if fam.seed is not None else fam.config_cls()
         assert seed.invalid_reasons(fp8) == [f"e4m3-row weights: the {name} family reads FP16/BF16 weights only"]
@@ -173,8 +176,9 @@ def test_fp8_entries_round_trip_through_the_table_apart_from_the_fp16_entry(tmp_
     assert t.lookup(Shape(4096, 4096, 4, weights=B128))[1] == "fp8 default fallback"
     p.write_text(json.dumps(t.to_json()))
     assert load_table(p, costmodel=None).to_json()["entries"] == t.to_json()["entries"]
-    header = build_header(t)   # (FP8 entries are not exported: no scales in its ABI)
-    assert "gemv_fp8" not in header and "e4m3" not in header and "gemvtune_4096_4096_2" in header
+    header = build_header(t)   # (FP8 entries: their own dispatcher, scales in its ABI: tests/test_export.py)
+    assert "gemvtune_4096_4096_2" in header and "namespace gemvtune_4096_4096_2_e4m3_row" in header
+    assert "const unsigned char* W, const float* scales" in header
 
 
 @pytest.mark.parametrize("change, needle", [
@@ -218,11 +222,11 @@ def test_a_search_runs_the_families_that_read_the_shape_s_weights():
     runner = types.SimpleNamespace(replayed=True)   # (cuBLASLt: not searchable here, with a line)
     lines: list[str] = []
     fp16 = searchable(runner, SearchOptions(), lines.append, Shape(4096, 4096))
-    assert fp16.families == tuple(f for f in FAMILY_NAMES if f not in ("fp8gemv", "cublaslt"))
-    assert len(lines) == 1 and "cublaslt" in lines[0]   # (no line for the FP8 family: not a family of this shape)
+    assert fp16.families == tuple(f for f in FAMILY_NAMES if f not in (*FP8_FAMILIES, "cublaslt"))
+    assert len(lines) == 1 and "cublaslt" in lines[0]   # (no line for the FP8 families: not families of this shape)
     lines.clear()
     fp8 = searchable(runner, SearchOptions(), lines.append, Shape(4096, 4096, weights=ROW))
-    assert fp8.families == ("fp8gemv",) and not lines
+    assert fp8.families == FP8_FAMILIES and not lines
     named = searchable(runner, SearchOptions(families=("gemv", "fp8gemv")), lines.append, Shape(4096, 4096, weights=B128))
     assert named.families == ("fp8gemv",)
     assert lines == ["the gemv family is not searched for 4096x4096.e4m3-b128: e4m3-b128 weights: the gemv family "

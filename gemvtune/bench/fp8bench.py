@@ -103,7 +103,6 @@ def run_fp8_bench(shapes: list[Shape], table_path: str, out_dir: str | None, ech
     measurement, summary CSV and markdown under the workspace's benchmarks (the previous run's replaced)."""
     import pandas as pd
 
-    from ..runners.cuda.fp8base import measure_gemlite
     from ..runtime.table import load_table
 
     if any(not s.weights for s in shapes):
@@ -151,3 +150,71 @@ def run_fp8_bench(shapes: list[Shape], table_path: str, out_dir: str | None, ech
     if not out_dir:
         replace_previous(out, tag, stamp)
     return path
+
+
+WARM_N = (1, 2, 4, 8, 16)   # gemlite's own warm-up batches: its GEMM_SPLITK tunes per bucket of n (bench.gemlite)
+
+
+def measure_gemlite(h: Any, shape: Shape, time_torch: Callable[..., tuple[list[float], int]],
+                    warmed: set[tuple[int, int, str]]) -> Measurement:
+    """gemlite's A16W8_FP8 (``gemvtune.bench.gemlite``) on an FP8 ``shape`` of row scales, built from the very codes
+    and scales the runner's buffers hold (one layer per rotating copy) and the verifier's, verified against the same
+    float64 reference and timed with ``time_torch`` in a CUDA graph. gemlite's autotune runs at its warm-up batches
+    (``WARM_N``) once per (M, d, dtype) of this process (``warmed``) before anything is timed or captured. What
+    cannot run (gemlite missing, block scales, d not a multiple of 32) is an INVALID measurement with its reason."""
+    from ..device._cupy import as_torch, from_torch
+    from ..runners.base import Status
+    from .gemlite import GEMLITE_KIND, GEMLITE_LABEL, MIN_D, gemlite_available, gemlite_bound, gemlite_fp8_layer
+
+    m = Measurement.of(GEMLITE_LABEL, GEMLITE_KIND, shape, Status.OK)
+    why = ("gemlite's A16W8_FP8 takes one scale per output row, not 128x128 blocks" if shape.fp8_layout != "row"
+           else f"gemlite needs d to be a multiple of {MIN_D}" if shape.d % MIN_D else gemlite_available())
+    if why:
+        m.status, m.error = Status.INVALID, why
+        return m
+    m.bound = gemlite_bound(shape.dtype, shape.d)
+    import torch
+
+    tdt = torch.bfloat16 if shape.dtype == "bf16" else torch.float16
+    layers: dict[int, Any] = {}
+
+    def layer(W: Any) -> Any:   # (W: DeviceFp8) one gemlite layer per weight, its codes read in place
+        got = layers.get(id(W))
+        if got is None:
+            got = layers[id(W)] = (gemlite_fp8_layer(as_torch(torch, W.codes, "u8"), as_torch(torch, W.scales, "fp32"),
+                                                     tdt), W)
+        return got[0]
+
+    with h.on_stream():
+        try:
+            b = h.buffers(shape)
+            key = (shape.M, shape.d, shape.dtype)
+            if key not in warmed:   # gemlite's autotune: synchronising benchmarks, never inside a capture
+                lay = layer(b.W[0])
+                for n in WARM_N:
+                    lay(torch.zeros(n, shape.d, dtype=tdt, device=lay_device(b)))
+                torch.cuda.synchronize()
+                warmed.add(key)
+
+            def run(W: Any, x: Any, y: Any) -> Any:
+                return from_torch(torch, layer(W)(as_torch(torch, x, shape.dtype).view(shape.n, shape.d)))
+
+            ok, m.relerr, m.rowerr, reason = h.verify(run, shape, m.bound)
+            if not ok:
+                m.status, m.error = Status.WRONG, reason
+                return m
+            calls = [layer(w) for w in b.W]
+            xt = [as_torch(torch, x, shape.dtype).view(shape.n, shape.d) for x in b.x]
+            t, k = time_torch(torch, shape, b, lambda i: calls[i % b.copies](xt[i % b.copies]))
+        except Exception as e:
+            m.status, m.error = Status.LAUNCH_ERROR, (str(e).splitlines() or [type(e).__name__])[0][:300]
+            return m
+        h.fill_times(m, t, shape, "graph", k, b)
+    return m
+
+
+def lay_device(b: Any) -> Any:
+    """The torch device of a buffer set's weights."""
+    import torch
+
+    return torch.device("cuda", b.W[0].codes.device.id)

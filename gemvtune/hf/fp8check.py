@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from .check import _cache_kwarg, _cache_of
+from .report import fp8_line  # noqa: F401  (re-exported: the bench prints it)
 from .rounds import Bench, first_line
 
 FACTOR = 2.0
@@ -113,13 +114,3 @@ def fp8_accuracy(b: Bench) -> dict[str, Any]:
     finally:
         b.v.use("stock")
     return res
-
-
-def fp8_line(r: dict[str, Any]) -> str:
-    """One line of ``fp8_accuracy``'s result."""
-    if "error" in r:
-        return f"FP8 first-step logits vs float64 of the dequantised model: not checked ({r['error']})"
-    return (f"FP8 first-step logits vs float64 of the dequantised model: kernels {r['kernel_rel']:.2e}, dequantize + "
-            f"F.linear {r['fallback_rel']:.2e} (max|diff| / max|ref|); tolerance {r['tolerance']:.2e} "
-            f"(max({r['factor']:g} x the fallback's, {r['floor']:g})): {'held' if r['held'] else 'NOT held'}; "
-            f"argmax {'equal' if r['argmax_equal'] else 'differs'}")

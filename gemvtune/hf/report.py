@@ -231,8 +231,6 @@ def summary_markdown(result: dict[str, Any], table: list[dict[str, Any]]) -> str
                      f"both fed stock's greedy next token); argmax of the first decode step "
                      f"{'equal' if lg.get('decode_argmax_equal') else 'differs'}.")
     if r.get("fp8"):   # (gemvtune bench hf --weights: the FP8 model's accuracy, gemvtune.hf.fp8check)
-        from .fp8check import fp8_line
-
         mem = r.get("fp8_memory") or {}
         lines.append(f"- {fp8_line(r['fp8'])}; the stock comparison above is the FP8 model against the 16-bit one"
                      + (f"; linears' weights {mem['before'] / 1e9:.2f} GB -> {mem['after'] / 1e9:.2f} GB in FP8 "
@@ -370,3 +368,13 @@ def _json_safe(v: Any) -> Any:
     if isinstance(v, (list, tuple)):
         return [_json_safe(x) for x in v]
     return v
+
+
+def fp8_line(r: dict[str, Any]) -> str:
+    """One line of ``fp8_accuracy``'s result."""
+    if "error" in r:
+        return f"FP8 first-step logits vs float64 of the dequantised model: not checked ({r['error']})"
+    return (f"FP8 first-step logits vs float64 of the dequantised model: kernels {r['kernel_rel']:.2e}, dequantize + "
+            f"F.linear {r['fallback_rel']:.2e} (max|diff| / max|ref|); tolerance {r['tolerance']:.2e} "
+            f"(max({r['factor']:g} x the fallback's, {r['floor']:g})): {'held' if r['held'] else 'NOT held'}; "
+            f"argmax {'equal' if r['argmax_equal'] else 'differs'}")

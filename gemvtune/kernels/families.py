@@ -13,13 +13,14 @@ from types import ModuleType
 from typing import Any
 
 from ..errors import UsageError
-from . import cublaslt, fp8gemv, gemv, mma, ring, splitk
+from . import cublaslt, fp8gemv, fp8mma, gemv, mma, ring, splitk
 from .configbase import ConfigBase
 
 # Families in registry order: the order of a search, and of a confirmation's tie-break (the gemv family first, its
-# seed the llama.cpp config; cuBLASLt last, so a tie within the spread goes to gemvtune's own kernels). The FP8 family
-# (FP8 weights only, where no other family is valid) after the FP16/BF16 template families.
-MODULES: tuple[ModuleType, ...] = (gemv, splitk, mma, ring, fp8gemv, cublaslt)
+# seed the llama.cpp config; cuBLASLt last, so a tie within the spread goes to gemvtune's own kernels). The FP8
+# families (FP8 weights only, where no other family is valid: the CUDA-core GEMV, then the tensor-core one) after the
+# FP16/BF16 template families.
+MODULES: tuple[ModuleType, ...] = (gemv, splitk, mma, ring, fp8gemv, fp8mma, cublaslt)
 
 # The names a family's module declares, by the Family field each fills: those of every family, then those of its kind.
 MODULE_NAMES = {"name": "NAME", "config_cls": "CONFIG", "domains": "DOMAINS", "seed": "SEED", "seed_name": "SEED_NAME",
