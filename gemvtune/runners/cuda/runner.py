@@ -241,8 +241,12 @@ class CudaRunner(RunnerBase):
         inside ``on_stream()`` (the runner's timers and verify do) to run it on the runner's."""
         def launch(W, x, y, bias=None):   # (W: FP8 weights, ``DeviceFp8``, also pass their scales)
             sc = getattr(W, "scales", None)
-            plan.launch(W.data.ptr, x.data.ptr, y.data.ptr, bias.data.ptr if bias is not None else 0,
-                        cp.cuda.get_current_stream().ptr, sc.data.ptr if sc is not None else 0)
+            args = (W.data.ptr, x.data.ptr, y.data.ptr, bias.data.ptr if bias is not None else 0,
+                    cp.cuda.get_current_stream().ptr)
+            if sc is None:   # (a library's plan, cuBLASLt's LtPlan, takes no scales argument)
+                plan.launch(*args)
+            else:
+                plan.launch(*args, sc.data.ptr)
         return launch
 
     def launcher(self, config: Any, shape: Shape, epilogue: Epilogue = DEFAULT) -> Callable[..., None]:
