@@ -158,7 +158,7 @@ part_sanitizer() {
   for s in ${SAN_SHAPES:-1x8 1x72 1x4104 7x8 7x72 7x4104 129x8 129x72 129x4104}; do edge+=(--shape "$s"); done
   read -r -a pc <<< "${SAN_PERCALL_ARGS:---calls 20 --repeats 1}"
   local san=(env GEMVTUNE_NO_POOL=1 compute-sanitizer --report-api-errors no --error-exitcode 9)
-  for dt in ${SAN_DTYPES:-fp16 bf16}; do
+  for dt in ${SAN_DTYPES-fp16 bf16}; do
     # without the sanitizer first: the results, and the compile cache filled for the runs under it
     run "verify $dt" python3 -m gemvtune verify "${edge[@]}" --batch 1,3 --dtype "$dt" --configs "$SAN_CONFIGS"
     for tool in memcheck racecheck; do
@@ -176,7 +176,7 @@ part_sanitizer() {
       total=$((total + 1)); clean=$((clean + $(sanitizer_clean)))
     done
   done
-  for dt in ${SAN_DTYPES:-fp16 bf16}; do
+  for dt in ${SAN_DTYPES-fp16 bf16}; do
     run "memcheck percall $dt" "${san[@]}" --tool memcheck \
       python3 -m gemvtune percall ops --dtype "$dt" "${pc[@]}" --out "$D/percall-$dt"
     total=$((total + 1)); clean=$((clean + $(sanitizer_clean)))

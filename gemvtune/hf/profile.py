@@ -13,13 +13,15 @@ import tempfile
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from ..kernels.families import FAMILIES
 from .report import IMPLS, MODES
 from .rounds import Bench, first_line, sync
 
 PROFILE_TOKENS = 8              # eager profile: a generate of this many tokens minus one of 1 token
 
-# Kernel names gemvtune's templates launch (extern "C", so CUPTI reports them exactly so).
-GEMVTUNE_KERNELS = frozenset({"gemv", "splitk_gemm", "zero_y", "reduce_splits"})
+# Kernel names gemvtune's templates launch (extern "C", so CUPTI reports them exactly so): every template family's
+# main kernel (gemv, splitk_gemm, mma_gemv, ring_gemv, gemv_fp8, mma_fp8) and the split-K family's helpers.
+GEMVTUNE_KERNELS = frozenset({f.main_kernel for f in FAMILIES.values() if not f.library} | {"zero_y", "reduce_splits"})
 _ATTENTION = re.compile(r"flash|fmha|attention|attn|sdpa", re.IGNORECASE)
 _LINEAR = re.compile(r"gemm|gemv|xmma|cutlass|nvjet|splitkreduce|cublas", re.IGNORECASE)
 _TRITON_LINEAR_TOKENS = frozenset({"mm", "addmm", "bmm", "linear"})
@@ -27,7 +29,7 @@ _MEMOPS = frozenset({"gpu_memcpy", "gpu_memset"})
 
 
 def is_gemvtune_kernel(name: str) -> bool:
-    """True for the kernels gemvtune launches (the GEMV and split-K GEMM families and their helpers)."""
+    """True for the kernels gemvtune launches (every template family's, and the split-K family's helpers)."""
     return _base_name(name) in GEMVTUNE_KERNELS
 
 
