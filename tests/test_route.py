@@ -94,19 +94,20 @@ def test_committed_table_never_picks_a_kernel_cublas_beat():
 
     t = load_table(ROOT / "results" / "nvidia-h200" / "table.json")
     beaten, noisy = [], []
-    for M, d, n, dtype in t.keys():
-        s = Shape(M, d, n, dtype)
-        m = contest(t.entry(s), "torch", s, dtype)
+    for key in t.keys():
+        s = Shape(*key)
+        m = contest(t.entry(s), "torch", s, s.dtype)
         if m.tuned_us is not None and m.cublas_us is not None and m.tuned_us >= m.cublas_us * (1 - m.noise):
             beaten.append(s)
             if m.tuned_us < m.cublas_us * (1 - MARGIN):
                 noisy.append(s)   # a win the old fixed margin took, inside the noise
-    assert beaten and not any(t.route(s.M, s.d, s.n, "torch", s.dtype, s.dtype).tuned for s in beaten)
+    assert beaten and not any(t.route(s.M, s.d, s.n, "torch", s.dtype, s.dtype, s.weights).tuned for s in beaten)
     assert Shape(14336, 4096, 16) in noisy
     r = t.route(14336, 4096, 16, "torch", "fp16", "fp16")
     assert not r.tuned and "inside the noise 10.2% (spreads 7.2% + 3.0%): cuBLAS runs" in r.why
-    for M, d, n, dtype in t.keys():
-        r = t.route(M, d, n, "torch", dtype, dtype)
+    for key in t.keys():
+        s = Shape(*key)
+        r = t.route(s.M, s.d, s.n, "torch", s.dtype, s.dtype, s.weights)
         if r.tuned:
             assert r.cublas_us is None or r.tuned_us < r.cublas_us * (1 - r.noise)
 

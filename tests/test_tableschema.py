@@ -10,7 +10,7 @@ import subprocess
 import pytest
 from conftest import ROOT, run_cli
 
-from gemvtune import UsageError
+from gemvtune import Shape, UsageError
 from gemvtune.reports.tablereport import table_frame, table_summary
 from gemvtune.runtime.export import build_header
 from gemvtune.runtime.route import choose
@@ -195,11 +195,12 @@ def test_accepted_tables_never_crash_report_export_or_route(tmp_path, what, muta
     header = build_header(t)
     assert header.isascii() and "#include <cstdlib>" not in header and "#define x" not in header
     crossover_frame(t)
-    for M, d, n, dtype in t.keys():
+    for key in t.keys():
+        s = Shape(*key)
         for fw in ("torch", "cupy"):
-            for out in ("fp32", dtype):
+            for out in ("fp32", s.dtype):
                 for policy in ("fastest", "tuned"):
-                    r = choose(t, M, d, n, fw, policy, out, dtype)
+                    r = choose(t, s.M, s.d, s.n, fw, policy, out, s.dtype, s.weights)
                     assert r.kind in ("tuned", "cublas")
                     assert r.tuned_us is None or (math.isfinite(r.tuned_us) and r.tuned_us > 0)
 

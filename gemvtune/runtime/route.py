@@ -139,7 +139,10 @@ def _predicted_cublas(table: Any, shape: Any, floor_of: Any, framework: str, k: 
     from ..kernels.shapes import Shape
 
     pts: dict[int, list[tuple[float, float, float]]] = {}
-    keys = [k for k in table.keys() if k[3] == shape.dtype] or table.keys()   # the same dtype where measured
+    # the same dtype where measured, and always the same weights: an FP8 entry's baseline is dequantize + F.linear,
+    # no cuBLAS time (mixed in, 4096x4096's 107 µs would make cuBLAS look 10x slower than it is)
+    same_w = [k for k in table.keys() if Shape(*k).weights == shape.weights]
+    keys = [k for k in same_w if k[3] == shape.dtype] or same_w
     for key in keys:
         s = Shape(*key)
         e = table.entry(s)
