@@ -58,7 +58,8 @@ def test_report_on_committed_table(tmp_path):
 
     df = pd.read_csv(out)
     assert {"M", "d", "winner", "us", "llama_us", "cublas_us", "x_cublas", "p_vec"} <= set(df.columns)
-    assert (df.us > 0).all() and (df.x_llama >= 1.0).all()
+    sixteen = df[df.weights.isna()]   # (FP8 entries have no llama.cpp point: their baseline is dequantize + F.linear)
+    assert (df.us > 0).all() and (sixteen.x_llama >= 1.0).all() and len(sixteen) < len(df)
 
 
 @pytest.mark.parametrize("args,needle", [

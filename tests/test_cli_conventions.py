@@ -141,9 +141,11 @@ def test_study_cli_logs_phases_without_a_bar_in_a_pipe(tmp_path):
 # -- report: shapes in numeric order ------------------------------------------------------------------
 
 def _key(k: str) -> tuple:
-    """(M, d, n, dtype) of a table key "MxDxn" or "MxDxn.bf16"."""
-    dims, _, dtype = k.partition(".")
-    return (*(int(x) for x in dims.split("x")), dtype or "fp16")
+    """(M, d, n, dtype, weights) of a table key "MxDxn", "MxDxn.bf16", "MxDxn.e4m3-row" or "MxDxn.bf16.e4m3-b128"."""
+    dims, *rest = k.split(".")
+    dtype = next((x for x in rest if x in ("fp16", "bf16")), "fp16")
+    weights = next((x for x in rest if x.startswith("e4m3")), "")
+    return (*(int(x) for x in dims.split("x")), dtype, weights)
 
 
 def test_report_sorts_shapes_numerically(tmp_path):
@@ -159,18 +161,19 @@ def test_report_sorts_shapes_numerically(tmp_path):
     p.write_text(json.dumps(data))
     t = load_table(p)
     df = table_frame(t)
-    assert list(zip(df.M, df.d, df.n, df.dtype)) == [_key(k) for k in numeric]
+    assert list(zip(df.M, df.d, df.n, df.dtype, df.weights)) == [_key(k) for k in numeric]
     lines = table_summary(t).splitlines()[1:]
-    line = re.compile(r"\s*(\d+)x(\d+)\s+n=(\d+)\s+(bf16)?")
-    assert [(int(m[1]), int(m[2]), int(m[3]), m[4] or "fp16") for m in map(line.match, lines)] == \
+    line = re.compile(r"\s*(\d+)x(\d+)\s+n=(\d+)\s+(bf16)?\s*(e4m3-\w+)?")
+    assert [(int(m[1]), int(m[2]), int(m[3]), m[4] or "fp16", m[5] or "") for m in map(line.match, lines)] == \
         [_key(k) for k in numeric]
     r = run_cli("report", "--table", str(p), "--csv", str(tmp_path / "r.csv"))
     assert r.returncode == 0, r.stderr
-    shown = [(int(m[1]), int(m[2]), int(m[3]), m[4] or "fp16")
-             for m in re.finditer(r"^\s*(\d+)x(\d+)\s+n=(\d+)\s+(bf16)?", r.stdout, re.M)]
+    shown = [(int(m[1]), int(m[2]), int(m[3]), m[4] or "fp16", m[5] or "")
+             for m in re.finditer(r"^\s*(\d+)x(\d+)\s+n=(\d+)\s+(bf16)?\s*(e4m3-\w+)?", r.stdout, re.M)]
     assert shown == [_key(k) for k in numeric]
     rows = (tmp_path / "r.csv").read_text().splitlines()[1:]
-    assert [(*(int(x) for x in row.split(",")[:3]), row.split(",")[3]) for row in rows] == [_key(k) for k in numeric]
+    assert [(*(int(x) for x in row.split(",")[:3]), *row.split(",")[3:5]) for row in rows] == \
+        [_key(k) for k in numeric]
 
 
 # -- summarize: sidecar and CSV strings are escaped --------------------------------------------------------

@@ -107,7 +107,7 @@ def _old_bench(p: dict[str, Any]) -> None:
                  if given]
         if clash:
             raise UsageError(f"--hf-config times a Hugging Face model's generate at batch 1: drop {', '.join(clash)}")
-        run_hf(**{k: p[k] for k in ("hf_config", *HF.split())}, group=False)
+        run_hf(**{k: p[k] for k in ("hf_config", *HF.split())}, group=False, hf_weights=None)
         return
     for text, opt in ((p["tokens_text"], "--tokens"), (p["prompt_text"], "--prompt-tokens")):
         if text is not None:

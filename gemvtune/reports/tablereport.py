@@ -31,13 +31,15 @@ def table_frame(t: Table) -> Any:
     import pandas as pd
 
     rows = []
-    for e in sorted(t.entries.values(), key=lambda e: (e.M, e.d, e.n or 1, e.dtype or "fp16")):   # numerically
+    # numerically; an FP8 entry after the 16-bit one of its (M, d, n, dtype)
+    for e in sorted(t.entries.values(), key=lambda e: (e.M, e.d, e.n or 1, e.dtype or "fp16", e.shape.weights)):
         w, b, s = e.winner, e.baselines, e.search
         cfg = e.winner_config()
         cub = cublas_of(b)
         lla = b.get("llama.cpp")
         cub_us, lla_us = (cub.us if cub else None), (lla.us if lla is not None else None)
-        row = {"M": e.M, "d": e.d, "n": e.n or 1, "dtype": e.dtype or "fp16", "winner": cfg.label, "family": cfg.family,
+        row = {"M": e.M, "d": e.d, "n": e.n or 1, "dtype": e.dtype or "fp16", "weights": e.shape.weights,
+               "winner": cfg.label, "family": cfg.family,
                "us": _num(w.us), "us_min": _num(w.us_min), "us_max": _num(w.us_max),
                "spread": _num(w.spread), "gbps": _num(w.gbps), "pct_ceiling": _num(w.pct_ceiling),
                "llama_us": _num(lla_us), "cublas_us": _num(cub_us),
@@ -82,9 +84,12 @@ def table_summary(t: Table) -> str:
              f"{_f(read, '.0f')} GB/s"]
     for _, r in df.iterrows():
         dt = "" if r["dtype"] == "fp16" else f" {printable(r['dtype'], 8)}"
+        dt += f" {r['weights']}" if r["weights"] else ""   # (FP8 weights: their baseline is dequantize + F.linear)
+        base = "dequant" if r["weights"] else "cuBLAS"
+        theirs = "" if r["weights"] else f" x{_f(r.x_llama, '.3f')} llama.cpp"
         lines.append(f"  {r.M:>7d}x{r.d:<6d} n={r.n:<2d}{dt} {r.winner:44s} {_f(r.us, '8.2f'):>8s} µs "
-                     f"{_f(r.pct_ceiling, '5.1f'):>5s}% x{_f(r.x_cublas, '.3f')} cuBLAS x{_f(r.x_llama, '.3f')} "
-                     f"llama.cpp ({r.sampler or '?'}, {_trials(r.trials)} trials"
+                     f"{_f(r.pct_ceiling, '5.1f'):>5s}% x{_f(r.x_cublas, '.3f')} {base}{theirs} "
+                     f"({r.sampler or '?'}, {_trials(r.trials)} trials"
                      f"{', REPLAYED' if r.replayed else ''})")
     return "\n".join(lines)
 
