@@ -11,13 +11,17 @@ TPR_BEST, VEC_BEST = 64, "half8"
 def fake_us(c: GemvConfig) -> float:
     """Fastest at vec=half8, tpr=64; every other lever is flat, so many configs tie at the optimum.
     Split-K GEMM configs: best 11.0 at split=4 with register loads (so the gemv family wins at 10.0); mma configs
-    best 11.5; ring configs best 11.25 at 4 stages without a split."""
+    best 11.5; ring configs best 11.25 at 4 stages without a split; FP8 weights: fp8gemv best 5.0, fp8mma 5.5."""
     if c.family == "splitk":
         return 11.0 + 0.5 * abs(math.log2(c.split / 4)) + 0.5 * (c.w_load != "reg")
     if c.family == "mma":   # best 11.5 at depth 4 without a split (slower than both others)
         return 11.5 + 0.5 * abs(math.log2(c.depth / 4)) + 0.5 * (c.split > 1)
     if c.family == "ring":   # best 11.25 at 4 stages without a split
         return 11.25 + 0.5 * abs(math.log2(c.stages / 4)) + 0.5 * (c.split > 1)
+    if c.family == "fp8mma":   # FP8 weights: best 5.5 at depth 4 without a split (the FP8 GEMV's best is 5.0)
+        return 5.5 + 0.5 * abs(math.log2(c.depth / 4)) + 0.5 * (c.split > 1)
+    if c.family == "fp8gemv":   # best 5.0 at 16-byte loads of 32 threads per row
+        return 5.0 + 1.0 * (c.vec != 16) + abs(math.log2(c.tpr / 32))
     return 10.0 + 3.0 * (c.vec != VEC_BEST) + abs(math.log2(c.tpr / TPR_BEST))
 
 

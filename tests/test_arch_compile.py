@@ -21,7 +21,7 @@ from gemvtune.kernels.shapes import Shape
 
 ARCH_NAMES = ("sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_120")
 SHAPES = {"gemv": (4096, 4104, 1), "splitk": (1000, 4096, 8), "mma": (1000, 4096, 3), "ring": (4096, 4096, 8),
-          "fp8gemv": (1000, 4096, 3, "e4m3-b128")}   # (M, d, n[, the weights' format])
+          "fp8gemv": (1000, 4096, 3, "e4m3-b128"), "fp8mma": (1000, 4112, 8, "e4m3-row")}   # (M, d, n[, weights])
 
 
 def representative(dtype: str) -> list[tuple]:
@@ -103,6 +103,6 @@ def test_representative_configs_compile_or_are_invalid_for_each_arch(dtype, guar
                 assert f"exceed {arch.smem_optin // 1024} KiB (the most a block may opt in to on {name})" in text
     pdl = [c.label for c, _, _ in items if getattr(c, "pdl", "off") != "off"]
     big = [c.label for c, s, _ in items if isinstance(c, RingConfig) and c.smem_bytes(s) > 99 * 1024]
-    fp8 = [c.label for c, _, _ in items if c.family == "fp8gemv"]   # FP8 pairs: sm_89 and newer
+    fp8 = [c.label for c, _, _ in items if c.family in ("fp8gemv", "fp8mma")]   # FP8 pairs: sm_89 and newer
     assert pdl and len(big) >= 2 and fp8 and set(pdl) | set(big) | set(fp8) <= invalid_somewhere
     assert all(c.is_valid(s, DEFAULT) for c, s, _ in items)   # every one runs on sm_90

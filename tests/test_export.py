@@ -186,9 +186,13 @@ def test_export_fp8_entries(tmp_path):
     assert build_header(table) == text   # deterministic
 
 
-def test_export_without_fp8_entries_has_no_fp8_part():
-    text = build_header(load_table(TABLE))
+def test_export_without_fp8_entries_has_no_fp8_part(tmp_path):
+    data = json.loads(TABLE.read_text())   # the committed table without its FP8 entries
+    data["entries"] = {k: e for k, e in data["entries"].items() if not e.get("weights")}
+    (tmp_path / "t.json").write_text(json.dumps(data))
+    text = build_header(load_table(tmp_path / "t.json"))
     assert "e4m3" not in text and "gemvtune_not_handled" not in text and "unsigned char* W" not in text
+    assert "e4m3" in build_header(load_table(TABLE))
 
 
 def test_export_fp8_kernels_compile_with_nvrtc(tmp_path):
@@ -343,7 +347,8 @@ def _host_side(so, table) -> None:
     so.gt_ws_a.restype = ctypes.c_ulonglong
     so.gt_label.restype = ctypes.c_char_p
     so.gt_gemv.argtypes = [ctypes.c_int] * 3 + [ctypes.c_void_p] * 5
-    for s in [s for s in table.shapes if s.dtype == "fp16"]:   # (the BF16 queries: tests/test_dtype.py)
+    # (the BF16 queries: tests/test_dtype.py; the FP8 ones: the FP8 dispatchers, test_export_fp8_compiles_with_nvcc)
+    for s in [s for s in table.shapes if s.dtype == "fp16" and not s.weights]:
         cfg, _ = table.lookup(s)
         lib = is_library(cfg)   # "use your BLAS": no kernel in the header (not tuned here, no workspace)
         assert so.gt_ws_a(s.M, s.d, s.n) == (0 if lib else workspace_layout(cfg, s)[0])
@@ -352,7 +357,7 @@ def _host_side(so, table) -> None:
     assert so.gt_tuned_a(7, 4101, 3) == 0 and so.gt_ws_a(7, 4101, 3) == 0 and so.gt_label(7, 4101, 3) == b"fallback"
     assert so.gt_gemv(0, 64, 1, 256, 256, 256, None, None) == 1      # M < 1
     assert so.gt_gemv(64, 64, 1, None, 256, 256, None, None) == 1    # W null
-    needs = [s for s in table.shapes if s.dtype == "fp16" and not is_library(table.lookup(s)[0])
+    needs = [s for s in table.shapes if s.dtype == "fp16" and not s.weights and not is_library(table.lookup(s)[0])
              and workspace_layout(table.lookup(s)[0], s)[0]]
     assert needs, "the committed table has a split-K entry that needs a workspace"
     s = needs[0]

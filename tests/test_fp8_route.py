@@ -45,7 +45,7 @@ def test_a_search_of_fp8_weights_records_its_own_entry_against_dequantize(tmp_pa
     shape = Shape(4096, 4096, 1, "fp16", "e4m3-row")
     runner = Fp8Runner()
     table = load_table(_search(tmp_path, shape, runner))
-    assert {c.family for c in runner.calls} == {"fp8gemv"}          # only the family that reads FP8 weights
+    assert {c.family for c in runner.calls} == {"fp8gemv", "fp8mma"}   # only the families that read FP8 weights
     e = table.entry(shape)
     assert e is not None and e.shape == shape and set(e.baselines) == {"dequant-torch", "cublas-16bit"}
     assert table.keys() == [(4096, 4096, 1, "fp16", "e4m3-row")]
@@ -62,9 +62,9 @@ def test_a_search_of_fp8_weights_records_its_own_entry_against_dequantize(tmp_pa
 
 def test_dequantize_faster_than_the_kernel_runs_dequantize(tmp_path):
     shape = Shape(4096, 4096, 1, "bf16", "e4m3-row")
-    table = load_table(_search(tmp_path, shape, Fp8Runner(dequant_us=9.0)))
+    table = load_table(_search(tmp_path, shape, Fp8Runner(dequant_us=4.0)))   # (the fake FP8 kernels: 5 µs at best)
     r = table.route(4096, 4096, 1, "torch", "bf16", "bf16", "e4m3-row")
-    assert not r.tuned and r.cublas_us == 9.0
+    assert not r.tuned and r.cublas_us == 4.0
     assert r.why.endswith(": dequantize + F.linear runs")
 
 
