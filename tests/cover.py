@@ -81,3 +81,19 @@ def fp8mma_configs(shape=None) -> tuple:
 
     s = shape or Shape(1000, 4096, 8, "fp16", "e4m3-row")
     return tuple(cover(list(valid_of("fp8mma", s)), SEED, DOMAINS, 3, 37))
+
+
+def fp8_compile_items(configs, edge: tuple[int, int]):
+    """(config, shape, epilogue) of each config at the FP8 edge ``edge`` (M, d) in both dtypes and both scale
+    layouts, n cycling through 1, 3, 8, 16 and every other item with a bias and an output of the input dtype: the
+    FP8 families' compiles on each architecture."""
+    from gemvtune.kernels.epilogue import Epilogue
+    from gemvtune.kernels.shapes import Shape
+
+    i = 0
+    for dtype in ("fp16", "bf16"):
+        for weights in ("e4m3-row", "e4m3-b128"):
+            for c in configs:
+                yield c, Shape(*edge, (1, 3, 8, 16)[i % 4], dtype, weights), (Epilogue(dtype, bias=True) if i % 2
+                                                                               else Epilogue())
+                i += 1

@@ -26,16 +26,22 @@ def test_the_configs_cover_every_value():
         assert {getattr(c, key) for c in CONFIGS} == set(values), key
 
 
+def _verify_all(runner, cfgs, shape):
+    """Every config verifies on ``shape`` with the default epilogue, and the first three with a bias and an output of
+    the input dtype."""
+    assert cfgs, shape
+    failed = verify_failures(runner, cfgs, shape)
+    failed += verify_failures(runner, cfgs[:3], shape, Epilogue(shape.dtype, bias=True))
+    assert not failed, failed[:5]
+
+
 @pytest.mark.parametrize("weights", [ROW, B128])
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
 @pytest.mark.parametrize("edge", EDGES, ids=lambda e: "x".join(map(str, e)))
 def test_fp8_variants_verify(runner, edge, dtype, weights):
     shape = Shape(*edge, dtype, weights)
     cfgs = [c for c in CONFIGS if c.is_valid(shape, runner.arch)]
-    assert cfgs, shape
-    failed = verify_failures(runner, cfgs, shape)
-    failed += verify_failures(runner, cfgs[:3], shape, Epilogue(dtype, bias=True))
-    assert not failed, failed[:5]
+    _verify_all(runner, cfgs, shape)
 
 
 # (layout, what the source says, what the fault makes it say)
@@ -89,10 +95,7 @@ def test_fp8mma_variants_verify(runner, edge, dtype, weights):
         from gemvtune.kernels.fp8mma import valid_configs
 
         cfgs = valid_configs(shape)[:4]
-    assert cfgs, shape
-    failed = verify_failures(runner, cfgs, shape)
-    failed += verify_failures(runner, cfgs[:3], shape, Epilogue(dtype, bias=True))
-    assert not failed, failed[:5]
+    _verify_all(runner, cfgs, shape)
 
 
 MMA_FAULTS = {

@@ -7,12 +7,11 @@ import json
 
 import pytest
 from conftest import ROOT
-from cover import fp8_configs
+from cover import fp8_compile_items, fp8_configs
 
 from gemvtune import UsageError
 from gemvtune.build.compile import InvalidForArch, _Nvrtc, compile_variant
 from gemvtune.build.render import render
-from gemvtune.kernels.epilogue import Epilogue
 from gemvtune.kernels.families import FAMILIES, families_for
 from gemvtune.kernels.fp8gemv import DOMAINS, SEED, Fp8GemvConfig, all_configs, valid_configs
 from gemvtune.kernels.launchspec import launch_spec
@@ -120,17 +119,10 @@ def test_other_families_refuse_to_render_fp8_shapes():
 # ---- NVRTC -----------------------------------------------------------------------------------------
 @pytest.mark.parametrize("arch", ["sm_89", "sm_90", "sm_100", "sm_120"])
 def test_fp8_variants_compile_on_each_arch_with_fp8(arch):
-    i = 0
-    for dtype in ("fp16", "bf16"):
-        for weights in (ROW, B128):
-            for c in CONFIGS:
-                n = (1, 3, 8, 16)[i % 4]
-                s = Shape(*EDGE, n, dtype, weights)
-                epi = Epilogue(dtype, bias=True) if i % 2 else Epilogue()
-                i += 1
-                assert c.is_valid(s, arch), (c.label, s)
-                r = compile_variant(c, s, arch, epilogue=epi)
-                assert r.resources.registers > 0, (c.label, s, arch)   # (unroll 8 x n 16 x 16 B in 128 registers spills)
+    for c, s, epi in fp8_compile_items(CONFIGS, EDGE):
+        assert c.is_valid(s, arch), (c.label, s)
+        r = compile_variant(c, s, arch, epilogue=epi)
+        assert r.resources.registers > 0, (c.label, s, arch)   # (unroll 8 x n 16 x 16 B in 128 registers spills)
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_86"])

@@ -6,7 +6,7 @@ below sm_89 every config is invalid before NVRTC. Its answers are checked on the
 
 import numpy as np
 import pytest
-from cover import fp8mma_configs
+from cover import fp8_compile_items, fp8mma_configs
 
 from gemvtune.build.compile import InvalidForArch, _Nvrtc, compile_variant
 from gemvtune.build.render import render
@@ -82,20 +82,13 @@ def test_the_bf16_rebias_is_exact_for_every_code():
 
 @pytest.mark.parametrize("arch", ["sm_89", "sm_90", "sm_100", "sm_120"])
 def test_fp8mma_variants_compile_on_each_arch_with_fp8(arch):
-    i = 0
-    for dtype in ("fp16", "bf16"):
-        for weights in (ROW, B128):
-            for c in CONFIGS:
-                n = (1, 3, 8, 16)[i % 4]
-                s = Shape(*EDGE, n, dtype, weights)
-                epi = Epilogue(dtype, bias=True) if i % 2 else Epilogue()
-                i += 1
-                why = c.invalid_reasons(s, arch)
-                if why:   # (pdl or the evict-first hint on an arch without them: invalid, with the reason)
-                    assert arch in why[0] and "needs" in why[0], why
-                    continue
-                r = compile_variant(c, s, arch, epilogue=epi)
-                assert r.resources.registers > 0, (c.label, s, arch)
+    for c, s, epi in fp8_compile_items(CONFIGS, EDGE):
+        why = c.invalid_reasons(s, arch)
+        if why:   # (pdl or the evict-first hint on an arch without them: invalid, with the reason)
+            assert arch in why[0] and "needs" in why[0], why
+            continue
+        r = compile_variant(c, s, arch, epilogue=epi)
+        assert r.resources.registers > 0, (c.label, s, arch)
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_86"])

@@ -191,8 +191,9 @@ def measure_gemlite(h: Any, shape: Shape, time_torch: Callable[..., tuple[list[f
             key = (shape.M, shape.d, shape.dtype)
             if key not in warmed:   # gemlite's autotune: synchronising benchmarks, never inside a capture
                 lay = layer(b.W[0])
+                dev = as_torch(torch, b.W[0].codes, "u8").device
                 for n in WARM_N:
-                    lay(torch.zeros(n, shape.d, dtype=tdt, device=lay_device(b)))
+                    lay(torch.zeros(n, shape.d, dtype=tdt, device=dev))
                 torch.cuda.synchronize()
                 warmed.add(key)
 
@@ -211,10 +212,3 @@ def measure_gemlite(h: Any, shape: Shape, time_torch: Callable[..., tuple[list[f
             return m
         h.fill_times(m, t, shape, "graph", k, b)
     return m
-
-
-def lay_device(b: Any) -> Any:
-    """The torch device of a buffer set's weights."""
-    import torch
-
-    return torch.device("cuda", b.W[0].codes.device.id)

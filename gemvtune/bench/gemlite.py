@@ -172,8 +172,6 @@ def gemlite_fp8_layer(codes_u8: Any, scales: Any, dtype: Any, bias: Any = None, 
     return maker.from_weights(codes_u8.view(torch.float8_e4m3fn), bias=bias, scales=scales.reshape(M, 1))
 
 
-UNIT = {"fp16": 2.0**-11, "bf16": 2.0**-8}
-
 
 def gemlite_bound(dtype: str, d: int) -> float:
     """The bound gemlite's answer is verified against (||y - ref|| / ||s||, gemvtune's verifier's measure): 8u of x's
@@ -181,6 +179,7 @@ def gemlite_bound(dtype: str, d: int) -> float:
     dtype (n <= 2), or each dequantised weight rounded to x's dtype for ``tl.dot`` and split-K slices rounded and
     atomic-added in x's dtype (n >= 3): ~1.5u (~1.9u at split-K 16) in the random model; 8u leaves 4x margin and is
     still ~1/30 (BF16) of what one wrong scale gives."""
+    from ..kernels.shapes import UNIT_ROUNDOFF
     from ..runners.fp8data import fp8_error_bound
 
-    return 8 * UNIT[dtype] + fp8_error_bound(d)
+    return 8 * UNIT_ROUNDOFF[dtype] + fp8_error_bound(d)

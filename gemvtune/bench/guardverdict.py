@@ -91,8 +91,9 @@ def error_bound(dtype: str, d: int) -> float:
     allowed 4·u·√(1 + d/3072)), plus twice the output's own rounding (y is stored in the weights' dtype: u_out =
     2^-11 for FP16, 2^-8 for BF16). cuBLAS may reduce in reduced precision too (torch's default for FP16). A wrong
     kernel is off by orders of magnitude more (one wrong element of y alone ~ 1/√M of the norm)."""
-    u_out = {"fp16": 2.0**-11, "bf16": 2.0**-8}[dtype]
-    return 4 * 2.0**-11 * math.sqrt(1 + d / 3072) + 2 * u_out
+    from ..kernels.shapes import UNIT_ROUNDOFF
+
+    return 4 * UNIT_ROUNDOFF["fp16"] * math.sqrt(1 + d / 3072) + 2 * UNIT_ROUNDOFF[dtype]
 
 
 def quantile(values: Sequence[float], q: float) -> float:

@@ -54,7 +54,7 @@ from a rounding midpoint); quantising ``codes × scale`` that is exact in float3
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
@@ -127,12 +127,13 @@ def scales_shape(M: int, d: int, layout: str) -> tuple[int, ...]:
     return (-(-M // BLOCK), -(-d // BLOCK))
 
 
-def expand_scales(scales: F32, layout: str, shape: tuple[int, int]) -> F32:
-    """Each element's scale, float32 ``shape`` = [M, d] (a view for ``row``; edge blocks cut to size)."""
+def expand_scales(scales: F32, layout: str, shape: tuple[int, int], xp: Any = np) -> F32:
+    """Each element's scale, ``shape`` = [M, d] (a view for ``row``; edge blocks cut to size); ``xp``: numpy, or cupy
+    for device arrays."""
     M, d = shape
     if _check_layout(layout) == "row":
-        return np.broadcast_to(scales[:, None], (M, d))
-    return np.repeat(np.repeat(scales, BLOCK, axis=0), BLOCK, axis=1)[:M, :d]
+        return xp.broadcast_to(scales[:, None], (M, d))
+    return xp.repeat(xp.repeat(scales, BLOCK, axis=0), BLOCK, axis=1)[:M, :d]
 
 
 def _where(mask: np.ndarray) -> str:

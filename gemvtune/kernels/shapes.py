@@ -13,6 +13,8 @@ from ..intparse import is_int_text
 MAX_WEIGHT_BYTES = 288 * 10**9
 MAX_BATCH = 16
 DTYPES = ("fp16", "bf16")   # of W and x (two bytes per weight either way); y is FP32 or the same dtype
+# the unit roundoff of each input dtype (half an ulp at 1): what one rounding to it may err by, relatively
+UNIT_ROUNDOFF = {"fp16": 2.0**-11, "bf16": 2.0**-8}
 # How W is stored: "" in the input dtype; "e4m3-row" / "e4m3-b128": OCP E4M3 codes (one byte each) with FP32 scales,
 # one per output row or one per 128x128 block (``gemvtune.kernels.fp8``: its layouts "row" and "block128").
 WEIGHTS = ("", "e4m3-row", "e4m3-b128")

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ..kernels.fp8 import BLOCK, Fp8Weight, decode_e4m3, quantize
+from ..kernels.fp8 import BLOCK, Fp8Weight, decode_e4m3, expand_scales, quantize
 from ..kernels.shapes import Shape
 from .timing import error_bound
 
@@ -65,10 +65,7 @@ def dequantized64(codes: Any, scales: Any, layout: str, xp: Any = np) -> Any:
     """float64 [M, d]: each code's value times its scale, exact (``xp``: numpy, or cupy for device arrays)."""
     M, d = codes.shape
     vals = xp.take(xp.asarray(_TABLE), codes).astype(xp.float64)
-    s = scales.astype(xp.float64)
-    if layout == "row":
-        return vals * s[:, None]
-    return vals * xp.repeat(xp.repeat(s, BLOCK, axis=0), BLOCK, axis=1)[:M, :d]
+    return vals * expand_scales(scales.astype(xp.float64), layout, (M, d), xp)
 
 
 def fp8_error_bound(d: int, out: str = "fp32") -> float:

@@ -14,22 +14,21 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-BLOCK = 128
-UNIT = {"fp16": 2.0**-11, "bf16": 2.0**-8}
+from ..kernels.fp8 import BLOCK
+from ..kernels.shapes import UNIT_ROUNDOFF
+from .fp8torch import expand_scales
 
 
 def dequantized(codes: torch.Tensor, scales: torch.Tensor, layout: str, dtype: torch.dtype) -> torch.Tensor:
     """[M, d] of ``dtype``: each E4M3 code (``codes`` uint8 or float8_e4m3fn) times its scale, in ``dtype``."""
     w = (codes.view(torch.float8_e4m3fn) if codes.dtype == torch.uint8 else codes).to(dtype)
     s = scales.to(dtype)
-    if layout == "row":
-        return w * s.view(-1, 1)
-    if layout != "block128":
+    if layout not in ("row", "block128"):
         raise ValueError(f"unknown FP8 layout {layout!r}")
     M, d = w.shape
-    if M % BLOCK == 0 and d % BLOCK == 0:
+    if layout == "block128" and M % BLOCK == 0 and d % BLOCK == 0:   # whole blocks: broadcast through a view
         return (w.view(M // BLOCK, BLOCK, d // BLOCK, BLOCK) * s.view(M // BLOCK, 1, d // BLOCK, 1)).view(M, d)
-    return w * s.repeat_interleave(BLOCK, 0)[:M].repeat_interleave(BLOCK, 1)[:, :d]
+    return w * expand_scales(s, layout, 0, M, d)
 
 
 def fallback_linear(x: torch.Tensor, codes: torch.Tensor, scales: torch.Tensor, layout: str,
@@ -41,4 +40,4 @@ def fallback_linear(x: torch.Tensor, codes: torch.Tensor, scales: torch.Tensor, 
 def bound(dtype: str) -> float:
     """The relative error of the dequantised weights against the exact code x scale: 2u of ``dtype`` (the scale's
     cast and the product), added to a library's bound when the fallback is verified (``runners.cuda.fp8base``)."""
-    return 2.0 * UNIT[dtype]
+    return 2.0 * UNIT_ROUNDOFF[dtype]

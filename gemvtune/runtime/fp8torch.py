@@ -116,7 +116,7 @@ def _scales(amax: torch.Tensor) -> torch.Tensor:
     return torch.where(amax > 0, scaled, torch.ones_like(scaled))
 
 
-def _expanded(scales: torch.Tensor, layout: str, r: int, R: int, d: int) -> torch.Tensor:
+def expand_scales(scales: torch.Tensor, layout: str, r: int, R: int, d: int) -> torch.Tensor:
     """The float32 scale of each element of rows r..r+R (r a multiple of 128 for block128), [R, 1] or [R, d]."""
     if layout == "row":
         return scales[r:r + R, None]
@@ -141,7 +141,7 @@ def dequantize(codes: torch.Tensor, scales: torch.Tensor, layout: str,
     with torch.no_grad():
         for r in range(0, M, step):
             R = min(step, M - r)
-            out[r:r + R] = (c8[r:r + R].to(torch.float32) * _expanded(scales, layout, r, R, d)).to(dtype)
+            out[r:r + R] = (c8[r:r + R].to(torch.float32) * expand_scales(scales, layout, r, R, d)).to(dtype)
     return out
 
 

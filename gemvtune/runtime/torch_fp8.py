@@ -29,7 +29,7 @@ import torch
 
 from ..kernels.shapes import FP8_LAYOUTS, MAX_BATCH
 from .fp8linear import fallback_linear
-from .torch_op import DTYPES, device_allows, register_table, run_fp8_linear
+from .torch_op import device_allows, register_table, route_flags, run_fp8_linear
 
 WEIGHTS_OF = {layout: weights for weights, layout in FP8_LAYOUTS.items()}   # "row" -> "e4m3-row"
 SCALE_NAMES = {"row": "weight_scale", "block128": "weight_scale_inv"}       # as checkpoints name them
@@ -79,9 +79,7 @@ class GemvFp8Linear(torch.nn.Module):
     def _routes(self, framework: str) -> dict[torch.dtype, tuple[bool, ...]]:
         if self.table is None:
             return {}
-        return {tdt: (False,) + tuple(self.table.route(self.out_features, self.in_features, n, framework, dt, dt,
-                                                       self.weights).tuned for n in range(1, self.max_batch + 1))
-                for tdt, dt in DTYPES.items()}
+        return route_flags(self.table, self.out_features, self.in_features, self.max_batch, framework, self.weights)
 
     @classmethod
     def from_linear(cls, linear: torch.nn.Linear, table: Any, layout: str = "row", keep_fp16: bool = False,

@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from ..kernels.shapes import MAX_BATCH
 from .explaintext import format_explain
 from .torch_mlp import GemvSwiGLUMLP, attach_mlps, detach_mlps, mlp_rows, residual_note
-from .torch_op import _ALIGN, DTYPES, device_allows, register_table, run_linear
+from .torch_op import _ALIGN, DTYPES, device_allows, register_table, route_flags, run_linear
 from .torch_siblings import attach_groups, detach_groups, group_rows, kept_groups, reattach
 from .torchmods import check_table as _check_table
 from .torchmods import linear_children as _linear_children
@@ -101,10 +101,7 @@ class GemvLinear(torch.nn.Module):
         self._mlp_note: tuple[str, tuple[str, ...], str] | None = None
 
     def _routes(self, table: Any, framework: str, empty: bool) -> dict[torch.dtype, tuple[bool, ...]]:
-        return {tdt: (False,) + tuple(not empty and table.route(self.out_features, self.in_features, n, framework,
-                                                                dt, dt).tuned
-                                      for n in range(1, self.max_batch + 1))
-                for tdt, dt in DTYPES.items()}
+        return route_flags(table, self.out_features, self.in_features, self.max_batch, framework, empty=empty)
 
     @property
     def original(self) -> torch.nn.Linear:

@@ -25,7 +25,8 @@ import torch.nn.functional as F
 from ..device.ltplan import route_plan
 from ..errors import UsageError
 from ..kernels.epilogue import Epilogue
-from ..kernels.shapes import MAX_BATCH, Shape
+from ..kernels.shapes import FP8_LAYOUTS, MAX_BATCH, Shape
+from .fp8linear import fallback_linear
 
 _ALIGN = 16          # bytes: the widest load of any kernel (half8 / 16-byte W and x loads)
 _TABLES: dict[int, Any] = {}
@@ -62,6 +63,17 @@ def device_allows(table: Any, dev: int | None = None) -> bool:
     if dev is None:
         dev = torch.cuda.current_device()
     return bool(check(torch.cuda.get_device_name(dev), tuple(torch.cuda.get_device_capability(dev))))
+
+
+def route_flags(table: Any, M: int, d: int, max_batch: int, framework: str, weights: str = "",
+                empty: bool = False) -> dict[torch.dtype, tuple[bool, ...]]:
+    """Per torch dtype of x, whether an n-row call (index n, 1..max_batch; index 0 unused) of an [M, d] layer (W of
+    ``weights``) runs the tuned kernel under ``table``'s route for ``framework``: constants a layer decides once and
+    torch.compile reads without tracing the table. ``empty``: a zero-sized layer, never a kernel."""
+    fmt = (weights,) if weights else ()   # (16-bit W: the route's arguments as before FP8, for table-like objects)
+    return {tdt: (False,) + tuple(not empty and table.route(M, d, n, framework, dt, dt, *fmt).tuned
+                                  for n in range(1, max_batch + 1))
+            for tdt, dt in DTYPES.items()}
 
 
 def _plan(tid: int, table: Any, config: Any, M: int, d: int, n: int, bias: bool, out: str, dev: int,
@@ -139,9 +151,6 @@ def run_fp8_linear(x: torch.Tensor, codes: torch.Tensor, scales: torch.Tensor, b
     measured that faster, lacks the shape, or anything here cannot take the call. The caller has checked what does not
     change between calls (``fp8torch.check``: codes uint8 or float8_e4m3fn, contiguous [M, d], 16-byte aligned;
     scales float32, contiguous, of the layout's shape, finite and positive; all on x's device); x is FP16 or BF16."""
-    from ..kernels.shapes import FP8_LAYOUTS
-    from .fp8linear import fallback_linear
-
     layout = FP8_LAYOUTS[weights]
     M, d = codes.shape
     n = x.numel() // d if d else 0

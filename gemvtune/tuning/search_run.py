@@ -20,6 +20,7 @@ from ..errors import GemvtuneError, UsageError
 from ..kernels.shapes import Shape
 from ..provenance import provenance
 from ..runtime.entry import Measured, SchemaError
+from ..runtime.route import rival_of
 from ..runtime.table import check_updatable, record
 from ..safefile import write_text
 from ..workspace import Workspace, gpu_slug
@@ -265,7 +266,7 @@ def _search_shapes(runner: Any, shapes: list[Shape], opts: SearchOptions, out: P
         w, b = e.winner, e.baselines
         c = cublas_of(b)
         cub = c.us if c else None
-        rival = "dequantize + F.linear" if shape.weights else "cuBLAS"
+        rival = rival_of(shape)
         lla = b["llama.cpp"].us if "llama.cpp" in b else None   # (FP8 weights: no llama.cpp point)
         sixteen = b["cublas-16bit"].us if "cublas-16bit" in b else None
         theirs = (f"x{_ratio(lla, w.us)} llama.cpp" if lla is not None else
