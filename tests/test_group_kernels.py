@@ -177,7 +177,7 @@ def test_a_model_presets_groups_and_the_configs_the_group_bench_runs():
     cfg, why = group_config(table, qkv)
     assert cfg.family == "gemv" and "best gemv config of 6144x4096" in why and not group_reasons(cfg, qkv)
     members = member_configs(table, qkv, cfg)
-    assert [table.entry(s).winner.config_object() for s in qkv.members] == members   # the members' own winners
+    assert [table.route(s.M, s.d, s.n).config for s in qkv.members] == members   # what each member's route runs
     cfg8, why8 = group_config(table, GroupShape((4096, 1024, 1024), 4096, 8))
     assert cfg8.family == "gemv"       # the winner at n = 8 is a ring kernel: the best GEMV record instead
     odd = GroupShape((5, 7), 4104, 3)

@@ -17,3 +17,34 @@ def test_pdl_variant_renders_and_compiles():
     assert launch_spec(on, s).pdl and not launch_spec(off, s).pdl
     r = compile_variant(on, s).resources
     assert r.registers > 0 and r.spill_stores == 0
+
+
+def test_a_per_shape_search_never_proposes_pdl(tmp_path):
+    """Only a model's chain chooses programmatic dependent launch: the search's space (``family_domains``) and the
+    tune's planning sample leave pdl=on out of every family that has it, keep the rest of the space, and a config
+    holding it (or a chain variant) says why; zero-trial candidates never hold one."""
+    from gemvtune.kernels.families import FAMILIES
+    from gemvtune.model.zerotrial import candidates
+    from gemvtune.runtime.table import load_table, record
+    from gemvtune.tuning.search_options import SearchOptions
+    from gemvtune.tuning.searcher import family_domains
+    from gemvtune.tuning.tuneplan import sample_valid
+
+    with_pdl = [f for f, fam in FAMILIES.items() if "pdl" in fam.domains]
+    assert set(with_pdl) >= {"gemv", "mma", "fp8mma"}
+    for f in with_pdl:
+        fam = FAMILIES[f]
+        space = family_domains(SearchOptions(), f)
+        assert space["pdl"] == ("off",), f
+        assert {k: v for k, v in space.items() if k != "pdl"} == {k: v for k, v in fam.domains.items() if k != "pdl"}
+        assert fam.config_cls(pdl="on").chain_only().startswith("pdl=on is chosen in a model's chain")
+        assert not fam.config_cls().chain_only()
+    assert GemvConfig(pdl="chain4").chain_only() and GemvConfig(pdl="early8").chain_only()
+    assert not any(c.chain_only() for c in sample_valid("gemv", Shape(4096, 4096), 300))
+    pdl = GemvConfig(vec="half8", pdl="on")
+    win = {"family": "gemv", "config": pdl.to_dict(), "label": pdl.label, "us": 5.0, "spread": 0.01}
+    record(tmp_path / "t.json", Shape(1024, 4096), {"winner": win, "baselines": {"cublas-torch": {"us": 8.0}}},
+           {"name": "NVIDIA H200", "compute_capability": "9.0"})
+    table = load_table(tmp_path / "t.json", costmodel=None)   # a table with a PDL winner of an isolated search
+    cands = candidates(table, Shape(2048, 4096))
+    assert cands and GemvConfig(vec="half8") in cands and not any(c.chain_only() for c in cands)

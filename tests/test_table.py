@@ -145,23 +145,53 @@ def test_another_gpu_never_runs_the_tables_kernels(tmp_path):
 
 
 def test_a_tuned_config_the_devices_arch_cannot_run_falls_back(tmp_path):
-    """A route never runs a config the architecture lacks a feature for: cuBLAS, or with the policy ``tuned`` the
-    llama.cpp fallback, as for a config that cannot give the wanted output."""
+    """A route never runs a config the architecture lacks a feature for: an FP8 kernel (cvt e4m3x2: sm_89) on an
+    A100 runs the fallback, dequantize + F.linear, and with the policy ``tuned`` a PDL config (sm_90) the llama.cpp
+    config."""
+    from gemvtune.kernels.fp8gemv import Fp8GemvConfig
+
+    a100 = {**DEV, "name": "NVIDIA A100", "compute_capability": "8.0"}
     p = tmp_path / "t.json"
-    pdl = GemvConfig(pdl="on")
-    record(p, Shape(64, 64), _entry(pdl, 5.0), {**DEV, "name": "NVIDIA A100", "compute_capability": "8.0"})
+    f8 = Fp8GemvConfig()
+    ent = {**_entry(f8, 5.0), "baselines": {"dequant-torch": {"us": 13.0}}}
+    ent["winner"]["family"] = "fp8gemv"
+    record(p, Shape(64, 4096, 1, "fp16", "e4m3-row"), ent, a100)
     t = load_table(p)
-    assert t.arch.name == "sm_80" and t.lookup(Shape(64, 64)) == (pdl, "tuned")
-    r = t.route(64, 64, 1)
-    assert r.kind == "cublas" and r.why == (f"{pdl.label} cannot run on sm_80 (pdl=on needs griddepcontrol "
-                                            "(programmatic dependent launch), sm_90 or newer; sm_80 lacks it)")
-    r = load_table(p, policy="tuned").route(64, 64, 1)
+    assert t.arch.name == "sm_80" and t.lookup(Shape(64, 4096, 1, "fp16", "e4m3-row")) == (f8, "tuned")
+    r = t.route(64, 4096, 1, weights="e4m3-row")
+    assert r.kind == "cublas" and r.why.startswith(f"{f8.label} cannot run on sm_80 (the fp8gemv family needs cvt.rn.f16x2.e4m3x2")
+    pdl = GemvConfig(pdl="on")
+    p80 = tmp_path / "t80.json"
+    record(p80, Shape(64, 4096), _entry(pdl, 5.0), a100)
+    r = load_table(p80, policy="tuned").route(64, 4096, 1)
     assert r.tuned and r.config == LLAMA_CPP and r.why.endswith(f"the llama.cpp fallback {LLAMA_CPP.label}")
     p90 = tmp_path / "t90.json"
-    record(p90, Shape(64, 64), _entry(pdl, 5.0), DEV)
+    record(p90, Shape(64, 4096, 1, "fp16", "e4m3-row"), ent, DEV)
     t90 = load_table(p90)
-    assert t90.route(64, 64, 1).config == pdl   # on its H200 it runs
-    assert t90.check_device("NVIDIA H200", (8, 0)) and not t90.route(64, 64, 1).tuned   # a device's own arch rules
+    assert t90.route(64, 4096, 1, weights="e4m3-row").config == f8   # on its H200 it runs
+    assert t90.check_device("NVIDIA H200", (8, 0)) and not t90.route(64, 4096, 1, weights="e4m3-row").tuned
+
+
+def test_a_pdl_winner_of_an_isolated_search_is_not_run(tmp_path):
+    """A programmatic-dependent-launch config won its isolated search by overlapping each launch with the one before
+    it, a neighbour no model has: the route runs the entry's fastest other measured kernel (the confirmation's
+    candidates count), says which winner it passed over and why, and the policy ``tuned`` runs the same; an entry
+    with no other kernel runs cuBLAS."""
+    pdl, plain = GemvConfig(pdl="on"), GemvConfig(unroll=4)
+    ent = _entry(pdl, 5.0)
+    ent["candidates"] = [{**ent["winner"]}, {**_entry(plain, 8.0)["winner"]}]
+    p = tmp_path / "t.json"
+    record(p, Shape(64, 4096), ent, DEV)
+    t = load_table(p)
+    r = t.route(64, 4096, 1)
+    assert r.tuned and r.config == plain and r.tuned_us == 8.0
+    assert r.why.endswith(f"the search's winner {pdl.label} is not run: pdl=on is chosen in a model's chain of "
+                          "launches only (an isolated timing overlaps each launch with the one before it)")
+    assert t.lookup(Shape(64, 4096)) == (plain, "tuned")
+    q = tmp_path / "q.json"
+    record(q, Shape(64, 4096), _entry(pdl, 5.0), DEV)
+    r = load_table(q).route(64, 4096, 1)
+    assert r.kind == "cublas" and "is not run: pdl=on" in r.why
 
 
 def test_a_swapped_layer_on_another_gpu_runs_f_linear_and_says_why(tmp_path, monkeypatch):

@@ -33,7 +33,8 @@ COLUMNS = ["group", "n", "dtype", "grouped_config", "grouped_us", "grouped_sprea
 
 
 def _template_records(table: Any, shape: Shape) -> list[tuple[float, Any]]:
-    """(µs, config) of the entry's verified template-family records, fastest first (the winner first on a tie)."""
+    """(µs, config) of the entry's verified template-family records, fastest first (the winner first on a tie),
+    without those only a model's chain may choose (``ConfigBase.chain_only``)."""
     from ..kernels.families import FAMILIES
 
     e = table.entry(shape)
@@ -45,7 +46,7 @@ def _template_records(table: Any, shape: Shape) -> list[tuple[float, Any]]:
             cfg = rec.config_object()
         except Exception:
             continue
-        if not FAMILIES[cfg.family].library and cfg.is_valid(shape):
+        if not FAMILIES[cfg.family].library and cfg.is_valid(shape) and not cfg.chain_only():
             out.append((rec.ok_us, cfg))
     return sorted(out, key=lambda p: p[0])
 
@@ -67,19 +68,21 @@ def group_config(table: Any, group: GroupShape, epilogue: Any = None) -> tuple[A
 
 
 def member_configs(table: Any, group: GroupShape, fallback: Any) -> list[Any]:
-    """Each member's kernel alone: its entry's winner when that is a template config, else its fastest template
-    config, else ``fallback``."""
+    """Each member's kernel alone: the template config its route's measurements pick (``route.runnable``: the
+    winner, or where only a model's chain may choose that, the fastest other measured kernel), else its fastest
+    template config, else ``fallback``."""
     from ..kernels.families import FAMILIES
+    from ..runtime.route import runnable
 
     out = []
     for s in group.members:
         e = table.entry(s)
-        win = e.winner if e is not None else None
         try:
-            cfg = win.config_object() if win is not None and win.ok_us is not None and win.config is not None else None
-        except Exception:
-            cfg = None
-        if cfg is not None and not FAMILIES[cfg.family].library and cfg.is_valid(s):
+            cands = runnable(e, s, "fp32") if e is not None else []
+        except Exception:   # (an entry this version cannot read: no kernel of its own)
+            cands = []
+        cfg = cands[0][1] if cands else None
+        if cfg is not None and not FAMILIES[cfg.family].library:
             out.append(cfg)      # what the route runs for the member
             continue
         recs = _template_records(table, s)

@@ -25,6 +25,12 @@ class ConfigBase:
     # Values a field accepts beyond its searched domain: configs that are chosen elsewhere than in a per-shape search
     # (the GEMV family's pdl=chainK: chosen in a model's chain of launches, never timed as an isolated kernel).
     EXTRA_VALUES: dict[str, tuple[Any, ...]] = {}
+    # Values of the space that only a model's chain of launches may choose (``gemvtune.bench.chain``): a per-shape
+    # search never proposes them and a route never runs a config holding one on an isolated search's timing
+    # (``search_domains``, ``chain_only``). Programmatic dependent launch (pdl=on, chainK): a search times a graph of
+    # back-to-back copies of one kernel, where each launch overlaps the one before it, a neighbour no model has
+    # (1024x4096 at n = 1 on the H200, 2026-12-02: every pdl config 3.32-3.42 µs, the fastest without 4.23).
+    CHAIN_ONLY: dict[str, tuple[Any, ...]] = {}
     # The epilogue fusions the family's template renders (``gemvtune.kernels.epilogue``: residual, swiglu)
     EPILOGUE_FUSIONS: tuple[str, ...] = ()
     # The PTX features (``gemvtune.kernels.arch.FEATURES``) the family's template emits that not every architecture
@@ -142,6 +148,26 @@ class ConfigBase:
         if not drop:
             return domains
         return {k: tuple(v for v in vals if (k, v) not in drop) for k, vals in domains.items()}
+
+    @classmethod
+    def search_domains(cls, domains: dict[str, Any], arch: Any = None) -> dict[str, Any]:
+        """What a per-shape search of the family proposes on ``arch``: ``arch_domains`` without the ``CHAIN_ONLY``
+        values (a field keeps at least one value)."""
+        out = cls.arch_domains(domains, arch)
+        if not cls.CHAIN_ONLY:
+            return out
+        return {k: tuple(v for v in vals if v not in cls.CHAIN_ONLY.get(k, ())) or tuple(vals)
+                for k, vals in out.items()}
+
+    def chain_only(self) -> str:
+        """Why only a model's chain may choose this config ("field=value ..."), "" where an isolated search's timing
+        stands for what it runs in a model (``CHAIN_ONLY``)."""
+        for k, vals in self.CHAIN_ONLY.items():
+            v = getattr(self, k, None)
+            if v in vals:
+                return (f"{k}={v} is chosen in a model's chain of launches only (an isolated timing overlaps each "
+                        "launch with the one before it)")
+        return ""
 
     def needs_workspace(self, shape: Any) -> bool:
         """Whether a kernel of one call of ``shape`` reads the workspace (``ws`` or ``counters``): the

@@ -79,6 +79,7 @@ class GemvConfig(ConfigBase):
     family = NAME
     DOMAINS = DOMAINS
     EXTRA_VALUES = {"pdl": CHAIN_VALUES}
+    CHAIN_ONLY = {"pdl": ("on",) + CHAIN_VALUES}
     EPILOGUE_FUSIONS = ("residual", "swiglu")
     NEEDS_BY_DTYPE = {"bf16": ("bf16",)}
     NEEDS_BY_VALUE = {("hint", "evict_first"): "l2.cache_hint",

@@ -57,6 +57,7 @@ class MmaConfig(LastBlockCombine, TensorCoreTiles, ConfigBase):
     DOMAINS = DOMAINS
     NEEDS_BY_DTYPE = {"fp16": ("mma.f16",), "bf16": ("mma.bf16", "bf16")}
     NEEDS_BY_VALUE = {("hint", "evict_first"): "l2.cache_hint", ("pdl", "on"): "griddepcontrol"}
+    CHAIN_ONLY = {"pdl": ("on",)}
     kernel_name = MAIN_KERNEL
 
     # ---- derived values (the tiles, chunks, grid and staged X rows: TensorCoreTiles) ---------

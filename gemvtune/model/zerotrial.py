@@ -20,7 +20,7 @@ MARGIN = 0.10   # a prediction must beat predicted cuBLAS by this much (model er
 
 def candidates(table: Any, shape: Shape) -> list[Any]:
     """Template configs valid for ``shape`` on the table's architecture: the table's own, each family's seed and
-    fallbacks, the GEMV sweep grid."""
+    fallbacks, the GEMV sweep grid; never one only a model's chain may choose (``ConfigBase.chain_only``)."""
     out: dict[Any, None] = {}
     for k in table.keys():
         e = table.entry(Shape(*k))
@@ -42,7 +42,7 @@ def candidates(table: Any, shape: Shape) -> list[Any]:
     for values in itertools.product(*gemv.sweep_grid.values()):
         out[gemv.config_cls(**dict(zip(names, values)))] = None
     arch = getattr(table, "arch", None)   # (the table's routes run on that architecture: gemvtune.runtime.tablegpu)
-    return [c for c in out if not FAMILIES[c.family].library and c.is_valid(shape, arch)]
+    return [c for c in out if not FAMILIES[c.family].library and not c.chain_only() and c.is_valid(shape, arch)]
 
 
 def pick(table: Any, model: Any, shape: Shape, out: str = "fp32") -> tuple[Any, float] | None:

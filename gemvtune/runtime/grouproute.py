@@ -119,7 +119,7 @@ def _fused_best(entry: Any, group: GroupShape, out: str, swiglu: bool = False, a
         except Exception:   # (a record whose config this version cannot read: not a candidate)
             continue
         if (cfg.family not in GROUP_FAMILIES or group_reasons(cfg, group, epi) or epi.invalid_reasons(cfg)
-                or cfg.arch_reasons(group.fused, arch)):
+                or cfg.arch_reasons(group.fused, arch) or cfg.chain_only()):
             continue
         if best is None or us < best[0]:
             best = (us, cfg, rec)
@@ -130,7 +130,7 @@ def _member_record(table: Any, shape: Shape, r: Any, framework: str) -> tuple[st
     """(what runs, its time, the record behind that time in the member's own entry; None: the entry lacks it)."""
     entry = table.entry(shape)
     if r.tuned:
-        recs = entry.records() if entry is not None else []
+        recs = [*entry.records(), *entry.candidates] if entry is not None else []   # (route.runnable's records)
         return "tuned", r.tuned_us, next((rec for rec in recs if rec.ok_us is not None and rec.ok_us == r.tuned_us),
                                          None)
     if r.inductor_us is not None and (r.cublas_us is None or r.inductor_us < r.cublas_us):

@@ -37,7 +37,8 @@ from .entry import Entry, Measured
 from .noise import MARGIN, Contest, spread
 from .verdict import Verdict, verdict
 
-__all__ = ["MARGIN", "POLICIES", "Route", "choose", "contest", "judge", "measured", "predicted_cublas_us"]
+__all__ = ["MARGIN", "POLICIES", "Route", "chain_only", "choose", "contest", "judge", "measured", "passed_over",
+           "predicted_cublas_us", "runnable", "tuned_config"]
 POLICIES = ("fastest", "tuned")
 
 
@@ -62,10 +63,29 @@ def _us(rec: Measured | None) -> float | None:
     return None if rec is None else rec.ok_us
 
 
-def _candidates(entry: Entry, shape: Any, out: str) -> list[tuple[float, Any, Measured]]:
+def chain_only(config: Any) -> str:
+    """Why ``config`` runs only where a model's chain chose it, never on an isolated search's timing
+    (``ConfigBase.chain_only``: programmatic dependent launch); "" where it may run."""
+    f = getattr(config, "chain_only", None)
+    return f() if f is not None else ""
+
+
+def passed_over(entry: Entry) -> str:
+    """The route's words where it does not run the entry's winner because only a model's chain may choose it."""
+    try:
+        cfg = entry.winner_config()
+    except Exception:
+        return ""
+    why = chain_only(cfg)
+    return f"; the search's winner {cfg.label} is not run: {why}" if why else ""
+
+
+def runnable(entry: Entry, shape: Any, out: str) -> list[tuple[float, Any, Measured]]:
     """(µs, config, record) of the entry's measured kernels that can run ``shape`` with an ``out`` epilogue,
     fastest first: the winner (the search's confirmed choice, ties included) when it can, else each
-    family's best that can (an FP16 output cannot come from an atomic split-K combine). A library's
+    family's best and each of the confirmation's candidates that can (an FP16 output cannot come from an
+    atomic split-K combine). A config only a model's chain may choose (``chain_only``: the programmatic
+    dependent launch configs of searches before it left the searched space) never counts. A library's
     algorithm (cuBLASLt) counts only for the entry's own shape: it is not carried to another n."""
     from ..kernels.epilogue import Epilogue
     from ..kernels.families import FAMILIES
@@ -73,13 +93,15 @@ def _candidates(entry: Entry, shape: Any, out: str) -> list[tuple[float, Any, Me
     epi = Epilogue(out)
     own = entry.shape == shape
     found: dict[Any, tuple[float, Measured]] = {}
-    for rec in entry.records():
+    for rec in (*entry.records(), *entry.candidates):
         us = rec.ok_us
         if us is None or rec.config is None:
             continue
         try:
             cfg = rec.config_object()
         except Exception:
+            continue
+        if chain_only(cfg):
             continue
         if cfg.is_valid(shape) and not epi.invalid_reasons(cfg) and (own or not FAMILIES[cfg.family].library):
             if rec is entry.winner:
@@ -89,11 +111,22 @@ def _candidates(entry: Entry, shape: Any, out: str) -> list[tuple[float, Any, Me
     return sorted(((us, cfg, rec) for cfg, (us, rec) in found.items()), key=lambda p: p[0])
 
 
+def tuned_config(entry: Entry) -> Any:
+    """The config a call of the entry's own shape runs under the policy ``tuned``: the winner, or where only a
+    model's chain may choose it (``chain_only``), the fastest other measured kernel (the winner where the entry
+    measured none)."""
+    win = entry.winner_config()
+    if not chain_only(win):
+        return win
+    cands = runnable(entry, entry.shape, "fp32")
+    return cands[0][1] if cands else win
+
+
 def contest(entry: Entry, framework: str, shape: Any = None, out: str = "fp32") -> Contest:
     """The table entry's measurements for callers of ``framework`` wanting an ``out`` output: the fastest
     measured kernel that can fuse it and the cuBLAS baseline, each with its spread (``noise.spread``)."""
     base = cublas_of(entry.baselines, framework, ok=lambda rec: rec.ok_us is not None)
-    cands = _candidates(entry, entry.shape if shape is None else shape, out)
+    cands = runnable(entry, entry.shape if shape is None else shape, out)
     us, cfg, rec = cands[0] if cands else (None, None, None)
     return Contest(us, _us(base), cfg, spread(rec), spread(base), rival_of(entry.shape))
 
@@ -215,7 +248,7 @@ def choose(table: Any, M: int, d: int, n: int, framework: str = "torch", policy:
         return Route("tuned", cfg, how, t, c)
     if entry is not None:
         v = judge(entry, framework, shape, out)
-        return _route(v, v.says(out))
+        return _route(v, v.says(out) + passed_over(entry))
     fmt = f" --weights {weights}" if weights else ""
     same = sorted(k[2] for k in table.keys() if (k[0], k[1], k[3], Shape(*k).weights) == (M, d, dtype, weights))
     if same:

@@ -160,6 +160,7 @@ def record(path: str | Path, shape: Shape, entry: dict[str, Any], device: dict[s
         return new
 
 
+
 class Table:
     """A loaded table. ``gemv(W, x)`` runs the tuned kernel for W's shape."""
 
@@ -167,7 +168,7 @@ class Table:
                  policy: str = "fastest", costmodel: Any = None, entries: dict[str, Entry] | None = None):
         """``data``: a table's JSON object; ``entries``: its entries as the schema built them (``load_table``'s;
         None: built here from ``data``, unchecked)."""
-        from .route import POLICIES
+        from .route import POLICIES, tuned_config
 
         if policy not in POLICIES:
             raise UsageError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
@@ -178,9 +179,7 @@ class Table:
         self._costmodel = costmodel
         self._predicted: dict[tuple[Shape, str], tuple[Any, float] | None] = {}
         self._routes: dict[tuple, Any] = {}
-        self._configs: dict[tuple, Any] = {
-            _key(e.shape): e.winner_config() for e in self.entries.values()
-        }
+        self._configs: dict[tuple, Any] = {_key(e.shape): tuned_config(e) for e in self.entries.values()}
         self._warned: set[Shape] = set()
         self._dispatch: Dispatcher | None = None
         self._gpu_checked = False

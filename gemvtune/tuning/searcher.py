@@ -46,10 +46,10 @@ def _attrs(m: Measurement) -> dict[str, Any]:
 
 def family_domains(opts: SearchOptions, family: str, arch: str | None = None) -> dict[str, Any]:
     """The space a search of ``family`` covers on ``arch`` (None: sm_90): opts.domains' for it, else the family's
-    whole space, without the values that need a feature ``arch`` lacks (``ConfigBase.arch_domains``: never
-    proposed there)."""
+    whole space, without the values that need a feature ``arch`` lacks and those only a model's chain chooses
+    (``ConfigBase.search_domains``: never proposed by a per-shape search)."""
     domains = (opts.domains or {}).get(family) or FAMILIES[family].domains
-    return FAMILIES[family].config_cls.arch_domains(domains, arch)
+    return FAMILIES[family].config_cls.search_domains(domains, arch)
 
 
 def search_arch(runner: Any) -> str | None:

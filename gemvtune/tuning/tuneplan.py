@@ -87,7 +87,7 @@ def sample_valid(family: str, shape: Shape, k: int = SAMPLE, seed: int = 0, arch
     for c in [fam.seed, *(c for c, _ in fam.fallbacks)]:
         if c is not None and c.is_valid(shape, arch):
             out[c] = None
-    domains = fam.config_cls.arch_domains(fam.domains, arch)
+    domains = fam.config_cls.search_domains(fam.domains, arch)
     names, values = list(domains), list(domains.values())
     rng = random.Random(f"{seed}:{family}:{shape.key}")
     for _ in range(20 * k):
