@@ -61,6 +61,8 @@ def _torch_bf16_gemv(table, M, d, xs):
 def test_committed_table_runs_and_matches_its_timing(runner, table):
     import cupy as cp
 
+    from gemvtune.runtime.route import runnable
+
     assert table.shapes
     slow: list = []
     for shape in table.shapes:
@@ -76,7 +78,8 @@ def test_committed_table_runs_and_matches_its_timing(runner, table):
         assert y.shape == ((shape.M,) if shape.n == 1 else (shape.n, shape.M))
         _check(runner, W, x, y, cfg.acc, shape.d, shape.dtype)
         m = runner.measure(cfg, shape)
-        w = table.entry(shape).winner
+        w = runnable(table.entry(shape), shape, "fp32")[0][2]   # the record of what the route runs (the winner, or
+        assert w.config_object() == cfg                           # where it is a PDL winner, the record it runs)
         # Not slower than the table says beyond 8% plus the round-to-round spread the search saw: lent
         # H200s differ (1024x16384 ran 5% faster, the atomic split-K winner of 128256x4096@n2 5.5% slower on
         # a later lease than when tuned); faster is not a failure (the answer is verified above).

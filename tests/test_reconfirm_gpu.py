@@ -11,7 +11,7 @@ import pytest
 from conftest import ROOT, run_cli
 
 from gemvtune import Shape
-from gemvtune.runtime.route import judge
+from gemvtune.runtime.route import judge, tuned_config
 from gemvtune.runtime.table import load_table
 
 pytestmark = pytest.mark.gpu
@@ -50,7 +50,7 @@ def test_check_reconfirm_writes_the_field_from_another_process_and_the_route_rea
         assert rc is not None and rc.rounds == 2 and rc.pid not in (None, os.getpid()), s
         assert rc.gpu["name"] == "NVIDIA H200" and rc.gpu.get("pci_bus_id"), rc.gpu
         k = rc.kernels[0]
-        assert k.ok_us is not None and k.config_object() == e.winner_config() and k.rounds == 2, k
+        assert k.ok_us is not None and k.config_object() == tuned_config(e) and k.rounds == 2, k
         assert rc.baselines["cublas-torch"].ok_us is not None and "inductor" not in rc.baselines
         v = judge(e, "torch", s, "fp16")
         assert v.again is not None and v.again.tuned_us == k.ok_us, v
