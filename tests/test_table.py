@@ -188,6 +188,10 @@ def test_a_pdl_winner_of_an_isolated_search_is_not_run(tmp_path):
     assert r.why.endswith(f"the search's winner {pdl.label} is not run: pdl=on is chosen in a model's chain of "
                           "launches only (an isolated timing overlaps each launch with the one before it)")
     assert t.lookup(Shape(64, 4096)) == (plain, "tuned")
+    from gemvtune.reports.tablereport import table_frame, table_summary
+
+    assert f"runs {plain.label}: the winner's PDL is a model chain's choice" in table_summary(t)
+    assert list(table_frame(t)["runs"]) == [plain.label]
     q = tmp_path / "q.json"
     record(q, Shape(64, 4096), _entry(pdl, 5.0), DEV)
     r = load_table(q).route(64, 4096, 1)

@@ -30,6 +30,8 @@ def _ratio(a: Any, b: Any) -> float:
 def table_frame(t: Table) -> Any:
     import pandas as pd
 
+    from ..runtime.route import tuned_config
+
     rows = []
     # numerically; an FP8 entry after the 16-bit one of its (M, d, n, dtype)
     for e in sorted(t.entries.values(), key=lambda e: (e.M, e.d, e.n or 1, e.dtype or "fp16", e.shape.weights)):
@@ -39,7 +41,7 @@ def table_frame(t: Table) -> Any:
         lla = b.get("llama.cpp")
         cub_us, lla_us = (cub.us if cub else None), (lla.us if lla is not None else None)
         row = {"M": e.M, "d": e.d, "n": e.n or 1, "dtype": e.dtype or "fp16", "weights": e.shape.weights,
-               "winner": cfg.label, "family": cfg.family,
+               "winner": cfg.label, "family": cfg.family, "runs": tuned_config(e).label,
                "us": _num(w.us), "us_min": _num(w.us_min), "us_max": _num(w.us_max),
                "spread": _num(w.spread), "gbps": _num(w.gbps), "pct_ceiling": _num(w.pct_ceiling),
                "llama_us": _num(lla_us), "cublas_us": _num(cub_us),
@@ -91,5 +93,7 @@ def table_summary(t: Table) -> str:
                      f"{_f(r.pct_ceiling, '5.1f'):>5s}% x{_f(r.x_cublas, '.3f')} {base}{theirs} "
                      f"({r.sampler or '?'}, {_trials(r.trials)} trials"
                      f"{', REPLAYED' if r.replayed else ''})")
+        if r.runs != r.winner:   # (a PDL winner of an isolated search: route.chain_only)
+            lines.append(f"  {'':>16s} runs {r.runs}: the winner's PDL is a model chain's choice")
     return "\n".join(lines)
 
