@@ -92,8 +92,8 @@ def table_summary(t: Table) -> str:
         lines.append(f"  {r.M:>7d}x{r.d:<6d} n={r.n:<2d}{dt} {r.winner:44s} {_f(r.us, '8.2f'):>8s} µs "
                      f"{_f(r.pct_ceiling, '5.1f'):>5s}% x{_f(r.x_cublas, '.3f')} {base}{theirs} "
                      f"({r.sampler or '?'}, {_trials(r.trials)} trials"
-                     f"{', REPLAYED' if r.replayed else ''})")
-        if r.runs != r.winner:   # (a PDL winner of an isolated search: route.chain_only)
-            lines.append(f"  {'':>16s} runs {r.runs}: the winner's PDL is a model chain's choice")
+                     f"{', REPLAYED' if r.replayed else ''})"
+                     # (a PDL winner of an isolated search: route.chain_only)
+                     + (f"; runs {r.runs}: the winner's PDL is a model chain's choice" if r.runs != r.winner else ""))
     return "\n".join(lines)
 
