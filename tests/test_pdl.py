@@ -48,3 +48,16 @@ def test_a_per_shape_search_never_proposes_pdl(tmp_path):
     table = load_table(tmp_path / "t.json", costmodel=None)   # a table with a PDL winner of an isolated search
     cands = candidates(table, Shape(2048, 4096))
     assert cands and GemvConfig(vec="half8") in cands and not any(c.chain_only() for c in cands)
+
+
+def test_a_pdl_winner_is_no_incumbent_of_a_new_search(tmp_path):
+    """A re-search weighs its finds against what the table holds (``search_run.incumbents``), but never against a PDL
+    winner of an earlier search: that one would win the confirmation again on the same isolated timing."""
+    from gemvtune.runtime.table import record
+    from gemvtune.tuning.search_run import incumbents
+
+    pdl, plain = GemvConfig(vec="half8", pdl="on"), GemvConfig(vec="half8")
+    rec = {"family": "gemv", "config": pdl.to_dict(), "label": pdl.label, "us": 5.0, "spread": 0.01}
+    best = {"family": "gemv", "config": plain.to_dict(), "label": plain.label, "us": 6.0, "spread": 0.01}
+    record(tmp_path / "t.json", Shape(1024, 4096), {"winner": rec, "gemv": best}, {"name": "NVIDIA H200"})
+    assert incumbents(tmp_path / "t.json", Shape(1024, 4096)) == (plain,)

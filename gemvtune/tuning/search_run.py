@@ -190,7 +190,8 @@ def incumbents(table: Path, shape: Shape) -> tuple[Any, ...]:
     winner is chosen against them in the same process: a search of some families is weighed against the others,
     a search again of the same families (a re-tune) never replaces an entry by a config slower than the one it
     holds, and a search in one dtype never misses what the other dtype's search found (the same config runs
-    at the same speed in both, measured on the H200 on 2026-12-02: runs/issue21d/probe). Nothing from a missing or
+    at the same speed in both, measured on the H200 on 2026-12-02: runs/issue21d/probe). Never a config only a
+    model's chain may choose (``ConfigBase.chain_only``: a PDL winner of an earlier search). Nothing from a missing or
     unreadable table or entry (a fresh table)."""
     from ..kernels.families import FAMILIES, for_dtype
     from ..kernels.shapes import DTYPES
@@ -220,7 +221,7 @@ def incumbents(table: Path, shape: Shape) -> tuple[Any, ...]:
                 cfg = for_dtype(dataclasses.replace(rec, family=fam).config_object(), shape.dtype)
             except Exception:   # a record this version cannot read is not an incumbent
                 continue
-            if cfg.is_valid(shape) and cfg not in out:
+            if cfg.is_valid(shape) and not cfg.chain_only() and cfg not in out:   # (PDL: a model chain's choice)
                 out.append(cfg)
     return tuple(out)
 
