@@ -206,6 +206,17 @@ def test_the_job_holds_the_kernels_the_route_can_run():
     assert fams[0] == w.family and (len(fams) == 2) == (w.family == "splitk" and w.combine == "atomic")
 
 
+def test_the_job_of_an_fp8_entry_carries_its_weights():
+    """The child rebuilds each shape from the job (``run_job``: ``Shape(*e["shape"])``): an FP8 entry's shape keeps
+    its weight format, or its FP8 kernel would be measured, and fail, on 16-bit weights (as on the H200 on
+    2026-12-05, before this was mended: "the fp8mma family reads FP8 weights only")."""
+    t = load_table(TABLE, costmodel=None)
+    fp8, plain = Shape(4096, 4096, 8, "fp16", "e4m3-row"), Shape(4096, 4096)
+    job = json.loads(json.dumps(make_job(t, [fp8, plain], 2, False)))
+    assert [Shape(*e["shape"]) for e in job["entries"]] == [fp8, plain]
+    assert job["entries"][0]["kernels"][0]["family"] in ("fp8gemv", "fp8mma")
+
+
 # ---- the command line -------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("args,needle", [
@@ -278,17 +289,19 @@ def test_search_refuses_inductor_without_the_reconfirmation(tmp_path):
 
 def test_old_tables_read_as_before(tmp_path):
     """A table without the field (the committed one before its re-confirmation): every entry is built as it was, and
-    writes back as it was read. The committed table itself carries a re-confirmation in every 16-bit entry (the H200,
-    2026-12-04; its FP8 entries are not re-confirmed yet), and writes back unchanged too."""
+    writes back as it was read. The committed table itself carries re-confirmations made on the H200 (every 16-bit
+    entry of 2026-12-04, except the two 1024x4096 n = 1 entries searched again on 2026-12-05, whose re-confirmation a
+    device's time limit cut), and writes back unchanged too."""
     raw = _old()
     p = tmp_path / "old.json"
     p.write_text(json.dumps(raw))
     t = load_table(p, costmodel=None)
     assert all(e.reconfirmed is None for e in t.entries.values()) and t.to_json() == copy.deepcopy(raw)
     now = load_table(TABLE, costmodel=None)
-    sixteen = [e for e in now.entries.values() if not e.shape.weights]   # (the FP8 entries of 2026-12-05: searched
-    assert all(e.reconfirmed is not None and e.reconfirmed.gpu["name"] == "NVIDIA H200" for e in sixteen)   # with
-    assert all(e.reconfirmed is None for e in now.entries.values() if e.shape.weights)   # --no-reconfirm)
+    done = [e for e in now.entries.values() if e.reconfirmed is not None]
+    assert all(e.reconfirmed.gpu["name"] == "NVIDIA H200" and e.reconfirmed.kernels for e in done)
+    assert {str(e.shape) for e in now.entries.values() if not e.shape.weights and e.reconfirmed is None} == \
+        {"1024x4096", "1024x4096.bf16"}
     assert now.to_json() == json.loads(TABLE.read_text())
 
 
