@@ -93,7 +93,7 @@ def table_summary(t: Table) -> str:
                      f"{_f(r.pct_ceiling, '5.1f'):>5s}% x{_f(r.x_cublas, '.3f')} {base}{theirs} "
                      f"({r.sampler or '?'}, {_trials(r.trials)} trials"
                      f"{', REPLAYED' if r.replayed else ''})"
-                     # (a PDL winner of an isolated search: route.chain_only)
+                     # (a PDL winner of an isolated search: ConfigBase.chain_only)
                      + (f"; runs {r.runs}: the winner's PDL is a model chain's choice" if r.runs != r.winner else ""))
     return "\n".join(lines)
 

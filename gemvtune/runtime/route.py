@@ -37,7 +37,7 @@ from .entry import Entry, Measured
 from .noise import MARGIN, Contest, spread
 from .verdict import Verdict, verdict
 
-__all__ = ["MARGIN", "POLICIES", "Route", "chain_only", "choose", "contest", "judge", "measured", "passed_over",
+__all__ = ["MARGIN", "POLICIES", "Route", "choose", "contest", "judge", "measured", "passed_over",
            "predicted_cublas_us", "runnable", "tuned_config"]
 POLICIES = ("fastest", "tuned")
 
@@ -63,20 +63,13 @@ def _us(rec: Measured | None) -> float | None:
     return None if rec is None else rec.ok_us
 
 
-def chain_only(config: Any) -> str:
-    """Why ``config`` runs only where a model's chain chose it, never on an isolated search's timing
-    (``ConfigBase.chain_only``: programmatic dependent launch); "" where it may run."""
-    f = getattr(config, "chain_only", None)
-    return f() if f is not None else ""
-
-
 def passed_over(entry: Entry) -> str:
     """The route's words where it does not run the entry's winner because only a model's chain may choose it."""
     try:
         cfg = entry.winner_config()
     except Exception:
         return ""
-    why = chain_only(cfg)
+    why = cfg.chain_only()
     return f"; the search's winner {cfg.label} is not run: {why}" if why else ""
 
 
@@ -84,7 +77,7 @@ def runnable(entry: Entry, shape: Any, out: str) -> list[tuple[float, Any, Measu
     """(µs, config, record) of the entry's measured kernels that can run ``shape`` with an ``out`` epilogue,
     fastest first: the winner (the search's confirmed choice, ties included) when it can, else each
     family's best and each of the confirmation's candidates that can (an FP16 output cannot come from an
-    atomic split-K combine). A config only a model's chain may choose (``chain_only``: the programmatic
+    atomic split-K combine). A config only a model's chain may choose (``ConfigBase.chain_only``: the programmatic
     dependent launch configs of searches before it left the searched space) never counts. A library's
     algorithm (cuBLASLt) counts only for the entry's own shape: it is not carried to another n."""
     from ..kernels.epilogue import Epilogue
@@ -101,7 +94,7 @@ def runnable(entry: Entry, shape: Any, out: str) -> list[tuple[float, Any, Measu
             cfg = rec.config_object()
         except Exception:
             continue
-        if chain_only(cfg):
+        if cfg.chain_only():   # (programmatic dependent launch: a model chain's choice)
             continue
         if cfg.is_valid(shape) and not epi.invalid_reasons(cfg) and (own or not FAMILIES[cfg.family].library):
             if rec is entry.winner:
@@ -113,10 +106,10 @@ def runnable(entry: Entry, shape: Any, out: str) -> list[tuple[float, Any, Measu
 
 def tuned_config(entry: Entry) -> Any:
     """The config a call of the entry's own shape runs under the policy ``tuned``: the winner, or where only a
-    model's chain may choose it (``chain_only``), the fastest other measured kernel (the winner where the entry
+    model's chain may choose it (``ConfigBase.chain_only``), the fastest other measured kernel (the winner where the entry
     measured none)."""
     win = entry.winner_config()
-    if not chain_only(win):
+    if not win.chain_only():
         return win
     cands = runnable(entry, entry.shape, "fp32")
     return cands[0][1] if cands else win

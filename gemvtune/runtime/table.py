@@ -160,7 +160,6 @@ def record(path: str | Path, shape: Shape, entry: dict[str, Any], device: dict[s
         return new
 
 
-
 class Table:
     """A loaded table. ``gemv(W, x)`` runs the tuned kernel for W's shape."""
 

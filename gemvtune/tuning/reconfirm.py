@@ -64,8 +64,8 @@ def make_job(table: Any, shapes: Sequence[Shape], rounds: int, inductor: bool) -
         e = table.entry(s)
         cfgs = kernels_of(e) if e is not None else []
         if cfgs:
-            entries.append({"key": entry_key(s), "shape": [s.M, s.d, s.n, s.dtype] + ([s.weights] if s.weights else []),
-                            "updated": e.updated,
+            shape = [s.M, s.d, s.n, s.dtype] + ([s.weights] if s.weights else [])   # (Shape(*shape) in the child)
+            entries.append({"key": entry_key(s), "shape": shape, "updated": e.updated,
                             "kernels": [{"family": c.family, "config": c.to_dict()} for c in cfgs]})
     return {"gpu": table.gpu.get("name"), "rounds": rounds, "inductor": inductor, "entries": entries}
 
