@@ -71,3 +71,21 @@ class HangRunner(FakeRunner):
 
             time.sleep(3600)
         return super().measure(config, shape, kind=kind, verify=verify, timed=timed, **kw)
+
+
+class Fp8Runner(FakeRunner):
+    """The fake runner's times for every family, with FP8 shapes' baselines as the CUDA runner gives them:
+    dequantize + F.linear, and cuBLAS on the 16-bit twin (reported only)."""
+
+    def __init__(self, dequant_us=30.0):
+        super().__init__()
+        self.dequant_us = dequant_us
+
+    def baselines(self, shape):
+        if not shape.weights:
+            return super().baselines(shape)
+        us = self.dequant_us
+        return [Measurement("dequantize + F.linear", "dequant-torch", shape.M, shape.d, shape.n, Status.OK,
+                            us_median=us, us_min=us, us_max=us, gbps=1.0, pct_ceiling=10.0),
+                Measurement("cublas on 16-bit weights", "cublas-16bit", shape.M, shape.d, shape.n, Status.OK,
+                            us_median=15.0, us_min=15.0, us_max=15.0, gbps=1.0, pct_ceiling=40.0)]

@@ -232,13 +232,13 @@ class FakeBackend:
         pass
 
 
-def _run(tmp_path, backend, shapes=((64, 128), (48, 256)), batches=(1, 3)):
+def _run(tmp_path, backend, shapes=((64, 128), (48, 256)), batches=(1, 3), weights=""):
     from gemvtune.bench.guard import run_guard
     from gemvtune.runtime.table import load_table
 
     lines = []
     res = run_guard(list(shapes), list(batches), ["fp16", "bf16"], load_table(TABLE), tmp_path, rounds=3, replays=4,
-                    echo=lines.append, backend=backend, command="gemvtune bench guard --test")
+                    echo=lines.append, backend=backend, command="gemvtune bench guard --test", weights=weights)
     return res, lines
 
 
@@ -281,6 +281,57 @@ def test_loop_fails_a_slower_swap_and_a_wrong_graph(tmp_path):
     assert math.isnan(res.rows[0]["ratio"]) and "ERROR" in res.failure
 
 
+@pytest.mark.parametrize("weights", ["e4m3-row", "e4m3-b128"])
+def test_fp8_loop_times_the_fp8_layers_against_dequantize(tmp_path, weights):
+    """--weights: each copy quantised, stock the same codes and scales through dequantize + F.linear; the reference is
+    the dequantised weights in float64, and both contenders are inside the bound (plus the fallback's rounding)."""
+    import pandas as pd
+
+    from gemvtune.bench.guardverdict import error_bound
+
+    res, lines = _run(tmp_path, FakeBackend(), weights=weights)
+    assert len(res.rows) == 8 and res.failure == ""
+    for r in res.rows:
+        assert r["weights"] == weights and r["verdict"] == "PASS" and r["verified"]
+        assert r["route"] == "dequant" and r["launches"] == "dequantize + F.linear"   # a CPU weight
+        assert r["bound"] > error_bound(r["dtype"], r["d"])
+        assert r["stock_relerr"] < r["bound"] and r["gemvtune_graph_relerr"] < r["bound"]
+        assert r["stock_relerr"] == r["gemvtune_relerr"]     # the same codes, the same fallback on the CPU
+    assert res.csv.stem.startswith(f"guard-{weights}-")
+    df = pd.read_csv(res.csv, keep_default_na=False)
+    assert list(df.columns) == COLUMNS and set(df.weights) == {weights}
+    assert "against dequantize + F.linear" in res.markdown and f"## fp16, {weights} weights" in res.markdown
+    assert "rows routed to dequantize + F.linear" in res.markdown
+    assert any(ln.startswith(f"[1/4] 64x128 fp16 {weights}:") for ln in lines)
+    prov = json.loads(res.csv.with_suffix(".json").read_text())
+    assert prov["weights"] == weights
+    slow, _ = _run(tmp_path / "slow", FakeBackend(slower=1.05), shapes=((64, 128),), batches=(1,), weights=weights)
+    assert {r["verdict"] for r in slow.rows} == {"FAIL"} and f"64x128 n=1 fp16 {weights} FAIL" in slow.failure
+
+
+def test_fp8_layers_share_their_weights_and_a_dropped_scale_is_caught():
+    """Stock and swapped FP8 layers hold the same codes and scales (nothing copied); a swapped layer whose scales
+    are wrong (a planted dropped scale) is an ERROR row before anything is timed."""
+    from gemvtune.bench.guard import measure_row
+    from gemvtune.bench.guardlayers import build_layers
+    from gemvtune.kernels.shapes import Shape
+    from gemvtune.runtime.table import load_table
+
+    table = load_table(TABLE)
+    be = FakeBackend()
+    layers = build_layers(be, table, Shape(64, 256, 1, "bf16", "e4m3-row"), 3, seed=1)
+    assert all(s.weight is g.weight and s.scales is g.scales for s, g in zip(layers.stock, layers.swapped))
+    assert layers.stock[0].table is None and layers.swapped[0].table is table
+    assert layers.ref_weight.dtype.is_floating_point and layers.ref_weight.element_size() == 4
+    ok = measure_row(be, layers, table, 2, rounds=2, replays=2, calls=6)
+    assert ok["verdict"] == "PASS"
+    scales = layers.swapped[0].scales.clone()
+    layers.swapped[0]._scales = scales * 1.0                            # the swapped layer's own copy ...
+    layers.swapped[0]._scales[5] = 1.0                                  # ... one row's scale dropped
+    bad = measure_row(be, layers, table, 2, rounds=2, replays=2, calls=6)
+    assert bad["verdict"] == "ERROR" and "outside the bound" in bad["error"] and be.timed.count("gemvtune") == 2
+
+
 def test_loop_keeps_the_latest_run_only_where_asked(tmp_path):
     from gemvtune.bench.guard import _write
 
@@ -315,6 +366,7 @@ BAD = [
     ("one round", ["--rounds", "1"], "1 is not in the range 2<=x<=50", 2),
     ("zero replays", ["--replays", "0"], "0 is not in the range 1<=x<=1000", 2),
     ("missing table", ["--table", "{tmp}/none.json"], "does not exist", 2),
+    ("unknown FP8 format", ["--weights", "e5m2-row"], "'e5m2-row' is not one of 'e4m3-row', 'e4m3-b128'", 2),
     ("--out under a file", ["--out", "{tmp}/file/x"], "is not writable", 2),
     ("--out read-only", ["--out", "{tmp}/ro/x"], "is not writable", 2),
 ]
@@ -347,3 +399,8 @@ def test_precompile_fills_the_cache_the_layers_read():
     assert r.tuned
     again = compile_variant(r.config, Shape(1024, 4096, 1, "fp16"), "sm_90", epilogue=Epilogue("fp16", False))
     assert again.cached
+    fp8 = Shape(14336, 4096, 1, "fp16", "e4m3-row")                 # an FP8 entry: its FP8 kernel, under its key
+    assert precompile(table, [fp8], [1, 3], "sm_90") == 1
+    r = table.route(14336, 4096, 1, "torch", "fp16", "fp16", "e4m3-row")
+    assert r.tuned and r.config.family == "fp8gemv"
+    assert compile_variant(r.config, fp8, "sm_90", epilogue=Epilogue("fp16", False)).cached

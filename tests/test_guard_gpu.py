@@ -43,3 +43,27 @@ def test_bench_guard_small_shape(tmp_path):
         assert "failed the never-slower check" in r.stderr and (df.verdict == "FAIL").any()
     else:
         assert not (df.verdict == "FAIL").any()
+
+
+def test_bench_guard_fp8_weights(tmp_path):
+    """--weights e4m3-row on 1024x4096 (the table's FP8 entries are at n = 1 and 8: n = 3 dequantizes): the FP8 layers
+    against dequantize + F.linear of the same codes and scales, both verified against float64 of the dequantised
+    weights, eagerly and in their graphs; the tuned rows launched the FP8 kernel."""
+    import pandas as pd
+
+    r = run_cli("bench", "guard", "--shape", "1024x4096", "--batch", "1,3", "--dtype", "fp16", "--weights", "e4m3-row",
+                "--rounds", "2", "--replays", "3", "--table", str(TABLE), "--out", str(tmp_path))
+    assert r.returncode in (0, 1), r.stderr[-3000:]
+    assert "Traceback" not in r.stderr, r.stderr[-3000:]
+    csvs = list(tmp_path.glob("guard-e4m3-row-*.csv"))
+    assert len(csvs) == 1, sorted(p.name for p in tmp_path.iterdir())
+    df = pd.read_csv(csvs[0], keep_default_na=False)
+    assert sorted(df.n) == [1, 3] and set(df.weights) == {"e4m3-row"}
+    assert df.verified.all() and not (df.verdict == "ERROR").any(), df.to_string()
+    routes = dict(zip(df.n, df.route))
+    assert routes[3] == "dequant" and routes[1] in ("tuned", "dequant")
+    tuned = df[df.route == "tuned"]
+    assert (tuned.launches == "tuned kernel").all() and (tuned.config != "").all()
+    assert (df[df.route == "dequant"].launches == "dequantize + F.linear").all()
+    if (tuned.verdict == "PASS").any():      # the FP8 kernel reads half the bytes: it must beat the dequantisation
+        assert (tuned.ratio < 0.5).all(), tuned.to_string()

@@ -214,3 +214,77 @@ def test_another_gpus_plan_rests_on_the_shipped_model_at_its_own_floor(tmp_path)
     configs = sample_valid("gemv", s, 300)
     assert len(configs) == len(set(configs)) == 300 and all(c.is_valid(s) for c in configs)
     assert configs == sample_valid("gemv", s, 300)                      # seeded: the same plan twice
+
+
+def test_model_steps_of_fp8_weights_keep_the_step_and_change_only_w():
+    plain = model_steps(model="llama-3-8b", batches=[1, 8])
+    fp8 = model_steps(model="llama-3-8b", batches=[1, 8], weights="e4m3-row")
+    assert [(s.shape.M, s.shape.d, s.shape.n, s.calls) for s in fp8] == [(s.shape.M, s.shape.d, s.shape.n, s.calls)
+                                                                        for s in plain]
+    assert {s.shape.weights for s in fp8} == {"e4m3-row"} and {s.shape.weights for s in plain} == {""}
+    assert model_steps(["4096x4096"], weights="e4m3-b128")[0].shape == Shape(4096, 4096, 1, "fp16", "e4m3-b128")
+    with pytest.raises(UsageError, match="weights must be one of"):
+        model_steps(["4096x4096"], weights="e5m2")
+
+
+def test_a_budgeted_tune_of_fp8_weights_searches_the_fp8_families_against_dequantize(tmp_path):
+    """FP8 steps: only the families that read FP8 weights are searched (the cost model, trained on 16-bit weights,
+    plans them at the read floor without a warm start), the entries are FP8 ones, and the gains are against
+    dequantize + F.linear, the route's fallback for FP8 weights."""
+    from fakes import Fp8Runner
+
+    from gemvtune.tuning.tunemodel import report_lines
+
+    steps = [Step(Shape(4096, 4096, 1, "fp16", "e4m3-row"), 32.0), Step(Shape(14336, 4096, 1, "fp16", "e4m3-row"), 64.0)]
+    lines: list[str] = []
+    runner = Fp8Runner(dequant_us=30.0)
+    res = run_tune(runner, steps, 60.0, SearchOptions(progress=False, rounds=2), tmp_path, tmp_path / "table.json",
+                   echo=lines.append, reconfirm=False)
+    assert set(res.searched) == {s.shape for s in steps} and res.baseline == "dequantize + F.linear"
+    assert res.searched[0] == steps[1].shape                           # the larger share of the step first
+    assert {c.family for c in runner.calls} <= {"fp8gemv", "fp8mma"} and runner.calls
+    table = gemvtune.load_table(tmp_path / "table.json", costmodel=None)
+    for s in steps:
+        r = table.route(s.shape.M, s.shape.d, 1, "torch", "fp16", "fp16", "e4m3-row")
+        assert r.tuned and r.config.family == "fp8gemv" and r.tuned_us == pytest.approx(5.0)
+        assert not table.route(s.shape.M, s.shape.d, 1, "torch", "fp16", "fp16").tuned   # no 16-bit entry
+    assert res.search_gain == pytest.approx(30.0 / 5.0)
+    assert res.sixteen_bit_gain == pytest.approx(15.0 / 5.0)              # the fake's cuBLAS on 16-bit weights
+    assert any(ln.startswith("4096x4096.e4m3-row: dequantize + F.linear 30.00 µs") for ln in lines), lines
+    out = report_lines(res, 60.0)
+    assert any("against dequantize + F.linear: predicted x" in ln and "measured x6.000 in the search" in ln
+               for ln in out), out
+
+
+def test_zero_budget_of_fp8_weights_weighs_the_fp8_entries(tmp_path):
+    r = _cli("tune", "--shape", "14336x4096", "--shape", "4096x4096", "--batch", "1,3", "--weights", "e4m3-row",
+             "--budget", "0", "--table", str(ROOT / "results" / "nvidia-h200" / "table.json"), "--no-measure")
+    assert r.returncode == 0, r.stderr
+    assert "e4m3-row weights" in r.stdout and "against dequantize + F.linear: predicted x" in r.stdout
+    # the committed table's FP8 entries are at n = 1 and 8: n = 3 dequantizes (no zero-trial pick for FP8 weights)
+    assert "routes: 2 to dequantize + F.linear, 2 to the table's kernel" in r.stdout, r.stdout
+    assert "the FP8 step against cuBLAS on the 16-bit weights (the table's measurements): x1." in r.stdout
+
+
+def test_a_python_tune_takes_fp8_weights(tmp_path):
+    with pytest.raises(UsageError, match="weights must be one of"):
+        gemvtune.tune(["4096x4096"], weights="e5m2", replay=SWEEPS, results=tmp_path, budget="10s")
+    table = gemvtune.tune(["14336x4096"], weights="e4m3-row", batch=[1, 8], budget=0,
+                          table=ROOT / "results" / "nvidia-h200" / "table.json")
+    assert table.route(14336, 4096, 1, "torch", "fp16", "fp16", "e4m3-row").tuned
+
+
+def test_the_measured_step_gain_weighs_each_shape_by_its_launches_and_skips_error_rows():
+    from gemvtune.bench.tunegain import step_gain
+
+    fp8 = Shape(4096, 4096, 1, "fp16", "e4m3-row")
+    steps = [Step(Shape(4096, 4096), 32.0), Step(Shape(14336, 4096), 64.0), Step(fp8, 32.0)]
+    row = {"M": 4096, "d": 4096, "n": 1, "dtype": "fp16"}
+    rows = [{**row, "weights": "", "stock_us": 10.0, "gemvtune_us": 8.0},
+            {"M": 14336, "d": 4096, "n": 1, "dtype": "fp16", "weights": "", "stock_us": float("nan"),
+             "gemvtune_us": float("nan")},                                    # an ERROR row: no times
+            {**row, "weights": "e4m3-row", "stock_us": 100.0, "gemvtune_us": 5.0}]
+    assert step_gain(rows, steps) == pytest.approx((32 * 10 + 32 * 100) / (32 * 8 + 32 * 5))
+    assert step_gain(rows, steps[:2]) == pytest.approx(10 / 8)
+    assert step_gain([rows[2]], steps[:1]) is None                          # an FP8 row never serves a 16-bit step
+    assert step_gain(rows[1:2], steps) is None

@@ -1,5 +1,6 @@
 """The never-slower check in a harness of its own (``gemvtune bench guard``): per shape, n and dtype, stock
-``nn.Linear`` against the same modules after ``swap_linears`` with the table, each captured in one torch CUDA graph
+``nn.Linear`` against the same modules after ``swap_linears`` with the table (FP8 weights, ``--weights``:
+dequantize + F.linear against the FP8 layers with the table; ``guardlayers``), each captured in one torch CUDA graph
 that calls K weight copies in turn (their bytes at least 3x the L2, so every call reads its weight from memory),
 replays timed with ``torch.cuda.Event`` in interleaved rounds. torch builds the layers and times them: no gemvtune
 runner, no CuPy and none of the search's timing code, so the search's own harness is not what judges it (the kernels
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..kernels.shapes import Shape
+from .guardlayers import TORCH_DTYPE, Layers, bound_extra, build_layers, launches, reference, relerr
 from .guardverdict import (
     COLUMNS,
     calls_per_graph,
@@ -37,7 +39,6 @@ from .guardverdict import (
 
 STEM = "guard"
 CONTENDERS = ("stock", "gemvtune")
-_TORCH_DTYPE = {"fp16": "float16", "bf16": "bfloat16"}
 
 
 class CudaBackend:
@@ -114,72 +115,6 @@ class CudaBackend:
         self.torch.cuda.empty_cache()
 
 
-@dataclass
-class Layers:
-    """K copies of one weight as ``nn.Linear`` modules (stock) and the same modules swapped (gemvtune)."""
-
-    shape: Shape
-    stock: list[Any]
-    swapped: list[Any]
-    container: Any
-    ref_weight: Any                     # copy 0 (the reference is computed from it in float64)
-    capped: bool = False
-
-
-def build_layers(backend: Any, table: Any, shape: Shape, copies: int, seed: int = 0) -> Layers:
-    """``copies`` ``nn.Linear(d, M, bias=False)`` of ``shape.dtype`` on the backend's device, each with its own
-    random weight (uniform in ±1/√d, as nn.Linear draws it; a generator of its own, not the global one), no
-    gradient; then ``swap_linears`` on the same modules."""
-    import torch
-
-    from ..runtime.torch_linear import swap_linears
-
-    dt = getattr(torch, _TORCH_DTYPE[shape.dtype])
-    gen = torch.Generator(device=backend.device).manual_seed(seed)
-    mods = []
-    with torch.no_grad():
-        for _ in range(copies):
-            lin = torch.nn.Linear(shape.d, shape.M, bias=False, device="meta", dtype=dt).to_empty(device=backend.device)
-            lin.weight.requires_grad_(False)
-            lin.weight.uniform_(-shape.d ** -0.5, shape.d ** -0.5, generator=gen)
-            mods.append(lin.eval())
-        container = torch.nn.ModuleList(mods)
-        swap_linears(container, table)
-    return Layers(shape, list(mods), list(container), container, mods[0].weight)
-
-
-def reference(x: Any, W: Any, rows: int = 8192) -> Any:
-    """F.linear(x, W) in float64, W converted a block of ``rows`` rows at a time (a 128256x4096 weight would be
-    4.2 GB whole in float64)."""
-    import torch
-    import torch.nn.functional as F
-
-    xd = x.double()
-    return torch.cat([F.linear(xd, w.double()) for w in W.split(rows)], dim=-1)
-
-
-def relerr(y: Any, ref: Any) -> float:
-    """‖y − ref‖ / ‖ref‖ in float64; NaN where y is not finite or not ref's shape."""
-    import torch
-
-    if tuple(y.shape) != tuple(ref.shape) or not bool(torch.isfinite(y).all()):
-        return float("nan")
-    return float((y.double() - ref).norm() / ref.norm())
-
-
-def _launches(mod: Any, shape: Shape, n: int, route: str) -> str:
-    """What a swapped call of ``n`` rows launched after its warm-up: "tuned kernel" where the route is tuned and its
-    plan was built, else "F.linear" (the route is cuBLAS, or the library refused the table's algorithm)."""
-    if route != "tuned":
-        return "F.linear"
-    from ..runtime import torch_op
-
-    w = mod.weight
-    dev = w.get_device()
-    key = (mod._tid, shape.M, shape.d, n, False, shape.dtype, dev, shape.dtype)
-    return "tuned kernel" if key in torch_op._FAST else "F.linear"
-
-
 def measure_row(backend: Any, layers: Layers, table: Any, n: int, rounds: int, replays: int, calls: int,
                 seed: int = 0) -> dict[str, Any]:
     """One row: the route, both contenders checked eagerly against float64, then (when both are right) captured
@@ -191,15 +126,15 @@ def measure_row(backend: Any, layers: Layers, table: Any, n: int, rounds: int, r
 
     s = layers.shape
     K = len(layers.stock)
-    row: dict[str, Any] = {"shape": f"{s.M}x{s.d}", "M": s.M, "d": s.d, "n": n, "dtype": s.dtype, "copies": K,
-                           "copies_capped": layers.capped, "calls_per_graph": calls, "bound": error_bound(s.dtype, s.d),
-                           "config": "", "error": ""}
+    row: dict[str, Any] = {"shape": f"{s.M}x{s.d}", "M": s.M, "d": s.d, "n": n, "dtype": s.dtype,
+                           "weights": s.weights, "copies": K, "copies_capped": layers.capped, "calls_per_graph": calls,
+                           "bound": error_bound(s.dtype, s.d) + bound_extra(s), "config": "", "error": ""}
     ex = explain(layers.container, n)[0]
     row["route"], row["route_why"] = ex["route"], ex["why"]
     if row["route"] == "tuned":
-        r = table.route(s.M, s.d, n, "torch", s.dtype, s.dtype)
+        r = table.route(s.M, s.d, n, "torch", s.dtype, s.dtype, s.weights)
         row["config"] = r.config.label if r.config is not None else ""
-    dt = getattr(torch, _TORCH_DTYPE[s.dtype])
+    dt = getattr(torch, TORCH_DTYPE[s.dtype])
     gen = torch.Generator(device=backend.device).manual_seed(seed)
     graphs: dict[str, Any] = {}
     outs: dict[str, Any] = {}
@@ -210,7 +145,7 @@ def measure_row(backend: Any, layers: Layers, table: Any, n: int, rounds: int, r
         try:
             row["stock_relerr"] = relerr(layers.stock[0](x), ref)
             row["gemvtune_relerr"] = relerr(layers.swapped[0](x), ref)   # (its first call of n: builds its plan)
-            row["launches"] = _launches(layers.swapped[0], s, n, row["route"])
+            row["launches"] = launches(layers.swapped[0], s, n, row["route"])
             if not all(row[f"{c}_relerr"] <= row["bound"] for c in CONTENDERS):
                 row["error"] = (f"outside the bound {row['bound']:.1e} before timing: stock {row['stock_relerr']:.2e}, "
                                 f"gemvtune {row['gemvtune_relerr']:.2e}")
@@ -255,9 +190,9 @@ def precompile(table: Any, shapes: Sequence[Shape], batches: Sequence[int], arch
     items = []
     for s in shapes:
         for n in batches:
-            r = table.route(s.M, s.d, n, "torch", s.dtype, s.dtype)
+            r = table.route(s.M, s.d, n, "torch", s.dtype, s.dtype, s.weights)
             if r.tuned and r.config is not None and not is_library(r.config):
-                items.append((r.config, Shape(s.M, s.d, n, s.dtype), Epilogue(s.dtype, False)))
+                items.append((r.config, Shape(s.M, s.d, n, s.dtype, s.weights), Epilogue(s.dtype, False)))
     items = list(dict.fromkeys(items))
     if items:
         try:
@@ -277,16 +212,19 @@ class GuardResult:
 
 def run_guard(shapes: Sequence[tuple[int, int]], batches: Sequence[int], dtypes: Sequence[str], table: Any,
               out: Path, rounds: int = 7, replays: int = 10, echo: Callable[[str], None] = print,
-              backend: Any = None, keep_latest: bool = False, command: str | None = None) -> GuardResult:
+              backend: Any = None, keep_latest: bool = False, command: str | None = None,
+              weights: str = "") -> GuardResult:
     """Every (shape, dtype) in turn, its copies allocated once and reused for every n; one row per n; then the
     CSV, the JSON provenance and the markdown summary under ``out`` (``keep_latest``: the previous run there
-    goes). Returns the rows, the CSV's path, the summary and the failure line."""
+    goes). ``weights``: an FP8 format ("e4m3-row", "e4m3-b128"): FP8 layers through the table's FP8 routes against
+    dequantize + F.linear of the same weights (``guardlayers``); the files' stem names it. Returns the rows, the CSV's
+    path, the summary and the failure line."""
     from ..provenance import VERSION, provenance, source_commit
 
     backend = backend or CudaBackend()
     dev = backend.info()
     t0 = time.perf_counter()
-    todo = [Shape(M, d, 1, dt) for dt in dtypes for M, d in shapes]
+    todo = [Shape(M, d, 1, dt, weights) for dt in dtypes for M, d in shapes]
     if hasattr(backend, "arch"):
         k = precompile(table, todo, batches, backend.arch)
         echo(f"compiled {k} tuned kernels for the routed rows ({time.perf_counter() - t0:.1f} s)")
@@ -300,7 +238,7 @@ def run_guard(shapes: Sequence[tuple[int, int]], batches: Sequence[int], dtypes:
         layers.capped = cap
         if cap:
             capped.append(f"{s.M}x{s.d} {s.dtype}: {K} copies, {K * s.weight_bytes / 2**20:.0f} MiB")
-        echo(f"[{i + 1}/{len(todo)}] {s.M}x{s.d} {s.dtype}: {K} copies ({K * s.weight_bytes / 2**20:.0f} MiB"
+        echo(f"[{i + 1}/{len(todo)}] {s.M}x{s.d} {s.dtype}{s.weights_suffix(' ')}: {K} copies ({K * s.weight_bytes / 2**20:.0f} MiB"
              f"{', capped by memory' if cap else ''}), {calls} calls per graph")
         for n in batches:
             r = measure_row(backend, layers, table, n, rounds, replays, calls, seed=1000 * i + n)
@@ -313,15 +251,21 @@ def run_guard(shapes: Sequence[tuple[int, int]], batches: Sequence[int], dtypes:
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
     meta = {"table": str(getattr(table, "path", "")), "table_origin": getattr(table, "origin", ""),
             "rounds": rounds, "replays": replays, "batches": list(batches), "dtypes": list(dtypes),
-            "shapes": [f"{M}x{d}" for M, d in shapes], "capped": capped, "gemvtune": VERSION,
+            "shapes": [f"{M}x{d}" for M, d in shapes], "weights": weights, "capped": capped, "gemvtune": VERSION,
             "commit": source_commit(), "seconds": round(time.perf_counter() - t0, 1)}
     prov = provenance(dev, **meta)
     if command:
         prov["command"] = command
-    return _write(rows, prov, out, stamp, keep_latest)
+    return _write(rows, prov, out, stamp, keep_latest, stem_of(weights))
 
 
-def _write(rows: list[dict[str, Any]], prov: dict[str, Any], out: Path, stamp: str, keep_latest: bool) -> GuardResult:
+def stem_of(weights: str = "") -> str:
+    """The files' stem of a run: ``guard``, or ``guard-<format>`` for FP8 weights (each keeps its own latest run)."""
+    return f"{STEM}-{weights}" if weights else STEM
+
+
+def _write(rows: list[dict[str, Any]], prov: dict[str, Any], out: Path, stamp: str, keep_latest: bool,
+           stem: str = STEM) -> GuardResult:
     import pandas as pd
 
     from ..cells import write_csv
@@ -329,7 +273,7 @@ def _write(rows: list[dict[str, Any]], prov: dict[str, Any], out: Path, stamp: s
     from ..workspace import replace_previous
 
     out.mkdir(parents=True, exist_ok=True)
-    base = out / f"{STEM}-{stamp}"
+    base = out / f"{stem}-{stamp}"
     csv = Path(f"{base}.csv")
     write_csv(pd.DataFrame([csv_row(r) for r in rows], columns=COLUMNS), csv, float_format="%.6g")
     detail = [{k: r.get(k) for k in ("shape", "n", "dtype", "route", "verdict", "round_medians")} for r in rows]
@@ -338,5 +282,5 @@ def _write(rows: list[dict[str, Any]], prov: dict[str, Any], out: Path, stamp: s
     md_path = Path(f"{base}-summary.md")
     write_text(md_path, md)
     if keep_latest:   # the workspace's benchmarks: the latest run of each benchmark is kept
-        replace_previous(out, STEM, stamp)
+        replace_previous(out, stem, stamp)
     return GuardResult(rows, csv, md, failure_line(rows, str(md_path)))

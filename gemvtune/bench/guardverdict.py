@@ -43,7 +43,7 @@ MAX_COPIES = MAX_CALLS // 2   # a graph passes over its copies at least twice
 EST_GBPS = 4000.0      # a call's time estimated from its weight bytes at this rate (H200: ~4,476 GB/s ceiling)
 MIN_CALL_US = 4.0
 
-COLUMNS = ["shape", "M", "d", "n", "dtype", "route", "config", "launches", "route_why", "copies", "copies_capped",
+COLUMNS = ["shape", "M", "d", "n", "dtype", "weights", "route", "config", "launches", "route_why", "copies", "copies_capped",
            "calls_per_graph", "stock_us", "gemvtune_us", "ratio", "ratio_q25", "stock_spread", "gemvtune_spread",
            "round_ratios", "stock_relerr", "gemvtune_relerr", "stock_graph_relerr", "gemvtune_graph_relerr", "bound",
            "verified", "verdict", "error"]
@@ -140,7 +140,7 @@ def failing(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _label(r: dict[str, Any]) -> str:
-    return f"{r['shape']} n={r['n']} {r['dtype']}"
+    return f"{r['shape']} n={r['n']} {r['dtype']}" + (f" {r['weights']}" if r.get("weights") else "")
 
 
 def failure_line(rows: Sequence[dict[str, Any]], where: str = "") -> str:
@@ -181,7 +181,9 @@ def dtype_lines(rows: Sequence[dict[str, Any]], dtype: str) -> list[str]:
     rs = [r for r in rows if r["dtype"] == dtype]
     tuned = [r for r in rs if r["route"] == "tuned" and r["verdict"] != "ERROR"]
     cublas = [r for r in rs if r["route"] != "tuned" and r["verdict"] != "ERROR"]
-    lines = [f"## {dtype}", ""]
+    weights = next((r["weights"] for r in rs if r.get("weights")), "")
+    base = "dequantize + F.linear" if weights else "cuBLAS"
+    lines = [f"## {dtype}" + (f", {weights} weights" if weights else ""), ""]
     if tuned:
         worst = max(tuned, key=lambda r: r["ratio"])
         lines.append(f"- {len(tuned)} of {len(rs)} rows routed to a tuned kernel: geomean speed-up "
@@ -192,8 +194,9 @@ def dtype_lines(rows: Sequence[dict[str, Any]], dtype: str) -> list[str]:
         lines.append(f"- none of {len(rs)} rows routed to a tuned kernel.")
     if cublas:
         lo, hi = min(r["ratio"] for r in cublas), max(r["ratio"] for r in cublas)
-        lines.append(f"- {len(cublas)} rows routed to cuBLAS (F.linear inside the wrapper, the wrapper's own cost in "
-                     f"a graph): ratio {lo:.3f}..{hi:.3f}, geomean {_geomean([r['ratio'] for r in cublas]):.3f}.")
+        lines.append(f"- {len(cublas)} rows routed to {base} (" + ("the same function as stock inside the FP8 layer"
+                     if weights else "F.linear inside the wrapper") + f", the wrapper's own cost in a graph): ratio "
+                     f"{lo:.3f}..{hi:.3f}, geomean {_geomean([r['ratio'] for r in cublas]):.3f}.")
     fell = [r for r in tuned if r.get("launches") == "F.linear"]
     if fell:
         lines.append("- routed to a tuned kernel but launched F.linear (the library refused the table's algorithm): "
@@ -219,7 +222,7 @@ def dtype_lines(rows: Sequence[dict[str, Any]], dtype: str) -> list[str]:
     shapes = list(dict.fromkeys(r["shape"] for r in rs))
     by = {(r["shape"], r["n"]): r for r in rs}
     lines += ["", "Ratio gemvtune / stock per shape and n (**bold**: routed to a tuned kernel; plain: routed to "
-                  "cuBLAS):", "", "| M×d | " + " | ".join(f"n={n}" for n in ns) + " |", "|---" * (len(ns) + 1) + "|"]
+                  f"{base}):", "", "| M×d | " + " | ".join(f"n={n}" for n in ns) + " |", "|---" * (len(ns) + 1) + "|"]
     for s in shapes:
         lines.append(f"| {md_cell(s)} | " + " | ".join(_cell(by[s, n]) if (s, n) in by else "" for n in ns) + " |")
     return lines + [""]
@@ -232,15 +235,22 @@ def summary_markdown(rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> st
     dev = meta.get("device") or {}
     counts = {v: sum(r["verdict"] == v for r in rows) for v in VERDICTS}
     bad = counts["FAIL"] + counts["ERROR"]
-    head = [f"# Never slower: swapped layers against stock nn.Linear, {md_cell(dev.get('name', '?'))}", "",
+    fp8 = meta.get("weights") or ""
+    stock = "dequantize + F.linear" if fp8 else "stock nn.Linear"
+    head = [f"# Never slower: swapped layers against {stock}, {md_cell(dev.get('name', '?'))}", "",
             f"{md_cell(meta.get('date', ''))}; driver {md_cell(dev.get('driver') or '?')}, torch "
             f"{md_cell(dev.get('torch', '?'))}, gemvtune {md_cell(meta.get('gemvtune', '?'))} (commit "
             f"{md_cell(meta.get('commit') or '?')}); table `{md_cell(meta.get('table', '?'))}`; command: "
             f"`{md_cell(meta.get('command', ''))}`", "",
-            f"Per shape and dtype, K copies of the weight as `nn.Linear` modules (their bytes at least "
-            f"{COPIES_FACTOR}× the {dev.get('l2_bytes', 0) / 2**20:.4g} MiB L2: every call reads its weight from "
-            f"memory); per n one CUDA graph per contender cycling through the copies: stock, and the same modules "
-            f"after `swap_linears` (each call routed by the table). {meta.get('rounds')} rounds of "
+            "Per shape and dtype, K copies of the weight as "
+            + (f"{md_cell(fp8)} FP8 layers (`GemvFp8Linear`, quantised from random `nn.Linear` weights)" if fp8 else
+               "`nn.Linear` modules")
+            + f" (their bytes at least {COPIES_FACTOR}× the {dev.get('l2_bytes', 0) / 2**20:.4g} MiB L2: every call "
+            f"reads its weight from memory); per n one CUDA graph per contender cycling through the copies: stock"
+            + (" (the same codes and scales, dequantised to x's dtype then `F.linear` on every call: what an FP8 model "
+               "runs without a kernel), and the layers with the table (each call routed by its FP8 entries)" if fp8
+               else ", and the same modules after `swap_linears` (each call routed by the table)")
+            + f". {meta.get('rounds')} rounds of "
             f"{meta.get('replays')} replays, the contenders back to back, the order swapped every round; µs per "
             f"call are medians. Outputs checked against float64 before timing and in the graphs after"
             + (f"; the run took {meta['seconds']:.0f} s." if meta.get("seconds") is not None else "."), "",

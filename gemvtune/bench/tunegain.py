@@ -1,5 +1,6 @@
 """The measured gain a whole-model tune ends with (``gemvtune tune``): the step's shapes in ``bench guard``'s
-independent harness, stock ``nn.Linear`` against the swapped layers, weighted by each shape's launches per step."""
+independent harness, stock ``nn.Linear`` against the swapped layers (FP8 weights: dequantize + F.linear against the
+FP8 layers), weighted by each shape's launches per step."""
 
 from __future__ import annotations
 
@@ -23,23 +24,33 @@ def guard_gain(table: Path, steps: Sequence[Step], echo: Callable[[str], None], 
     from ..runtime.table import load_table
 
     t = load_table(table)
-    by_dtype: dict[str, list[tuple[int, int]]] = {}
+    by_kind: dict[tuple[str, str], list[tuple[int, int]]] = {}
     for s in steps:
-        by_dtype.setdefault(s.shape.dtype, [])
-        if (s.shape.M, s.shape.d) not in by_dtype[s.shape.dtype]:
-            by_dtype[s.shape.dtype].append((s.shape.M, s.shape.d))
+        pairs = by_kind.setdefault((s.shape.dtype, s.shape.weights), [])
+        if (s.shape.M, s.shape.d) not in pairs:
+            pairs.append((s.shape.M, s.shape.d))
     batches = sorted({s.shape.n for s in steps})
-    rows: dict[tuple[int, int, int, str], dict[str, Any]] = {}
-    for dt, shapes in by_dtype.items():
-        r = run_guard(shapes, batches, [dt], t, table.parent / "benchmarks", rounds=rounds, replays=replays,
-                      echo=echo, command="gemvtune tune (measured gain)")
-        for row in r.rows:
-            rows[(int(row["M"]), int(row["d"]), int(row["n"]), str(row["dtype"]))] = row
+    rows: list[dict[str, Any]] = []
+    for (dt, weights), shapes in by_kind.items():
+        rows += run_guard(shapes, batches, [dt], t, table.parent / "benchmarks", rounds=rounds, replays=replays,
+                          echo=echo, command="gemvtune tune (measured gain)", weights=weights).rows
+    return step_gain(rows, steps)
+
+
+def step_gain(rows: Sequence[dict[str, Any]], steps: Sequence[Step]) -> float | None:
+    """Σ calls × stock µs / Σ calls × gemvtune µs over the steps with a measured row of their (M, d, n, dtype,
+    weights) (an ERROR row has no times: its step is left out); None where no step has one."""
+    import math
+
+    by = {(int(r["M"]), int(r["d"]), int(r["n"]), str(r["dtype"]), str(r.get("weights") or "")): r for r in rows}
     stock = mine = 0.0
     for s in steps:
-        got = rows.get((s.shape.M, s.shape.d, s.shape.n, s.shape.dtype))
-        if got is None or not got.get("stock_us") or not got.get("gemvtune_us"):
+        got = by.get((s.shape.M, s.shape.d, s.shape.n, s.shape.dtype, s.shape.weights))
+        if got is None:
             continue
-        stock += s.calls * float(got["stock_us"])
-        mine += s.calls * float(got["gemvtune_us"])
+        a, b = float(got.get("stock_us") or math.nan), float(got.get("gemvtune_us") or math.nan)
+        if not (math.isfinite(a) and math.isfinite(b) and a > 0 and b > 0):
+            continue
+        stock += s.calls * a
+        mine += s.calls * b
     return stock / mine if mine else None

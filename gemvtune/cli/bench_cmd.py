@@ -68,6 +68,11 @@ OPTS: dict[str, Decl] = {
         "help": "gemvtune's variant quantises the model's linears to FP8 (quantize_fp8: E4M3 with scales per row or "
                 "per 128x128 block) against the stock 16-bit model; its first decode step is checked against a "
                 "float64 reference of the dequantised model"}),
+    "guard_weights": (("--weights", "guard_weights"), {
+        "type": click.Choice(["e4m3-row", "e4m3-b128"]), "default": None,
+        "help": "FP8 weights: the layers quantised to E4M3 (scales per row or per 128x128 block) through the table's "
+                "FP8 entries, against dequantize + F.linear of the same weights (what an FP8 model runs without a "
+                "kernel)"}),
     "no_gemlite": (("--no-gemlite",), {"is_flag": True, "help": "skip gemlite's A16W8_FP8 baseline"}),
     "context": (("--context",), {"default": 128, "show_default": True, "type": click.IntRange(1, 1 << 20),
                                  "help": "KV-cache tokens the attention stand-in reads"}),
@@ -199,7 +204,7 @@ def group(model: str, table_path: str | None, batch_text: str, dtype: str, out_d
 
 
 @bench.command("guard", short_help="the never-slower check: swapped layers against stock nn.Linear, torch only")
-@declared(OPTS, "table_path suite shape_texts batch_text dtypes rounds replays out_dir",
+@declared(OPTS, "table_path suite shape_texts batch_text dtypes guard_weights rounds replays out_dir",
           table_path={"help": "the table to check (default: the one load_table() loads on this GPU)"},
           suite={"help": "the decode suite of shapes (the default without --shape)"},
           batch_text={"default": None, "show_default": False,
@@ -208,15 +213,16 @@ def group(model: str, table_path: str | None, batch_text: str, dtype: str, out_d
                   "help": "interleaved rounds, stock and gemvtune back to back (the order swapped every round)"})
 def guard(**params: Any) -> None:
     """The table's promise checked in a harness of its own (torch only, not the search's): per shape, n and dtype,
-    stock nn.Linear against the same modules after swap_linears, each in one CUDA graph over weight copies of at
-    least 3x the L2, replays timed with CUDA events in interleaved rounds, outputs checked against float64; CSV,
+    stock nn.Linear against the same modules after swap_linears (--weights: FP8 layers through the table against
+    dequantize + F.linear of the same weights), each in one CUDA graph over weight copies of at least 3x the L2, replays timed with CUDA events in interleaved rounds, outputs checked against float64; CSV,
     JSON, summary. Exit 1 when a row is slower than stock by more than 1% beyond the paired noise (FAIL) or a
     contender's output is wrong (ERROR); the rule is in docs/commands.md."""
     run_guard(**params)
 
 
 def run_guard(table_path: str | None, suite: str | None, shape_texts: tuple[str, ...], batch_text: str | None,
-              dtypes: tuple[str, ...], rounds: int, replays: int, out_dir: str | None) -> None:
+              dtypes: tuple[str, ...], rounds: int, replays: int, out_dir: str | None,
+              guard_weights: str | None = None) -> None:
     """bench guard: every check that needs no GPU first (shapes, batches, the table, --out, torch), then the GPU."""
     from ..errors import GemvtuneError, NoDeviceError
     from ..kernels.shapes import DECODE_SUITE, MAX_BATCH
@@ -228,9 +234,10 @@ def run_guard(table_path: str | None, suite: str | None, shape_texts: tuple[str,
     pairs = list(dict.fromkeys((s.M, s.d) for s in shapes))
     batches = parse_batches(batch_text) if batch_text is not None else list(range(1, MAX_BATCH + 1))
     kinds = list(dict.fromkeys(dtypes)) or list(DTYPES)
+    weights = guard_weights or ""
     for dt in kinds:
         for M, d in pairs:
-            Shape(M, d, 1, dt)
+            Shape(M, d, 1, dt, weights)
     if table_path is not None:
         from ..runtime.table import load_table
 
@@ -254,17 +261,20 @@ def run_guard(table_path: str | None, suite: str | None, shape_texts: tuple[str,
     table = load_table(table_path)              # no path: this GPU's table (yours, else the one shipped)
     table._check_gpu(name)
     free = backend.free_bytes()
-    big = [f"{M}x{d}" for M, d in pairs if 2 * M * d * 2 > free]
+    # one weight and its float64 reference blocks; FP8: the 16-bit weight it is quantised from, its codes and the
+    # dequantised float32 reference
+    big = [f"{M}x{d}" for M, d in pairs if (7 if weights else 4) * M * d > free]
     if big:
         raise UsageError(f"not enough free device memory ({free / 1e9:.1f} GB) for one weight and its float64 "
                          f"reference blocks of {', '.join(big)}")
     folder = out if out is not None else writable_dir(Workspace.for_gpu(name).benchmarks)
     est = estimate_seconds(pairs, len(batches), len(kinds), rounds, replays, backend.info()["l2_bytes"])
-    click.echo(f"table {table.path} ({table.origin}); {len(pairs)} shapes x {len(batches)} n x {len(kinds)} dtypes = "
+    click.echo(f"table {table.path} ({table.origin}){f'; {weights} weights' if weights else ''}; {len(pairs)} shapes x "
+               f"{len(batches)} n x {len(kinds)} dtypes = "
                f"{len(pairs) * len(batches) * len(kinds)} rows, {rounds} rounds of {replays} replays; about "
                f"{est / 60:.1f} min")
     res = measure(pairs, batches, kinds, table, folder, rounds, replays, echo=click.echo, backend=backend,
-                  keep_latest=out is None)
+                  keep_latest=out is None, weights=weights)
     click.echo(res.markdown)
     click.echo(f"wrote {res.csv}, {res.csv.with_suffix('.json').name} and {res.csv.stem}-summary.md")
     if res.failure:

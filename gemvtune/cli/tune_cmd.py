@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ..kernels.shapes import DTYPES, parse_batches
+from ..kernels.shapes import DTYPES, WEIGHTS, parse_batches
 from ..tuning.search_options import ModelPreset, SearchOptions, parse_families
 
 
@@ -18,6 +18,10 @@ from ..tuning.search_options import ModelPreset, SearchOptions, parse_families
               help="tensor-parallel degree: tune the shards one GPU runs")
 @click.option("--batch", "batch_text", default="1", show_default=True, help="batch sizes n, e.g. 1,2,4,8,16")
 @click.option("--dtype", type=click.Choice(DTYPES), default="fp16", show_default=True, help="dtype of W and x")
+@click.option("--weights", type=click.Choice([w for w in WEIGHTS if w]), default=None,
+              help="FP8 weights (W8A16): every shape's W in E4M3 with FP32 scales per output row (e4m3-row) or per "
+                   "128x128 block (e4m3-b128), x and y in --dtype; tuned against dequantize + F.linear, the table "
+                   "keeps their entries apart (default: W in --dtype)")
 @click.option("--budget", "budget_text", default="5m", show_default=True,
               help="wall time for the whole model, e.g. 300, 5m, 1h30m; 0: no search, the cost model's "
                    "zero-trial picks only")
@@ -38,7 +42,7 @@ from ..tuning.search_options import ModelPreset, SearchOptions, parse_families
 @click.option("--watchdog", "watchdog_s", type=click.FloatRange(min=1.0), default=None,
               help="run the GPU runner in a child process, a hanging call recorded as timeout")
 def tune(model: str | None, hf_configs: tuple[str, ...], shape_texts: tuple[str, ...], fused: bool, tp: int,
-         batch_text: str, dtype: str, budget_text: str, family_text: str | None, rounds: int,
+         batch_text: str, dtype: str, weights: str | None, budget_text: str, family_text: str | None, rounds: int,
          results_dir: str | None, table_path: str | None, replay_path: str | None, retune: bool,
          no_reconfirm: bool, no_measure: bool, against_path: str | None, watchdog_s: float | None) -> None:
     """Tune a whole model's decode step within a wall-time budget: the budget is split across (shape, n, family) by
@@ -49,14 +53,16 @@ def tune(model: str | None, hf_configs: tuple[str, ...], shape_texts: tuple[str,
 
     budget_s = parse_budget(budget_text)
     batches = parse_batches(batch_text)
-    steps = model_steps(shape_texts, model, hf_configs, fused, batches, dtype, tp)
+    steps = model_steps(shape_texts, model, hf_configs, fused, batches, dtype, tp, weights or "")
     opts = SearchOptions(rounds=rounds, progress=True)
     if family_text:
         opts.families = parse_families(family_text)
     key = {"model": model, "hf_configs": sorted(str(p) for p in hf_configs), "shapes": list(shape_texts),
            "fused": fused, "tp": tp, "batches": batches, "dtype": dtype, "budget_s": budget_s,
+           **({"weights": weights} if weights else {}),
            "families": list(opts.families), "rounds": rounds}
     click.echo(f"tune: {len(steps)} shapes (n = {','.join(map(str, batches))}, {dtype}"
+               f"{f', {weights} weights' if weights else ''}"
                f"{f', TP {tp}' if tp > 1 else ''}), budget {budget_s:.0f} s")
     from ..bench.tunegain import guard_gain
 

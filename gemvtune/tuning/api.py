@@ -62,14 +62,16 @@ def tune_shapes(shapes: Iterable[Shape | str] = (), model: str | None = None,
 
 def tune(shapes: Iterable[Shape | str] = (), *, model: str | None = None,
          hf_config: str | Path | Sequence[str | Path] | None = None, fused: bool = False,
-         batch: int | str | Sequence[int] = 1, dtype: str = "fp16", tp: int = 1,
+         batch: int | str | Sequence[int] = 1, dtype: str = "fp16", tp: int = 1, weights: str = "",
          families: Sequence[str] | None = None,
          trials: int | None = None, sampler: str | None = None, seed: int | None = None,
          timeout: float | None = None, storage: str | None = None, results: str | Path | None = None,
          table: str | Path | None = None, replay: str | Path | None = None, watchdog_s: float | None = None,
          echo: Callable[[str], None] | None = None, budget: str | float | None = None) -> Any:
     """Search every shape (× batch) and return the loaded ``Table`` holding the winners. ``tp``: a model's shapes as
-    one GPU of that many tensor-parallel GPUs runs them (``tune_shapes``).
+    one GPU of that many tensor-parallel GPUs runs them (``tune_shapes``). ``weights``: "e4m3-row" or "e4m3-b128",
+    every shape's W in that FP8 format (x and y in ``dtype``), tuned against dequantize + F.linear; "" (the
+    default): W in ``dtype``.
 
     ``trials``, ``sampler``, ``seed``, ``timeout``, ``storage`` and ``families`` are ``gemvtune search``'s options
     (its defaults where None). ``replay``: a folder of recorded sweeps to search instead of the GPU (no GPU needed;
@@ -81,8 +83,8 @@ def tune(shapes: Iterable[Shape | str] = (), *, model: str | None = None,
     apply), resumable, the new entries re-confirmed."""
     if budget is not None:
         return _budgeted(shapes, model, hf_config, fused, batch, dtype, families, sampler, seed, storage, results,
-                         table, replay, watchdog_s, echo, budget, tp, trials)
-    todo = tune_shapes(shapes, model, hf_config, fused, batch, dtype, tp)
+                         table, replay, watchdog_s, echo, budget, tp, trials, weights)
+    todo = tune_shapes(shapes, model, hf_config, fused, batch, dtype, tp, weights)
     given: dict[str, Any] = {"trials": trials, "sampler": sampler, "seed": seed, "timeout": timeout, "storage": storage,
              "families": tuple(families) if families is not None else None}
     opts = SearchOptions(progress=False, **{k: v for k, v in given.items() if v is not None})
@@ -101,7 +103,7 @@ def tune(shapes: Iterable[Shape | str] = (), *, model: str | None = None,
 def _budgeted(shapes: Any, model: str | None, hf_config: Any, fused: bool, batch: Any, dtype: str,
               families: Sequence[str] | None, sampler: str | None, seed: int | None, storage: str | None,
               results: Any, table: Any, replay: Any, watchdog_s: float | None, echo: Callable[[str], None] | None,
-              budget: str | float, tp: int, trials: int | None) -> Any:
+              budget: str | float, tp: int, trials: int | None, weights: str = "") -> Any:
     """``tune(..., budget=...)``: ``gemvtune tune`` from Python; returns the loaded table."""
     from ..runtime.table import load_table
     from .budget import parse_budget
@@ -114,13 +116,13 @@ def _budgeted(shapes: Any, model: str | None, hf_config: Any, fused: bool, batch
     texts = [shapes] if isinstance(shapes, (str, Shape)) else list(shapes)
     configs = [] if hf_config is None else [hf_config] if isinstance(hf_config, (str, Path)) else list(hf_config)
     steps = model_steps([f"{s.M}x{s.d}" if isinstance(s, Shape) else str(s) for s in texts],
-                        model, configs, fused, batches, dtype, tp)
+                        model, configs, fused, batches, dtype, tp, weights)
     given: dict[str, Any] = {"sampler": sampler, "seed": seed, "storage": storage,
                              "families": tuple(families) if families is not None else None}
     opts = SearchOptions(progress=False, **{k: v for k, v in given.items() if v is not None})
     key = {"model": model, "hf_configs": sorted(map(str, configs)), "shapes": [str(t) for t in texts],
            "fused": fused, "tp": tp, "batches": batches, "dtype": dtype, "budget_s": budget_s,
-           "families": list(opts.families), "rounds": opts.rounds}
+           **({"weights": weights} if weights else {}), "families": list(opts.families), "rounds": opts.rounds}
     res = tune_model(steps, budget_s, opts, results=results, table=table, replay=replay, watchdog_s=watchdog_s,
                      key=key, echo=echo or (lambda line: None))
     if not Path(res.table).is_file():

@@ -19,10 +19,11 @@ DEFAULT_BATCHES = (1,)
 
 
 def model_steps(shape_texts: Sequence[str] = (), model: str | None = None, hf_configs: Sequence[str | Path] = (),
-                fused: bool = False, batches: Sequence[int] = DEFAULT_BATCHES, dtype: str = "fp16", tp: int = 1
-                ) -> list[Step]:
+                fused: bool = False, batches: Sequence[int] = DEFAULT_BATCHES, dtype: str = "fp16", tp: int = 1,
+                weights: str = "") -> list[Step]:
     """Every distinct (shape, n) of one decode step with its launches per step: a model's (preset or config.json,
-    at tensor-parallel degree ``tp``: the local shards), and each ``--shape`` once per step."""
+    at tensor-parallel degree ``tp``: the local shards), and each ``--shape`` once per step; ``weights``: an FP8
+    format ("e4m3-row", "e4m3-b128") every shape's W is in (``Shape.weights``; "" for W in ``dtype``)."""
     from ..kernels.hfconfig import read_hf_config, read_preset
 
     models = ([read_preset(model)] if model else []) + [read_hf_config(str(p)) for p in hf_configs]
@@ -44,9 +45,9 @@ def model_steps(shape_texts: Sequence[str] = (), model: str | None = None, hf_co
     for n in batches:
         for m in models:
             for st in step_shapes(m, n=n, tp=tp, fused=fused, dtype=dtype):
-                add(st.shape, st.calls, tuple(st.layers))
+                add(Shape(st.shape.M, st.shape.d, st.shape.n, dtype, weights), st.calls, tuple(st.layers))
         for t in shape_texts:
-            add(parse_shape(t, n, dtype), 1.0, (t,))
+            add(parse_shape(t, n, dtype, weights), 1.0, (t,))
     return list(out.values())
 
 
@@ -133,13 +134,15 @@ def report_lines(res: TuneResult, budget_s: float) -> list[str]:
         return f"x{v:.3f}" if v else "-"
 
     st = res.state
+    fp8 = ([f"the FP8 step against cuBLAS on the 16-bit weights (the table's measurements): "
+            f"{x(res.sixteen_bit_gain)}"] if res.sixteen_bit_gain else [])
     harness = (f"measured {x(res.measured_gain)} in an independent harness (bench guard's)" if res.measured_gain else
                "not measured in an independent harness (it needs a GPU and torch)")
     if budget_s == 0:
         return [f"--budget 0: nothing searched; {len(res.skipped)} shapes run {res.table}'s route (its cost model's "
                 "zero-trial picks where it lacks a shape)",
-                f"decode step (linears) against cuBLAS: predicted {x(res.predicted_gain)}; {harness}",
-                *res.lines]
+                f"decode step (linears) against {res.baseline}: predicted {x(res.predicted_gain)}; {harness}",
+                *fp8, *res.lines]
     lines = [f"tuned {len(res.searched)} shapes in {st.spent_s:.0f} s of a {budget_s:.0f} s budget "
              f"({st.trials} measured trials, {st.trial_cost(0) or 0:.3f} s each) -> {res.table}"]
     why: dict[str, list[str]] = {}
@@ -147,6 +150,6 @@ def report_lines(res: TuneResult, budget_s: float) -> list[str]:
         why.setdefault(w, []).append(k)
     for w, keys in why.items():
         lines.append(f"  not searched ({w}): {', '.join(keys[:8])}{' ...' if len(keys) > 8 else ''}")
-    lines.append(f"decode step (linears) against cuBLAS: predicted {x(res.predicted_gain)}, measured "
+    lines.append(f"decode step (linears) against {res.baseline}: predicted {x(res.predicted_gain)}, measured "
                  f"{x(res.search_gain)} in the search; {harness}")
-    return lines + res.lines
+    return lines + fp8 + res.lines

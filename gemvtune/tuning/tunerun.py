@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..kernels.families import FAMILIES
+from ..kernels.families import FAMILIES, families_for
 from ..kernels.shapes import Shape
 from .budget import Item, Plan, allocate
 from .search_options import SearchOptions
@@ -47,6 +47,8 @@ class TuneResult:
     search_gain: float | None = None        # the table's route against cuBLAS, by the search's measurements
     measured_gain: float | None = None      # the independent harness's (a GPU only)
     lines: list[str] = field(default_factory=list)
+    baseline: str = "cuBLAS"                # what the gains are against (FP8 weights: dequantize + F.linear)
+    sixteen_bit_gain: float | None = None   # FP8 steps: against cuBLAS on the 16-bit weights, by the table's times
 
 
 def _models(out: Path, gpu: str) -> tuple[list[Any], Any]:
@@ -90,12 +92,34 @@ def route_gain(table: Any, steps: Sequence[Step], cublas: dict[Shape, float] | N
 
     base = mine = 0.0
     for s in steps:
-        r = choose(table, s.shape.M, s.shape.d, s.shape.n, dtype=s.shape.dtype)
+        r = choose(table, s.shape.M, s.shape.d, s.shape.n, dtype=s.shape.dtype, weights=s.shape.weights)
         c = r.cublas_us or (cublas or {}).get(s.shape)
         if not c:
             continue
         base += s.calls * c
         mine += s.calls * (r.tuned_us if r.tuned and r.tuned_us else c)
+    return base / mine if mine else None
+
+
+def sixteen_bit_gain(table: Any, steps: Sequence[Step]) -> float | None:
+    """For FP8 steps: Σ calls × cuBLAS on the 16-bit weights of the same shape / Σ calls × the route's time, over the
+    steps whose entry measured both (the search records cuBLAS on 16-bit weights beside every FP8 entry): what the
+    FP8 step buys over the model it was quantised from. None where no FP8 step has both."""
+    from ..runtime.route import choose
+
+    base = mine = 0.0
+    for s in steps:
+        e = table.entry(s.shape) if s.shape.weights else None
+        rec = e.baselines.get("cublas-16bit") if e is not None else None
+        c = getattr(rec, "ok_us", None)
+        if not c:
+            continue
+        r = choose(table, s.shape.M, s.shape.d, s.shape.n, dtype=s.shape.dtype, weights=s.shape.weights)
+        t = r.tuned_us if r.tuned and r.tuned_us else r.cublas_us
+        if not t:
+            continue
+        base += s.calls * c
+        mine += s.calls * t
     return base / mine if mine else None
 
 
@@ -113,7 +137,7 @@ def run_tune(runner: Any, steps: Sequence[Step], budget_s: float, opts: SearchOp
     dev = runner.device_info()
     state_path = out / NAME
     state, how = load_state(state_path, key or {"shapes": [s.shape.key for s in steps]}, budget_s)
-    res = TuneResult(table, state)
+    res = TuneResult(table, state, baseline=baseline_of(steps))
     if how != "new":
         echo(f"tune state {state_path}: {how}" + (f" ({state.spent_s:.0f} s of {budget_s:.0f} spent, "
                                                   f"{len(state.done)} shapes done)" if how == "resumed" else ""))
@@ -146,7 +170,8 @@ def run_tune(runner: Any, steps: Sequence[Step], budget_s: float, opts: SearchOp
         if sh in todo:
             preds[sh] = predict(model, sh, searchable, read_gbps, arch=search_arch(runner))
             best = min((p.optimum_us for p in preds[sh].values()), default=None)
-            echo(f"{sh}: cuBLAS {base[sh]:.2f} µs ({where})" + (f", best predicted {best:.2f} µs" if best else ""))
+            echo(f"{sh}: {baseline_of([st])} {base[sh]:.2f} µs ({where})"
+                 + (f", best predicted {best:.2f} µs" if best else ""))
     plan_first: Plan | None = None
     from ..progress import progress_bar
 
@@ -175,11 +200,12 @@ def run_tune(runner: Any, steps: Sequence[Step], budget_s: float, opts: SearchOp
             trials = {f: plan.trials[(sh, f)] for f in fams}
             warm = {f: preds[sh][f].warm for f in fams if preds[sh][f].warm}
             trial_s = state.trial_cost(TRIAL_S)
-            sopts = dataclasses.replace(opts, families=(*fams, *library), family_trials=trials, warm_k=0,
+            libs = families_for(sh, library)   # (a library's algorithms read 16-bit weights only)
+            sopts = dataclasses.replace(opts, families=(*fams, *libs), family_trials=trials, warm_k=0,
                                         warm_start=warm or None,
                                         timeout=max(5.0, 1.5 * max(trials.values()) * trial_s))
             echo(f"{sh}: {', '.join(f'{f} {t}' for f, t in trials.items())} trials"
-                 f"{' + ' + ', '.join(library) if library else ''} ({spent():.0f} of {budget_s:.0f} s spent)")
+                 f"{' + ' + ', '.join(libs) if libs else ''} ({spent():.0f} of {budget_s:.0f} s spent)")
             t1 = clock()
             run_searches(runner, [sh], sopts, str(out), str(table), echo=echo, writable=_writable)
             wall = clock() - t1
@@ -214,7 +240,9 @@ def run_tune(runner: Any, steps: Sequence[Step], budget_s: float, opts: SearchOp
 
     res.predicted_gain = state.predicted_gain
     if table.is_file():
-        res.search_gain = route_gain(load_table(table, costmodel=None), steps, base)
+        t = load_table(table, costmodel=None)
+        res.search_gain = route_gain(t, steps, base)
+        res.sixteen_bit_gain = sixteen_bit_gain(t, steps)
         if measure is not None:
             res.measured_gain = measure(table, steps)
     return res
@@ -227,23 +255,32 @@ def zero_trial(table: Path, steps: Sequence[Step], measure: Callable[[Path, Sequ
     from ..runtime.keys import entry_key
     from ..runtime.table import load_table
 
-    res = TuneResult(table, TuneState({}, 0.0))
+    res = TuneResult(table, TuneState({}, 0.0), baseline=baseline_of(steps))
     res.skipped = {entry_key(s.shape): "--budget 0: the table's route, zero-trial picks for what it lacks"
                    for s in steps}
     t = load_table(table)
     res.predicted_gain = route_gain(t, steps)
-    from ..runtime.route import choose
+    res.sixteen_bit_gain = sixteen_bit_gain(t, steps)
+    from ..runtime.route import choose, rival_of
 
     kinds: dict[str, int] = {}
     for s in steps:
         tabled = t.entry(s.shape) is not None
-        r = choose(t, s.shape.M, s.shape.d, s.shape.n, dtype=s.shape.dtype)
-        k = ("the table's kernel" if tabled else "a zero-trial pick") if r.tuned else "cuBLAS"
+        r = choose(t, s.shape.M, s.shape.d, s.shape.n, dtype=s.shape.dtype, weights=s.shape.weights)
+        k = ("the table's kernel" if tabled else "a zero-trial pick") if r.tuned else rival_of(s.shape)
         kinds[k] = kinds.get(k, 0) + 1
     res.lines.append("routes: " + ", ".join(f"{v} to {k}" for k, v in sorted(kinds.items())))
     if measure is not None:
         res.measured_gain = measure(table, steps)
     return res
+
+
+def baseline_of(steps: Sequence[Step]) -> str:
+    """What a step's shapes run without a tuned kernel, the gains' denominator: cuBLAS, dequantize + F.linear for FP8
+    weights (``route.rival_of``), or both named where the steps mix them."""
+    from ..runtime.route import rival_of
+
+    return " and ".join(dict.fromkeys(rival_of(s.shape) for s in steps)) or "cuBLAS"
 
 
 def _whole_gain(plan: Plan, steps: Sequence[Step], todo: dict[Shape, Step], have: list[Any],
