@@ -9,7 +9,7 @@
 # Exit 0 if every part passed, 1 if any failed, 2 on a usage error.
 set -uo pipefail
 
-PARTS="tests slow-tests sanitizer bench hf percall search group guard tune fp8"
+PARTS="suite tests slow-tests sanitizer bench hf percall search group guard tune fp8"
 SAN_CONFIGS=tests/data/sanitize_configs.json
 HF_CONFIG_DEFAULT=gemvtune/kernels/hf_configs/llama-3-8b.json
 
@@ -18,6 +18,9 @@ usage() {
 usage: bash scripts/gpu-check.sh PART [PART...]   (from the repository root, on a machine with an NVIDIA GPU)
 
 parts (run in the order given):
+  suite       the whole GPU suite, both tiers, in one call: SUITE_SHARDS pytest processes at once on the one GPU
+              (pytest --shard I/K: whole test files balanced by tests/data/gpu_seconds.json); the summary sums them;
+              suite/gpu_seconds.json: this run's seconds per file (commit it there for the next run's balance)
   tests       python3 -m pytest -q -m gpu (the GPU tests; the slow-marked ones skip: CI is unset for it;
               the log ends with the 30 slowest, as both test parts do)
   slow-tests  python3 -m pytest -q -m "gpu and slow" (pytest's exit 5, no test selected, counts as a pass)
@@ -41,14 +44,15 @@ parts (run in the order given):
               re-measured at the end beside the committed table in the same process (--against) and in
               bench guard's harness; the summary: shapes tuned, seconds spent, predicted/measured step gain
 
-  fp8         FP8 weights: gemvtune search of FP8_SHAPES (--weights FP8_WEIGHTS) into a copy of the committed
-              table (OUT/fp8/table.json), then gemvtune bench fp8 of them (the FP8 kernel against the 16-bit tuned
+  fp8         FP8 weights: gemvtune tune of FP8_SHAPES (--weights FP8_WEIGHTS, under FP8_BUDGET, --retune) into a
+              copy of the committed table (OUT/fp8/table.json), then gemvtune bench fp8 of them (the FP8 kernel against the 16-bit tuned
               kernel, cuBLAS on 16-bit weights, dequantize + F.linear and gemlite's A16W8_FP8, carried in
               .peers/gemlite: the device's carry list names it); the summary: the targets' lines
 
 output: OUT/PART.log, OUT/PART/, OUT/summary.txt   (OUT: \$OUT if set, else ./gpu-check-out)
 
 environment (defaults in brackets):
+  SUITE_SHARDS     [4]   SUITE_SHARD_T [550] (each shard's own timeout, inside T_SUITE [580])
   timeouts, seconds per part: T_TESTS [540] T_SLOW_TESTS [540] T_SANITIZER [570] T_BENCH [560] T_HF [570]
     T_PERCALL [240] T_SEARCH [300]
   TESTS            extra pytest arguments for tests and slow-tests, e.g. test files []
@@ -61,10 +65,11 @@ environment (defaults in brackets):
   HF_ARGS          [--layers 32 --tokens 128 --rounds 2]
   PERCALL_DTYPES   [fp16 bf16]       PERCALL_BATCHES [1 4]
   GROUP_MODEL      [llama-3-8b]      GROUP_BATCH [1,8]   GROUP_DTYPES [fp16 bf16]   T_GROUP [400]
-  GUARD_ARGS       []  (e.g. --dtype fp16 --batch 1,8; default: the whole suite)   T_GUARD [300]
+  GUARD_ARGS       []  (e.g. --dtype fp16 --batch 1,8; --weights e4m3-row: FP8 layers against dequantize +
+                   F.linear; default: the whole suite, 16-bit)   T_GUARD [300]
   TUNE_ARGS        [--model llama-3-8b --batch 1,2,4,8,16 --budget 5m]   T_TUNE [580]
   FP8_SHAPES       [4096x4096 1024x4096 14336x4096 4096x14336 128256x4096]   FP8_WEIGHTS [e4m3-row]
-  FP8_BATCH        [1,8]   FP8_DTYPE [fp16]   FP8_TRIALS [40]   FP8_ROUNDS [3]   T_FP8 [580]
+  FP8_BATCH        [1,8]   FP8_DTYPE [fp16]   FP8_BUDGET [3m]   FP8_ROUNDS [3]   T_FP8 [580]
   SEARCH_SHAPE     [4096x4096]       SEARCH_BATCH [1]   SEARCH_TRIALS [12]   SEARCH_FAMILY [all]
   GEMVTUNE_CACHE_DIR [\${TMPDIR:-/tmp}/gemvtune-cache]   GPU_CHECK_COMMIT (when the checkout has no .git)
 
@@ -147,6 +152,39 @@ part_slow_tests() {
     RCS=(pytest=0); FIRST_RC=0
   fi
   finish "$(pytest_summary)"
+}
+
+part_suite() {
+  # The whole GPU suite, both tiers (-m gpu, slow tests included), in one call: SUITE_SHARDS pytest processes at once
+  # on the one GPU, each whole test files balanced by their recorded seconds (tests/shard.py,
+  # tests/data/gpu_seconds.json); this run's seconds per file go to suite/gpu_seconds.json (the next run's weights).
+  local k=${SUITE_SHARDS:-4} i rc pids=() extra=() cmd totals
+  read -r -a extra <<< "${TESTS:-}"
+  trap 'kill "${pids[@]}" 2>/dev/null; exit 143' TERM
+  for ((i = 0; i < k; i++)); do
+    cmd=(timeout --kill-after=10 "${SUITE_SHARD_T:-550}" python3 -m pytest -q -m gpu --runslow -p no:cacheprovider
+         -rfEs --durations=10 --shard "$i/$k" --junitxml="$D/shard-$i.xml" "${extra[@]}")
+    { header "$(shown "${cmd[@]}")"; "${cmd[@]}"; echo "rc=$? (shard $i/$k)"; } > "$D/shard-$i.log" 2>&1 &
+    pids+=($!)
+  done
+  for ((i = 0; i < k; i++)); do
+    wait "${pids[$i]}"
+    cat "$D/shard-$i.log"
+    rc=$(sed -n 's/^rc=\([0-9]*\) (shard .*/\1/p' "$D/shard-$i.log" | tail -1)
+    [ "${rc:-1}" != 5 ] || rc=0   # pytest's "no tests collected": a shard with no file of the selection
+    RCS+=("shard$i=${rc:-1}")
+    if [ "${rc:-1}" -ne 0 ] && [ "$FIRST_RC" -eq 0 ]; then FIRST_RC=${rc:-1}; fi
+  done
+  trap - TERM
+  python3 tests/shard.py --seconds "$D"/shard-*.xml > "$D/gpu_seconds.json" 2>/dev/null || rm -f "$D/gpu_seconds.json"
+  totals=$(for ((i = 0; i < k; i++)); do
+             grep -E '(passed|failed|errors?|skipped|no tests ran).* in [0-9.]+s' "$D/shard-$i.log" | tail -1
+           done | awk '{ for (j = 1; j < NF; j++) if ($(j + 1) ~ /^(passed|failed|skipped|error|errors),?$/) {
+                         w = $(j + 1); sub(/,$/, "", w); sub(/^errors$/, "error", w); n[w] += $j }
+                         for (j = 1; j <= NF; j++) if ($j == "in") { t = $(j + 1) + 0; if (t > m) m = t } }
+                     END { printf "%d passed, %d failed, %d error, %d skipped; the longest shard %.0f s",
+                           n["passed"], n["failed"], n["error"], n["skipped"], m }')
+  finish "$k shards: $totals"
 }
 
 part_sanitizer() {
@@ -257,7 +295,7 @@ part_guard() {
   read -r -a args <<< "${GUARD_ARGS:-}"
   run "bench guard" python3 -m gemvtune bench guard "${args[@]}" --out "$D"
   # per dtype, from the summary: the tuned rows' geomean speed-up and worst ratio
-  got=$(awk '/^## (fp16|bf16)$/ {dt = $2}
+  got=$(awk '/^## (fp16|bf16)/ {dt = $0; sub(/^## /, "", dt)}
              /routed to a tuned kernel: geomean/ {
                match($0, /×[0-9.]+/); g = substr($0, RSTART, RLENGTH)
                match($0, /worst ratio [0-9.]+/); w = substr($0, RSTART + 12, RLENGTH - 12)
@@ -281,13 +319,15 @@ part_fp8() {
   local shapes=() s got
   for s in ${FP8_SHAPES:-4096x4096 1024x4096 14336x4096 4096x14336 128256x4096}; do shapes+=(--shape "$s"); done
   cp results/nvidia-h200/table.json "$D/table.json" || return 1
-  run "search fp8" python3 -m gemvtune search "${shapes[@]}" --weights "${FP8_WEIGHTS:-e4m3-row}" \
-    --batch "${FP8_BATCH:-1,8}" --dtype "${FP8_DTYPE:-fp16}" --trials "${FP8_TRIALS:-40}" --no-reconfirm \
+  # a budgeted tune (not a fixed number of trials): its wall time is known before it starts
+  run "tune fp8" python3 -m gemvtune tune "${shapes[@]}" --weights "${FP8_WEIGHTS:-e4m3-row}" \
+    --batch "${FP8_BATCH:-1,8}" --dtype "${FP8_DTYPE:-fp16}" --budget "${FP8_BUDGET:-3m}" --retune --no-measure \
     --results "$D/search" --table "$D/table.json"
+  got=$(grep -E '^(tuned [0-9]+ shapes|decode step|the FP8 step)' "$LAST" | squeeze | paste -sd ';' -)
   run "bench fp8" python3 -m gemvtune bench fp8 "${shapes[@]}" --weights "${FP8_WEIGHTS:-e4m3-row}" \
     --batch "${FP8_BATCH:-1,8}" --dtype "${FP8_DTYPE:-fp16}" --rounds "${FP8_ROUNDS:-3}" --table "$D/table.json" \
     --out "$D"
-  got=$(grep -E '^(n = 1, shapes|x gemlite|x dequantize)' "$LAST" | squeeze | paste -sd ';' -)
+  got+="${got:+;}$(grep -E '^(n = 1, shapes|x gemlite|x dequantize)' "$LAST" | squeeze | paste -sd ';' -)"
   finish "${got:-no fp8 summary}"
 }
 
@@ -299,6 +339,7 @@ if [ "${1:-}" = __part ]; then
   LAST=$D/.last-command.out
   echo "== gpu-check $part | $(date -u +%Y-%m-%dT%H:%M:%SZ) | gpu: $GPU | commit: $COMMIT | cwd: $PWD"
   case $part in
+    suite) part_suite ;;
     tests) part_tests ;;
     slow-tests) part_slow_tests ;;
     sanitizer) part_sanitizer ;;
@@ -345,7 +386,7 @@ GPU=${GPU:-no nvidia-smi answer}
 COMMIT=${GPU_CHECK_COMMIT:-$(git describe --always --dirty 2>/dev/null || echo "unknown (no git)")}
 export OUTDIR GPU COMMIT PATH PYTHONUNBUFFERED=1 GEMVTUNE_CACHE_DIR="${GEMVTUNE_CACHE_DIR:-${TMPDIR:-/tmp}/gemvtune-cache}"
 
-declare -A LIMIT=([tests]=540 [slow-tests]=540 [sanitizer]=570 [bench]=560 [hf]=570 [percall]=240 [search]=300 [group]=400 [guard]=300 [tune]=580 [fp8]=580)
+declare -A LIMIT=([suite]=580 [tests]=540 [slow-tests]=540 [sanitizer]=570 [bench]=560 [hf]=570 [percall]=240 [search]=300 [group]=400 [guard]=300 [tune]=580 [fp8]=580)
 rows=() failed=0
 for p in "$@"; do
   var=T_$(echo "${p//-/_}" | tr '[:lower:]' '[:upper:]')

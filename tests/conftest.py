@@ -27,6 +27,21 @@ SLOW_REASON = "marked slow: runs with --runslow, -m slow or CI=true (CI runs eve
 def pytest_addoption(parser):
     parser.addoption("--runslow", action="store_true", default=False,
                      help="also run the tests marked slow (skipped by default, except where CI=true)")
+    parser.addoption("--shard", default=None, metavar="I/K",
+                     help="run the I-th of K parts of the selected tests, whole files balanced by their recorded GPU "
+                          "seconds (tests/shard.py; scripts/gpu-check.sh suite runs the K parts at once)")
+
+
+def pytest_configure(config):
+    spec = config.getoption("--shard")
+    if spec:
+        from shard import ShardPlugin
+
+        try:
+            plugin = ShardPlugin(spec)
+        except ValueError as e:
+            raise pytest.UsageError(str(e)) from None
+        config.pluginmanager.register(plugin, "gemvtune-shard")
 
 
 def run_slow(runslow: bool, markexpr: str = "", environ=None) -> bool:
