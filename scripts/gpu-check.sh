@@ -160,7 +160,10 @@ part_suite() {
   # tests/data/gpu_seconds.json); this run's seconds per file go to suite/gpu_seconds.json (the next run's weights).
   local k=${SUITE_SHARDS:-4} i rc pids=() extra=() cmd totals
   read -r -a extra <<< "${TESTS:-}"
-  trap 'kill "${pids[@]}" 2>/dev/null; exit 143' TERM
+  # one compile cache for the shards of this run (a kernel two files compile is compiled once), fresh
+  GEMVTUNE_TEST_CACHE_DIR=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check-suite.XXXXXX") || return 1
+  export GEMVTUNE_TEST_CACHE_DIR
+  trap 'kill "${pids[@]}" 2>/dev/null; rm -rf "$GEMVTUNE_TEST_CACHE_DIR"; exit 143' TERM
   for ((i = 0; i < k; i++)); do
     cmd=(timeout --kill-after=10 "${SUITE_SHARD_T:-550}" python3 -m pytest -q -m gpu --runslow -p no:cacheprovider
          -rfEs --durations=10 --shard "$i/$k" --junitxml="$D/shard-$i.xml" "${extra[@]}")
@@ -176,6 +179,7 @@ part_suite() {
     if [ "${rc:-1}" -ne 0 ] && [ "$FIRST_RC" -eq 0 ]; then FIRST_RC=${rc:-1}; fi
   done
   trap - TERM
+  rm -rf "$GEMVTUNE_TEST_CACHE_DIR"
   python3 tests/shard.py --seconds "$D"/shard-*.xml > "$D/gpu_seconds.json" 2>/dev/null || rm -f "$D/gpu_seconds.json"
   totals=$(for ((i = 0; i < k; i++)); do
              grep -E '(passed|failed|errors?|skipped|no tests ran).* in [0-9.]+s' "$D/shard-$i.log" | tail -1

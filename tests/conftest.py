@@ -71,8 +71,10 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory, monkeypatch):
-    # One compile cache per test session, never the user's.
-    monkeypatch.setenv("GEMVTUNE_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
+    # One compile cache per test session, never the user's; GEMVTUNE_TEST_CACHE_DIR: one a run's sessions share
+    # (gpu-check.sh suite: its shards, a fresh folder of that run; the cache writes each file whole)
+    shared = os.environ.get("GEMVTUNE_TEST_CACHE_DIR", "").strip()
+    monkeypatch.setenv("GEMVTUNE_CACHE_DIR", shared or str(tmp_path_factory.getbasetemp() / "cache"))
 
 
 def flock_free(path) -> bool:

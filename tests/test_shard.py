@@ -87,3 +87,23 @@ def test_seconds_from_junit_per_file(tmp_path):
     r = subprocess.run([sys.executable, "tests/shard.py", "--seconds", str(xml)], cwd=ROOT, capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 0 and json.loads(r.stdout) == {"test_gpu.py": 3.75, "test_mma.py": 4.0}
+
+
+def test_the_compile_cache_is_the_sessions_own_unless_a_run_shares_one(tmp_path_factory):
+    """conftest's cache: under this session's base temp, never the user's; GEMVTUNE_TEST_CACHE_DIR (gpu-check.sh
+    suite: the shards of one run) names one that sessions share."""
+    import os
+
+    shared = os.environ.get("GEMVTUNE_TEST_CACHE_DIR", "").strip()
+    got = os.environ["GEMVTUNE_CACHE_DIR"]
+    assert got == (shared or str(tmp_path_factory.getbasetemp() / "cache"))
+
+
+def test_a_run_shares_its_cache_across_sessions(tmp_path):
+    import os
+
+    env = {**os.environ, "GEMVTUNE_TEST_CACHE_DIR": str(tmp_path / "shared")}
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        "tests/test_shard.py::test_the_compile_cache_is_the_sessions_own_unless_a_run_shares_one"],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "1 passed" in r.stdout, r.stdout + r.stderr
