@@ -63,11 +63,58 @@ def test_fp8_entries_route_by_their_format_and_batch():
     assert t.route(1024, 4096, 1, weights="e4m3-b128").tuned
     r4 = t.route(1024, 4096, 4, weights="e4m3-b128")          # a 0.8% win: inside the 1% margin
     assert not r4.tuned and "dequantize + F.linear runs" in r4.why
-    r2 = t.route(1024, 4096, 2, weights="e4m3-b128")          # only measured n run a kernel
+    r2 = t.route(1024, 4096, 2, weights="e4m3-b128")          # not measured, and the n=4 entry barely won
     assert not r2.tuned and "tuned at n=1,4 only" in r2.why and "--weights e4m3-b128" in r2.why
+    assert "x1.01..x4.00 dequantize + F.linear" in r2.why and "dequantize + F.linear runs" in r2.why
     assert not t.route(1024, 4096, 1).tuned                   # a 16-bit call: not this entry
     # the "tuned" policy runs the FP8 family's config for an FP8 shape the table lacks, never a 16-bit one
     t.policy = "tuned"
     t._routes.clear()
     r = t.route(4096, 4096, 1, weights="e4m3-row")
     assert r.tuned and r.config.family == "fp8gemv"
+
+
+def _fp8_entry(M, n, tuned, dequant, dtype="fp16", config=None):
+    return {"M": M, "d": 4096, "n": n, "dtype": dtype, "weights": "e4m3-row",
+            "winner": {"family": "fp8gemv", "config": config or FP8, "us": tuned},
+            "baselines": {"dequant-torch": {"us": dequant, "status": "ok"}}}
+
+
+def test_an_untuned_fp8_call_runs_a_kernel_where_every_fp8_entry_beat_dequantize_widely():
+    """FP8 calls the table has not measured replace dequantize + F.linear: where each of the table's FP8 entries of
+    the format and dtype measured its kernel at least fp8route.EVIDENCE times faster (over at least ENTRIES entries),
+    the table's pick runs (the winner at the nearest n, the nearest tuned shape, the family's default), and says it
+    was never measured there; else dequantize + F.linear."""
+    from gemvtune.runtime import fp8route
+
+    other = {**FP8, "tpr": 64}
+    good = {"4096x4096x1.e4m3-row": _fp8_entry(4096, 1, 6.0, 60.0),
+            "4096x4096x8.e4m3-row": _fp8_entry(4096, 8, 10.0, 60.0, config=other)}
+    t = _table(good)
+    r2 = t.route(4096, 4096, 2, weights="e4m3-row")
+    assert r2.tuned and r2.config.family == "fp8gemv" and r2.config.tpr == FP8["tpr"]
+    assert "winner tuned at n=1" in r2.why and "never measured on this shape" in r2.why and "x6.0..x10.0" in r2.why
+    assert r2.tuned_us is None and r2.cublas_us is None                    # nothing measured: no times claimed
+    assert t.route(4096, 4096, 16, weights="e4m3-row").config.tpr == 64    # the winner at n=8
+    r = t.route(6144, 4096, 1, weights="e4m3-row")                         # a shape it lacks: the nearest one's
+    assert r.tuned and "nearest tuned shape 4096x4096" in r.why
+    assert t.route(6144, 4096, 3, weights="e4m3-row").tuned                # no n=3 anywhere: the family's default
+    assert not t.route(4096, 4096, 2, dtype="bf16", weights="e4m3-row").tuned   # no BF16 evidence
+    assert not t.route(4096, 4096, 2, weights="e4m3-b128").tuned           # nor of the other format
+    assert not t.route(4096, 4096, 2).tuned                                # 16-bit calls: unchanged
+    one = _table({"4096x4096x1.e4m3-row": _fp8_entry(4096, 1, 6.0, 60.0)})
+    r = one.route(4096, 4096, 2, weights="e4m3-row")
+    assert fp8route.ENTRIES == 2 and not r.tuned and "its 1 e4m3-row fp16 entries" in r.why
+    weak = _table({**good, "1024x4096x1.e4m3-row": _fp8_entry(1024, 1, 3.0, 4.5)})   # x1.5: below EVIDENCE
+    r = weak.route(4096, 4096, 2, weights="e4m3-row")
+    assert not r.tuned and "x1.50..x10.00" in r.why and "dequantize + F.linear runs" in r.why
+    lost = _table({**good, "1024x4096x1.e4m3-row": _fp8_entry(1024, 1, 9.0, 4.5)})   # a kernel that lost
+    assert not lost.route(4096, 4096, 2, weights="e4m3-row").tuned
+
+
+def test_the_committed_table_runs_fp8_kernels_at_every_n_of_its_fp8_shapes():
+    t = load_table(Path(__file__).resolve().parents[1] / "results" / "nvidia-h200" / "table.json", costmodel=None)
+    for n in range(1, 17):
+        r = t.route(14336, 4096, n, weights="e4m3-row")
+        assert r.tuned and r.config.family in ("fp8gemv", "fp8mma"), (n, r.why)
+        assert ("never measured" in r.why) == (n not in (1, 8))

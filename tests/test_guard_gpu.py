@@ -46,9 +46,10 @@ def test_bench_guard_small_shape(tmp_path):
 
 
 def test_bench_guard_fp8_weights(tmp_path):
-    """--weights e4m3-row on 1024x4096 (the table's FP8 entries are at n = 1 and 8: n = 3 dequantizes): the FP8 layers
-    against dequantize + F.linear of the same codes and scales, both verified against float64 of the dequantised
-    weights, eagerly and in their graphs; the tuned rows launched the FP8 kernel."""
+    """--weights e4m3-row on 1024x4096 (the table's FP8 entries are at n = 1 and 8: n = 3 runs the n = 1 winner,
+    fp8route): the FP8 layers against dequantize + F.linear of the same codes and scales, both verified against
+    float64 of the dequantised weights, eagerly and in their graphs; the tuned rows launched the FP8 kernel, and it
+    beat dequantize + F.linear at the measured n and the unmeasured one alike."""
     import pandas as pd
 
     r = run_cli("bench", "guard", "--shape", "1024x4096", "--batch", "1,3", "--dtype", "fp16", "--weights", "e4m3-row",
@@ -60,10 +61,7 @@ def test_bench_guard_fp8_weights(tmp_path):
     df = pd.read_csv(csvs[0], keep_default_na=False)
     assert sorted(df.n) == [1, 3] and set(df.weights) == {"e4m3-row"}
     assert df.verified.all() and not (df.verdict == "ERROR").any(), df.to_string()
-    routes = dict(zip(df.n, df.route))
-    assert routes[3] == "dequant" and routes[1] in ("tuned", "dequant")
+    assert set(df.route) == {"tuned"}, df.to_string()
     tuned = df[df.route == "tuned"]
     assert (tuned.launches == "tuned kernel").all() and (tuned.config != "").all()
-    assert (df[df.route == "dequant"].launches == "dequantize + F.linear").all()
-    if (tuned.verdict == "PASS").any():      # the FP8 kernel reads half the bytes: it must beat the dequantisation
-        assert (tuned.ratio < 0.5).all(), tuned.to_string()
+    assert (tuned.ratio < 0.5).all(), tuned.to_string()   # it reads half the bytes, once: far below dequantize

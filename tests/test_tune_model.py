@@ -261,9 +261,13 @@ def test_zero_budget_of_fp8_weights_weighs_the_fp8_entries(tmp_path):
              "--budget", "0", "--table", str(ROOT / "results" / "nvidia-h200" / "table.json"), "--no-measure")
     assert r.returncode == 0, r.stderr
     assert "e4m3-row weights" in r.stdout and "against dequantize + F.linear: predicted x" in r.stdout
-    # the committed table's FP8 entries are at n = 1 and 8: n = 3 dequantizes (no zero-trial pick for FP8 weights)
-    assert "routes: 2 to dequantize + F.linear, 2 to the table's kernel" in r.stdout, r.stdout
+    # the committed table's FP8 entries are at n = 1 and 8: at n = 3 the winner at n = 1 runs (fp8route: every FP8
+    # entry beat dequantize + F.linear by far)
+    assert "routes: 2 to a zero-trial pick, 2 to the table's kernel" in r.stdout, r.stdout
     assert "the FP8 step against cuBLAS on the 16-bit weights (the table's measurements): x1." in r.stdout
+    r = _cli("tune", "--shape", "4096x4096", "--batch", "1,3", "--weights", "e4m3-b128", "--budget", "0", "--table",
+             str(ROOT / "results" / "nvidia-h200" / "table.json"), "--no-measure")   # no entry of that format
+    assert r.returncode == 0 and "routes: 2 to dequantize + F.linear" in r.stdout, r.stdout + r.stderr
 
 
 def test_a_python_tune_takes_fp8_weights(tmp_path):

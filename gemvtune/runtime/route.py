@@ -21,6 +21,9 @@ Per (M, d, n):
   model's pick where it is predicted faster than cuBLAS's predicted time by ``zerotrial.MARGIN``
   (``gemvtune.model.zerotrial``), or by the largest noise (tuned + cuBLAS spreads) of the tabled neighbours
   that prediction rests on where that is more; the route says so;
+- FP8 weights the table has not measured at (M, d, n) (``gemvtune.runtime.fp8route``): an FP8 kernel (the table's
+  pick, never measured on the shape) where every FP8 entry of the format and dtype measured its kernel at least
+  ``fp8route.EVIDENCE`` times faster than dequantize + F.linear, which it replaces; else dequantize + F.linear;
 - anything else goes to cuBLAS ("not in the table"), unless the caller asks for the policy ``tuned``
   (always a gemvtune kernel: the tuned winner, else the nearest tuned shape's config, else the
   llama.cpp config), which is what the benchmarks and kernel tests use.
@@ -210,13 +213,29 @@ def _zero_trial(table: Any, shape: Any, framework: str, out: str) -> Route | Non
                  f"not {pct} faster than cuBLAS's predicted {c:.2f} µs{why}", us, c, need)
 
 
+def _fp8_evidence(table: Any, shape: Any, framework: str, out: str) -> list[float]:
+    """dequantize + F.linear µs / the route's kernel µs of every FP8 entry of ``shape``'s format and dtype whose
+    contest measured both (``fp8route.untuned`` weighs them)."""
+    from ..kernels.shapes import Shape
+
+    ratios = []
+    for key in table.keys():
+        s = Shape(*key)
+        e = table.entry(s) if (s.weights, s.dtype) == (shape.weights, shape.dtype) else None
+        c = contest(e, framework, s, out) if e is not None else None
+        if c is not None and c.tuned_us and c.cublas_us:
+            ratios.append(float(c.cublas_us) / float(c.tuned_us))
+    return ratios
+
+
 def choose(table: Any, M: int, d: int, n: int, framework: str = "torch", policy: str = "fastest",
            out: str = "fp32", dtype: str = "fp16", weights: str = "") -> Route:
     """The route of one (M, d, n) call on ``dtype`` inputs through ``table`` (a ``gemvtune.runtime.table.Table``)
     for a caller of ``framework`` that wants an ``out`` result (``fp32`` or the input dtype). Entries of another
     dtype never serve it: a BF16 call where the table has only FP16 entries runs cuBLAS, and the route says so.
     ``weights`` ("e4m3-row", "e4m3-b128"): W is FP8 (``Shape.weights``); only entries of that format serve the call,
-    and where none does, route kind "cublas" means the fallback of FP8 weights, dequantize + F.linear."""
+    a call they do not hold is weighed by ``fp8route.untuned``, and route kind "cublas" means the fallback of FP8
+    weights, dequantize + F.linear."""
     from ..kernels.epilogue import Epilogue
     from ..kernels.shapes import Shape
 
@@ -244,12 +263,17 @@ def choose(table: Any, M: int, d: int, n: int, framework: str = "torch", policy:
         return _route(v, v.says(out) + passed_over(entry))
     fmt = f" --weights {weights}" if weights else ""
     same = sorted(k[2] for k in table.keys() if (k[0], k[1], k[3], Shape(*k).weights) == (M, d, dtype, weights))
+    tuned_at = f" (tuned at n={','.join(map(str, same))} only)" if same else ""
+    if weights:   # (an FP8 call the table has not measured: fp8route weighs the table's FP8 entries)
+        from .fp8route import untuned
+
+        cfg, why = untuned(table, shape, out, f"{M}x{d} at n={n} with {weights} weights is not in the table"
+                           f"{tuned_at}; gemvtune search --shape {M}x{d} --batch {n}{fmt} measures it",
+                           _fp8_evidence(table, shape, framework, out))
+        return Route("tuned", cfg, why) if cfg is not None else Route("cublas", None, why)
     if same:
-        return Route("cublas", None, f"{M}x{d} at n={n} is not in the table (tuned at n={','.join(map(str, same))} "
-                     f"only): a kernel runs only at a measured n (gemvtune search --shape {M}x{d} --batch {n}{fmt})")
-    if weights:   # (the cost model is trained on 16-bit weights: it picks nothing for FP8 ones)
-        return Route("cublas", None, f"{M}x{d} at n={n} with {weights} weights is not in the table "
-                     f"(gemvtune search --shape {M}x{d} --batch {n}{fmt}): dequantize + F.linear runs")
+        return Route("cublas", None, f"{M}x{d} at n={n} is not in the table{tuned_at}: a kernel runs only at a "
+                     f"measured n (gemvtune search --shape {M}x{d} --batch {n})")
     near = f" for {dtype} (its entries are of another dtype)" if dtype != "fp16" and any(
         k[:2] == (M, d) for k in table.keys()) else ""
     zero = _zero_trial(table, shape, framework, out)
