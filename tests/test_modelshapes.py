@@ -349,8 +349,13 @@ def test_shapes_command(capsys, tmp_path):
     code, out, err = _run(capsys, "shapes", "--hf-config", str(MIXTRAL), "--batch", "1,4", "--csv", str(csv))
     assert code == 0 and "2 token(s) each" in out and "router" in out
     rows = csv.read_text().splitlines()
-    assert rows[0] == "model,tp,fused,dtype,batch,M,d,n,layers,calls,weight_bytes,share" and len(rows) == 1 + 12
-    assert "mixtral-8x7b,1,False,fp16,4,14336,4096,2,experts.gate_proj experts.up_proj,350," in csv.read_text()
+    assert rows[0] == "model,tp,fused,dtype,weights,batch,M,d,n,layers,calls,weight_bytes,share" and len(rows) == 1 + 12
+    assert "mixtral-8x7b,1,False,fp16,,4,14336,4096,2,experts.gate_proj experts.up_proj,350," in csv.read_text()
+    code, out, err = _run(capsys, "shapes", "--model", "llama-3-8b", "--weights", "e4m3-row", "--csv", str(csv))
+    assert code == 0 and not err and out.splitlines()[0].endswith("fp16, e4m3-row weights (codes and scales)")
+    assert "total: 7.51 GB of weights read per step" in out                      # 15.01 GB in FP16
+    row = next(r for r in csv.read_text().splitlines() if ",14336,4096,1," in r).split(",")
+    assert row[4] == "e4m3-row" and int(row[-2]) == 64 * (14336 * 4096 + 4 * 14336)   # codes + a scale per row
     code, out, _ = _run(capsys, "shapes", "--hf-config", str(MISTRAL3))
     assert code == 0 and out.splitlines()[1].startswith("note: mistral3: its text model (text_config) read")
 

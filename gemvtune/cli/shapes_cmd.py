@@ -12,9 +12,9 @@ import click
 from ..errors import UsageError
 from ..kernels.shapes import parse_batches
 from ..tuning.search_options import ModelPreset
-from .options import DTYPE, writable_file
+from .options import DTYPE, WEIGHTS_OPT, writable_file
 
-CSV_COLUMNS = ("model", "tp", "fused", "dtype", "batch", "M", "d", "n", "layers", "calls", "weight_bytes", "share")
+CSV_COLUMNS = ("model", "tp", "fused", "dtype", "weights", "batch", "M", "d", "n", "layers", "calls", "weight_bytes", "share")
 
 
 @click.command()
@@ -27,9 +27,10 @@ CSV_COLUMNS = ("model", "tp", "fused", "dtype", "batch", "M", "d", "n", "layers"
               help="the fused linears engines run (qkv, gate_up) instead of transformers' unfused ones")
 @click.option("--batch", "batch_text", default="1", show_default=True, help="decode batch sizes n, e.g. 1,4")
 @DTYPE
+@WEIGHTS_OPT
 @click.option("--csv", "csv_path", metavar="FILE", help="also write the rows as CSV here")
 def shapes(hf_config: str | None, model: str | None, tp: int, fused: bool, batch_text: str, dtype: str,
-           csv_path: str | None) -> None:
+           weights: str | None, csv_path: str | None) -> None:
     """List the distinct GEMV shapes of one decode step of a model on one GPU: the linears that run each, how
     many times per step, the weight bytes they read and their share of the step (largest first). No GPU."""
     from ..kernels.hfconfig import read_hf_config, read_preset
@@ -41,11 +42,11 @@ def shapes(hf_config: str | None, model: str | None, tp: int, fused: bool, batch
     if csv_path is not None:
         writable_file(csv_path, "--csv file")            # before any output
     m = read_preset(model) if model else read_hf_config(str(hf_config))
-    tables = [(n, step_shapes(m, n, tp, fused, dtype)) for n in batches]   # a bad TP: one line before any output
+    tables = [(n, step_shapes(m, n, tp, fused, dtype, weights or "")) for n in batches]   # a bad TP: one line first
     rows: list[dict[str, Any]] = []
     click.echo(f"{m.name} ({m.model_type}): {m.num_hidden_layers} layers, "
                + (f"TP {tp}: one GPU's shards" if tp > 1 else "one GPU") + f", {'fused' if fused else 'unfused'}, "
-               + dtype)
+               + dtype + (f", {weights} weights (codes and scales)" if weights else ""))
     if m.note:
         click.echo(f"note: {m.note}")
     if m.moe:
@@ -64,7 +65,7 @@ def shapes(hf_config: str | None, model: str | None, tp: int, fused: bool, batch
             calls = f"{s.calls:.0f}" if s.calls == int(s.calls) else f"{s.calls:.2f}"
             click.echo(f"{s.shape.M:>7d}x{s.shape.d:<6d} {s.shape.n:>3d} {calls:>8s} {s.weight_bytes / 1e6:>10.1f} "
                        f"{100 * s.share:>6.2f}%  {', '.join(s.layers)}")
-            rows.append({"model": m.name, "tp": tp, "fused": fused, "dtype": dtype, "batch": n, "M": s.shape.M,
+            rows.append({"model": m.name, "tp": tp, "fused": fused, "dtype": dtype, "weights": weights or "", "batch": n, "M": s.shape.M,
                          "d": s.shape.d, "n": s.shape.n, "layers": " ".join(s.layers), "calls": f"{s.calls:.6g}",
                          "weight_bytes": f"{s.weight_bytes:.0f}", "share": f"{s.share:.6g}"})
         total = sum(s.weight_bytes for s in table)

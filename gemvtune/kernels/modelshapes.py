@@ -61,19 +61,20 @@ def routing(experts: int, top_k: int, n: int) -> Routing:
     return Routing(active, math.ceil(Fraction(n * top_k) / active))
 
 
-def step_shapes(model: HFModel, n: int = 1, tp: int = 1, fused: bool = False, dtype: str = "fp16"
-                ) -> list[StepShape]:
+def step_shapes(model: HFModel, n: int = 1, tp: int = 1, fused: bool = False, dtype: str = "fp16",
+                weights: str = "") -> list[StepShape]:
     """The distinct shapes of one decode step of ``model`` (``read_hf_config`` / ``read_preset``) at batch ``n`` on
     one GPU of ``tp`` (its tensor-parallel shards, ``gemvtune.kernels.steplayers``), unfused as transformers runs
-    them or ``fused`` as engines do, in launch order (first seen first). The shares sum to 1. A TP that does not
-    shard the model, or a bad n or dtype, is one UsageError."""
-    Shape(1, 1, n, dtype)   # n and dtype checked first, with Shape's own words
+    them or ``fused`` as engines do, in launch order (first seen first); ``weights``: an FP8 format W is stored in
+    (``Shape.weights``: its bytes are the codes and scales). The shares sum to 1. A TP that does not shard the model,
+    or a bad n, dtype or format, is one UsageError."""
+    Shape(1, 1, n, dtype, weights)   # n, dtype and format checked first, with Shape's own words
     route = routing(model.moe.experts, model.moe.top_k, n) if model.moe else None
     found: dict[Shape, tuple[list[str], Fraction]] = {}
     for s in step_linears(model, fused, tp):
         lin = s.linear
         per_layer, tokens = (route.active, route.tokens) if s.routed and route else (Fraction(1), n)
-        names, calls = found.get(shape := Shape(lin.M, lin.d, tokens, dtype), ([], Fraction(0)))
+        names, calls = found.get(shape := Shape(lin.M, lin.d, tokens, dtype, weights), ([], Fraction(0)))
         found[shape] = (names + [lin.name] * (lin.name not in names), calls + s.layers * per_layer)
     total = sum(calls * shape.weight_bytes for shape, (_, calls) in found.items())
     return [StepShape(shape, tuple(names), float(calls), float(calls * shape.weight_bytes),

@@ -44,8 +44,8 @@ def model_steps(shape_texts: Sequence[str] = (), model: str | None = None, hf_co
         from ..kernels.modelshapes import step_shapes
     for n in batches:
         for m in models:
-            for st in step_shapes(m, n=n, tp=tp, fused=fused, dtype=dtype):
-                add(Shape(st.shape.M, st.shape.d, st.shape.n, dtype, weights), st.calls, tuple(st.layers))
+            for st in step_shapes(m, n=n, tp=tp, fused=fused, dtype=dtype, weights=weights):
+                add(st.shape, st.calls, tuple(st.layers))
         for t in shape_texts:
             add(parse_shape(t, n, dtype, weights), 1.0, (t,))
     return list(out.values())
