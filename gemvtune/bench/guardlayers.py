@@ -124,9 +124,8 @@ def launches(mod: Any, shape: Shape, n: int, route: str) -> str:
         return fallback
     from ..runtime import torch_op
 
-    dev = mod.weight.get_device()
-    key = (mod._tid, shape.M, shape.d, n, False, shape.dtype, dev, shape.dtype) + ((shape.weights,) if shape.weights
-                                                                                   else ())
+    key = torch_op.plan_key(mod._tid, shape.M, shape.d, n, False, shape.dtype, mod.weight.get_device(), shape.dtype,
+                            shape.weights)
     return "tuned kernel" if key in torch_op._FAST else fallback
 
 

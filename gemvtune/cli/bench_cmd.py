@@ -15,7 +15,7 @@ import click
 from ..errors import UsageError
 from ..kernels.shapes import DTYPES, Shape, parse_batches, parse_shape
 from ..tuning.search_options import SEED, ModelPreset
-from .options import DTYPE_DECL, Decl, declared, given_options, old_spelling, select_configs
+from .options import DTYPE_DECL, WEIGHTS_DECL, Decl, declared, given_options, old_spelling, select_configs
 from .options import gpu_check as _gpu_check
 
 # Every option of the bench commands, declared once (keys: the click parameter's name).
@@ -68,11 +68,7 @@ OPTS: dict[str, Decl] = {
         "help": "gemvtune's variant quantises the model's linears to FP8 (quantize_fp8: E4M3 with scales per row or "
                 "per 128x128 block) against the stock 16-bit model; its first decode step is checked against a "
                 "float64 reference of the dequantised model"}),
-    "guard_weights": (("--weights", "guard_weights"), {
-        "type": click.Choice(["e4m3-row", "e4m3-b128"]), "default": None,
-        "help": "FP8 weights: the layers quantised to E4M3 (scales per row or per 128x128 block) through the table's "
-                "FP8 entries, against dequantize + F.linear of the same weights (what an FP8 model runs without a "
-                "kernel)"}),
+    "weights": WEIGHTS_DECL,
     "no_gemlite": (("--no-gemlite",), {"is_flag": True, "help": "skip gemlite's A16W8_FP8 baseline"}),
     "context": (("--context",), {"default": 128, "show_default": True, "type": click.IntRange(1, 1 << 20),
                                  "help": "KV-cache tokens the attention stand-in reads"}),
@@ -204,7 +200,10 @@ def group(model: str, table_path: str | None, batch_text: str, dtype: str, out_d
 
 
 @bench.command("guard", short_help="the never-slower check: swapped layers against stock nn.Linear, torch only")
-@declared(OPTS, "table_path suite shape_texts batch_text dtypes guard_weights rounds replays out_dir",
+@declared(OPTS, "table_path suite shape_texts batch_text dtypes weights rounds replays out_dir",
+          weights={"help": "FP8 weights: the layers quantised to E4M3 (scales per row or per 128x128 block) through "
+                           "the table's FP8 entries, against dequantize + F.linear of the same weights (what an FP8 "
+                           "model runs without a kernel)"},
           table_path={"help": "the table to check (default: the one load_table() loads on this GPU)"},
           suite={"help": "the decode suite of shapes (the default without --shape)"},
           batch_text={"default": None, "show_default": False,
@@ -222,7 +221,7 @@ def guard(**params: Any) -> None:
 
 def run_guard(table_path: str | None, suite: str | None, shape_texts: tuple[str, ...], batch_text: str | None,
               dtypes: tuple[str, ...], rounds: int, replays: int, out_dir: str | None,
-              guard_weights: str | None = None) -> None:
+              weights: str | None = None) -> None:
     """bench guard: every check that needs no GPU first (shapes, batches, the table, --out, torch), then the GPU."""
     from ..errors import GemvtuneError, NoDeviceError
     from ..kernels.shapes import DECODE_SUITE, MAX_BATCH
@@ -234,7 +233,7 @@ def run_guard(table_path: str | None, suite: str | None, shape_texts: tuple[str,
     pairs = list(dict.fromkeys((s.M, s.d) for s in shapes))
     batches = parse_batches(batch_text) if batch_text is not None else list(range(1, MAX_BATCH + 1))
     kinds = list(dict.fromkeys(dtypes)) or list(DTYPES)
-    weights = guard_weights or ""
+    weights = weights or ""
     for dt in kinds:
         for M, d in pairs:
             Shape(M, d, 1, dt, weights)

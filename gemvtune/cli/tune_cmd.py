@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import click
 
-from ..kernels.shapes import DTYPES, WEIGHTS, parse_batches
+from ..kernels.shapes import DTYPES, parse_batches
 from ..tuning.search_options import ModelPreset, SearchOptions, parse_families
+from .options import WEIGHTS_DECL, declared
 
 
 @click.command()
@@ -18,10 +19,10 @@ from ..tuning.search_options import ModelPreset, SearchOptions, parse_families
               help="tensor-parallel degree: tune the shards one GPU runs")
 @click.option("--batch", "batch_text", default="1", show_default=True, help="batch sizes n, e.g. 1,2,4,8,16")
 @click.option("--dtype", type=click.Choice(DTYPES), default="fp16", show_default=True, help="dtype of W and x")
-@click.option("--weights", type=click.Choice([w for w in WEIGHTS if w]), default=None,
-              help="FP8 weights (W8A16): every shape's W in E4M3 with FP32 scales per output row (e4m3-row) or per "
-                   "128x128 block (e4m3-b128), x and y in --dtype; tuned against dequantize + F.linear, the table "
-                   "keeps their entries apart (default: W in --dtype)")
+@declared({"weights": WEIGHTS_DECL}, "weights", weights={
+    "help": "FP8 weights (W8A16): every shape's W in E4M3 with FP32 scales per output row (e4m3-row) or per 128x128 "
+            "block (e4m3-b128), x and y in --dtype; tuned against dequantize + F.linear, the table keeps their entries "
+            "apart (default: W in --dtype)"})
 @click.option("--budget", "budget_text", default="5m", show_default=True,
               help="wall time for the whole model, e.g. 300, 5m, 1h30m; 0: no search, the cost model's "
                    "zero-trial picks only")
@@ -49,7 +50,7 @@ def tune(model: str | None, hf_configs: tuple[str, ...], shape_texts: tuple[str,
     the cost model's expected gain over cuBLAS, each shape's share of the step and the measured search-quality
     curve; the run resumes where a killed one stopped, and ends with the step's predicted, then measured, gain."""
     from ..tuning.budget import parse_budget
-    from ..tuning.tunemodel import model_steps, report_lines, tune_model
+    from ..tuning.tunemodel import model_steps, report_lines, tune_key, tune_model
 
     budget_s = parse_budget(budget_text)
     batches = parse_batches(batch_text)
@@ -57,10 +58,8 @@ def tune(model: str | None, hf_configs: tuple[str, ...], shape_texts: tuple[str,
     opts = SearchOptions(rounds=rounds, progress=True)
     if family_text:
         opts.families = parse_families(family_text)
-    key = {"model": model, "hf_configs": sorted(str(p) for p in hf_configs), "shapes": list(shape_texts),
-           "fused": fused, "tp": tp, "batches": batches, "dtype": dtype, "budget_s": budget_s,
-           **({"weights": weights} if weights else {}),
-           "families": list(opts.families), "rounds": rounds}
+    key = tune_key(model, hf_configs, shape_texts, fused, tp, batches, dtype, weights or "", budget_s, opts.families,
+                   rounds)
     click.echo(f"tune: {len(steps)} shapes (n = {','.join(map(str, batches))}, {dtype}"
                f"{f', {weights} weights' if weights else ''}"
                f"{f', TP {tp}' if tp > 1 else ''}), budget {budget_s:.0f} s")

@@ -76,13 +76,19 @@ def route_flags(table: Any, M: int, d: int, max_batch: int, framework: str, weig
             for tdt, dt in DTYPES.items()}
 
 
+def plan_key(tid: int, M: int, d: int, n: int, bias: bool, out: str, dev: int, dtype: str, weights: str = "") -> tuple:
+    """The key of a call's plan in ``_FAST`` (the hot paths of ``run_linear`` and ``run_fp8_linear`` spell it inline):
+    16-bit W has no 9th field."""
+    return (tid, M, d, n, bias, out, dev, dtype) + ((weights,) if weights else ())
+
+
 def _plan(tid: int, table: Any, config: Any, M: int, d: int, n: int, bias: bool, out: str, dev: int,
           stream: int, dtype: str = "fp16", weights: str = "") -> Any:
     """The route's plan (kept in _FAST): a kernel's ``LaunchPlan`` or a cuBLASLt algorithm's ``LtPlan``
     (same launch interface), or None where the library refuses its algorithm or the table's kernels may not run on
     ``dev`` (``device_allows``): cuBLAS runs. ``weights``: W's FP8 format ("" for 16-bit W: the key has no 9th
     field then)."""
-    key = (tid, M, d, n, bias, out, dev, dtype) + ((weights,) if weights else ())
+    key = plan_key(tid, M, d, n, bias, out, dev, dtype, weights)
     plan = _FAST.get(key)
     if plan is None:
         if not device_allows(table, dev):

@@ -54,9 +54,8 @@ def tune_shapes(shapes: Iterable[Shape | str] = (), model: str | None = None,
         by_md.setdefault((s.M, s.d), []).extend(Shape(s.M, s.d, n, dtype, weights) for n in batches)
     for m in models:
         for n in batches:
-            for ss in step_shapes(m, n, tp, fused, dtype):
-                s = ss.shape
-                by_md.setdefault((s.M, s.d), []).append(Shape(s.M, s.d, s.n, s.dtype, weights))
+            for ss in step_shapes(m, n, tp, fused, dtype, weights):
+                by_md.setdefault((ss.shape.M, ss.shape.d), []).append(ss.shape)
     return list(dict.fromkeys(s for group in by_md.values() for s in group))
 
 
@@ -107,7 +106,7 @@ def _budgeted(shapes: Any, model: str | None, hf_config: Any, fused: bool, batch
     """``tune(..., budget=...)``: ``gemvtune tune`` from Python; returns the loaded table."""
     from ..runtime.table import load_table
     from .budget import parse_budget
-    from .tunemodel import model_steps, tune_model
+    from .tunemodel import model_steps, tune_key, tune_model
 
     if trials is not None:
         raise UsageError("trials and budget: give one (a budgeted tune splits its budget into trials itself)")
@@ -120,9 +119,7 @@ def _budgeted(shapes: Any, model: str | None, hf_config: Any, fused: bool, batch
     given: dict[str, Any] = {"sampler": sampler, "seed": seed, "storage": storage,
                              "families": tuple(families) if families is not None else None}
     opts = SearchOptions(progress=False, **{k: v for k, v in given.items() if v is not None})
-    key = {"model": model, "hf_configs": sorted(map(str, configs)), "shapes": [str(t) for t in texts],
-           "fused": fused, "tp": tp, "batches": batches, "dtype": dtype, "budget_s": budget_s,
-           **({"weights": weights} if weights else {}), "families": list(opts.families), "rounds": opts.rounds}
+    key = tune_key(model, configs, texts, fused, tp, batches, dtype, weights, budget_s, opts.families, opts.rounds)
     res = tune_model(steps, budget_s, opts, results=results, table=table, replay=replay, watchdog_s=watchdog_s,
                      key=key, echo=echo or (lambda line: None))
     if not Path(res.table).is_file():

@@ -51,6 +51,16 @@ def model_steps(shape_texts: Sequence[str] = (), model: str | None = None, hf_co
     return list(out.values())
 
 
+def tune_key(model: str | None, hf_configs: Sequence[str | Path], shapes: Sequence[Any], fused: bool, tp: int,
+             batches: Sequence[int], dtype: str, weights: str, budget_s: float, families: Sequence[str],
+             rounds: int) -> dict[str, Any]:
+    """What makes a tune resumable (``tunestate``): its settings; an FP8 format only where given (a 16-bit tune's key
+    is what it was before FP8 weights)."""
+    return {"model": model, "hf_configs": sorted(str(p) for p in hf_configs), "shapes": [str(t) for t in shapes],
+            "fused": fused, "tp": tp, "batches": list(batches), "dtype": dtype, "budget_s": budget_s,
+            **({"weights": weights} if weights else {}), "families": list(families), "rounds": rounds}
+
+
 def tune_model(steps: Sequence[Step], budget_s: float, opts: SearchOptions, *, results: str | Path | None = None,
                table: str | Path | None = None, replay: str | Path | None = None, watchdog_s: float | None = None,
                reconfirm: bool = True, retune: bool = False,

@@ -88,39 +88,37 @@ def route_gain(table: Any, steps: Sequence[Step], cublas: dict[Shape, float] | N
     """Σ calls × cuBLAS / Σ calls × the route's time, over the steps the route can put a time on: a table entry's
     measured times, or for a shape it lacks the cost model's zero-trial pick against cuBLAS's prediction (a table
     loaded with its model). ``cublas``: cuBLAS's time where the table holds none (a replayed search)."""
-    from ..runtime.route import choose
-
-    base = mine = 0.0
-    for s in steps:
-        r = choose(table, s.shape.M, s.shape.d, s.shape.n, dtype=s.shape.dtype, weights=s.shape.weights)
-        c = r.cublas_us or (cublas or {}).get(s.shape)
-        if not c:
-            continue
-        base += s.calls * c
-        mine += s.calls * (r.tuned_us if r.tuned and r.tuned_us else c)
-    return base / mine if mine else None
+    return _gain(table, steps, lambda s, r: r.cublas_us or (cublas or {}).get(s.shape), base_runs=True)
 
 
 def sixteen_bit_gain(table: Any, steps: Sequence[Step]) -> float | None:
     """For FP8 steps: Σ calls × cuBLAS on the 16-bit weights of the same shape / Σ calls × the route's time, over the
     steps whose entry measured both (the search records cuBLAS on 16-bit weights beside every FP8 entry): what the
     FP8 step buys over the model it was quantised from. None where no FP8 step has both."""
+    def base(s: Step, r: Any) -> float | None:
+        e = table.entry(s.shape) if s.shape.weights else None
+        return getattr(e.baselines.get("cublas-16bit") if e is not None else None, "ok_us", None)
+
+    return _gain(table, steps, base, base_runs=False)
+
+
+def _gain(table: Any, steps: Sequence[Step], base: Callable[[Step, Any], float | None], base_runs: bool
+          ) -> float | None:
+    """Σ calls × ``base(step, route)`` / Σ calls × the route's time (its tuned kernel's, else its baseline's; where
+    the table records none, ``base`` itself where ``base_runs``: it is what runs without a kernel), over the steps
+    with both."""
     from ..runtime.route import choose
 
-    base = mine = 0.0
+    num = den = 0.0
     for s in steps:
-        e = table.entry(s.shape) if s.shape.weights else None
-        rec = e.baselines.get("cublas-16bit") if e is not None else None
-        c = getattr(rec, "ok_us", None)
-        if not c:
-            continue
         r = choose(table, s.shape.M, s.shape.d, s.shape.n, dtype=s.shape.dtype, weights=s.shape.weights)
-        t = r.tuned_us if r.tuned and r.tuned_us else r.cublas_us
-        if not t:
+        c = base(s, r)
+        t = r.tuned_us if r.tuned and r.tuned_us else (r.cublas_us or (c if base_runs else None))
+        if not c or not t:
             continue
-        base += s.calls * c
-        mine += s.calls * t
-    return base / mine if mine else None
+        num += s.calls * c
+        den += s.calls * t
+    return num / den if den else None
 
 
 def run_tune(runner: Any, steps: Sequence[Step], budget_s: float, opts: SearchOptions, out: Path, table: Path,
