@@ -1,7 +1,8 @@
 """The one owner of a GPU's results folder, ``results/<gpu>/`` (``$GEMVTUNE_RESULTS`` moves ``results``): every
 default path a command writes or reads is built here.
 
-- ``table.json``, ``costmodel.json``: the product (the H200's ship in the wheel);
+- ``table.json``, ``costmodel.json`` (and ``costmodel-fp8.json`` for FP8 weights): the product (the H200's ship in
+  the wheel);
 - ``measurements/``: the cost model's training data, compressed; ``searches/`` and ``sweeps/``: what new runs add;
 - ``benchmarks/``: the latest summary of each benchmark (a new run replaces the previous one of its kind);
 - ``replay/``: replayed searches (never committed).
@@ -17,15 +18,24 @@ from pathlib import Path
 
 MODEL_NAME = "costmodel.json"   # a GPU's model file in its results folder (beside its table.json)
 MODEL_NAMES = (MODEL_NAME, MODEL_NAME + ".gz")   # or gzip-compressed (the committed H200 model: 2.4 MB -> 0.75 MB)
+# The model of FP8 weights (e4m3-row and e4m3-b128: gemvtune.model.features.FP8), a file of its own beside it: its
+# families and columns are not the 16-bit model's, and fitting one never changes the other's trees.
+FP8_MODEL_NAME = "costmodel-fp8.json"
 
 
-def model_beside(folder: str | Path) -> Path:
-    """The cost model of a results folder: costmodel.json, else costmodel.json.gz, else (neither there) the path
-    costmodel.json would have."""
-    for name in MODEL_NAMES:
+def model_group(weights: str) -> str:
+    """The cost model a shape's weights are predicted by: "" (W in the input dtype) or "fp8" (any FP8 format)."""
+    return "fp8" if weights else ""
+
+
+def model_beside(folder: str | Path, weights: str = "") -> Path:
+    """The cost model of a results folder for ``weights`` (a shape's format, or the group "fp8"): costmodel.json, else
+    costmodel.json.gz, else (neither there) the path costmodel.json would have; costmodel-fp8.json[.gz] for FP8."""
+    base = FP8_MODEL_NAME if model_group(weights) else MODEL_NAME
+    for name in (base, base + ".gz"):
         if os.path.lexists(Path(folder) / name):
             return Path(folder) / name
-    return Path(folder) / MODEL_NAME
+    return Path(folder) / base
 
 
 # a file of a stamped run: <stem>-YYYYMMDD-HHMMSS<rest> (rest: .csv, -summary.md, .png, ...)

@@ -228,9 +228,9 @@ def test_model_steps_of_fp8_weights_keep_the_step_and_change_only_w():
 
 
 def test_a_budgeted_tune_of_fp8_weights_searches_the_fp8_families_against_dequantize(tmp_path):
-    """FP8 steps: only the families that read FP8 weights are searched (the cost model, trained on 16-bit weights,
-    plans them at the read floor without a warm start), the entries are FP8 ones, and the gains are against
-    dequantize + F.linear, the route's fallback for FP8 weights."""
+    """FP8 steps: only the families that read FP8 weights are searched, planned by the FP8 cost model gemvtune ships
+    (costmodel-fp8.json.gz: a predicted optimum above the read floor, where a plan without it takes the floor), the
+    entries are FP8 ones, and the gains are against dequantize + F.linear, the route's fallback for FP8 weights."""
     from fakes import Fp8Runner
 
     from gemvtune.tuning.tunemodel import report_lines
@@ -251,6 +251,10 @@ def test_a_budgeted_tune_of_fp8_weights_searches_the_fp8_families_against_dequan
     assert res.search_gain == pytest.approx(30.0 / 5.0)
     assert res.sixteen_bit_gain == pytest.approx(15.0 / 5.0)              # the fake's cuBLAS on 16-bit weights
     assert any(ln.startswith("4096x4096.e4m3-row: dequantize + F.linear 30.00 µs") for ln in lines), lines
+    floor = steps[0].shape.weight_bytes / runner.ceiling()["read_gbps"] * 1e-3
+    (best,) = [float(ln.split("best predicted ")[1].split()[0]) for ln in lines
+               if ln.startswith("4096x4096.e4m3-row: dequantize")]
+    assert best > 1.05 * floor, (best, floor)   # the FP8 model's prediction, not the read floor
     out = report_lines(res, 60.0)
     assert any("against dequantize + F.linear: predicted x" in ln and "measured x6.000 in the search" in ln
                for ln in out), out

@@ -25,7 +25,7 @@ def test_every_results_table_is_force_included_into_the_wheel():
     include = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["hatch"]["build"]["targets"]["wheel"][
         "force-include"]
     for p in sorted(RESULTS.glob("*/table.json")):
-        for name in ("table.json", "costmodel.json", "costmodel.json.gz"):
+        for name in ("table.json", "costmodel.json", "costmodel.json.gz", "costmodel-fp8.json", "costmodel-fp8.json.gz"):
             if (p.parent / name).exists():
                 src = f"results/{p.parent.name}/{name}"
                 assert include.get(src) == f"gemvtune/tables/{p.parent.name}/{name}", (src, include)
@@ -54,7 +54,7 @@ def _run(site, cwd, code, env=None):
 
 def test_the_wheel_holds_the_h200_table_and_cost_model_byte_for_byte(unpacked):
     tmp, names = unpacked
-    for name in ("table.json", "costmodel.json.gz"):
+    for name in ("table.json", "costmodel.json.gz", "costmodel-fp8.json.gz"):
         assert f"gemvtune/tables/nvidia-h200/{name}" in names
         assert (tmp / "site" / "gemvtune" / "tables" / "nvidia-h200" / name).read_bytes() == \
             (RESULTS / "nvidia-h200" / name).read_bytes()

@@ -5,29 +5,33 @@ shape, with their predicted µs and % of the read floor."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
 from ..errors import UsageError
 from ..kernels.shapes import MAX_BATCH, parse_shape
-from ..model import MODEL_NAME, MODEL_NAMES, model_beside
+from ..model import MODEL_NAME, model_beside
 from ..safefile import output_target
-from .options import DTYPE
+from .options import DTYPE, WEIGHTS_OPT
 
 
-def default_model() -> Path:
-    """The one results/<gpu>/costmodel.json (or .json.gz) under the working folder, else the one gemvtune ships."""
+def default_model(weights: str = "") -> Path:
+    """The one results/<gpu>/costmodel.json (or .json.gz; costmodel-fp8.json[.gz] for FP8 ``weights``) under the
+    working folder, else the one gemvtune ships."""
     from ..runtime.tables import shipped_root
     from ..workspace import results_root
 
-    def under(root: Path) -> list[Path]:   # one model per GPU folder (costmodel.json before its .gz)
-        return sorted({model_beside(p.parent) for name in MODEL_NAMES for p in root.glob(f"*/{name}")})
+    def under(root: Path) -> list[Path]:   # one model per GPU folder (the .json before its .gz)
+        return sorted({model_beside(p.parent, weights) for p in root.glob("*/costmodel*.json*")
+                       if model_beside(p.parent, weights).exists()})
 
+    name = model_beside(Path(), weights).name.removesuffix(".gz")
     shipped = shipped_root()
     found = under(results_root()) or (under(shipped) if shipped is not None else [])   # else the one shipped
     if not found:
-        raise UsageError(f"no cost model under results/*/{MODEL_NAME}[.gz]: fit one (gemvtune costmodel fit) or "
-                         f"pass --model")
+        raise UsageError(f"no cost model under results/*/{name}[.gz]: fit one (gemvtune costmodel fit"
+                         f"{' --fp8' if weights else ''}) or pass --model")
     if len(found) > 1:
         raise UsageError(f"several cost models ({', '.join(map(str, found))}): pick one with --model")
     return found[0]
@@ -38,46 +42,101 @@ def costmodel() -> None:
     """The learned cost model (LightGBM on every recorded measurement of a GPU)."""
 
 
+FP8_OPT = click.option("--fp8", is_flag=True, default=False,
+                       help="the model of FP8 weights (e4m3-row and e4m3-b128 searches; costmodel-fp8.json), apart "
+                            "from the 16-bit one")
+
+
 @costmodel.command("fit")
 @click.option("--results", "results_dir", default="results/nvidia-h200", show_default=True,
               help="a GPU's results folder: its measurements/, sweeps/ and searches/ are the training data")
 @click.option("--out", "out_path", default=None, help=f"model file (default RESULTS/{MODEL_NAME}, or the {MODEL_NAME}.gz there; a name ending in .gz is written compressed)")
 @click.option("--rounds", default=400, show_default=True, type=click.IntRange(10, 5000), help="boosting rounds")
-def fit_cmd(results_dir: str, out_path: str | None, rounds: int) -> None:
+@FP8_OPT
+def fit_cmd(results_dir: str, out_path: str | None, rounds: int, fp8: bool) -> None:
     """Fit the cost model on every verified measurement under RESULTS (sweeps and searches, every template
-    family and batch) and write it as JSON (LightGBM's text format inside; never serialized Python objects)."""
+    family and batch) and write it as JSON (LightGBM's text format inside; never serialized Python objects).
+    --fp8 fits the FP8 weights' model on their searches into costmodel-fp8.json (or its .gz there)."""
     import time
 
     from ..model import costmodel as cm
-    from ..model import dataset
+    from ..model.features import FP8
 
+    group = FP8 if fp8 else ""
     res = Path(results_dir)
     if not res.is_dir():
         raise UsageError(f"--results {res} is not a folder")
     if out_path == "":
         raise UsageError("--out: the path is empty")
-    out = Path(out_path) if out_path else model_beside(res)   # (refits the model there, compressed or not)
+    out = Path(out_path) if out_path else model_beside(res, group)   # (refits the model there, compressed or not)
     output_target(out, "--out")   # a FIFO, a device, a link to one: refused before the fit, never renamed over
     if not out.parent.is_dir():
         raise UsageError(f"--out {out}: no folder {out.parent}")
-    try:
-        ds = dataset.load(res)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
-    if ds.frame.empty:
-        raise UsageError(f"no usable measurement under {res}/sweeps or {res}/searches")
+    ds = _dataset(res, group)
     for line in ds.skipped:
         click.echo(f"skipped {line}")
     t = time.time()
     files = sorted(set(ds.frame["source"]))
     model = cm.fit(list(zip(ds.frame["config"], ds.frame["shape"])), ds.frame["rel"].to_numpy(), ds.sm_count,
-                   ds.gpu, ds.read_gbps, rounds=rounds,
+                   ds.gpu, ds.read_gbps, rounds=rounds, group=group,
                    meta={"results": str(res), "files": len(files), "shapes": len(ds.shapes),
                          "families": sorted(set(ds.frame["family"]))})
     model.save(out)
     counts = ds.frame.groupby("family").size().to_dict()
     click.echo(f"fitted on {len(ds.frame)} measurements ({', '.join(f'{k} {v}' for k, v in sorted(counts.items()))}) "
                f"of {len(ds.shapes)} shapes from {len(files)} files in {time.time() - t:.1f} s; wrote {out}")
+
+
+def _dataset(res: Path, group: str) -> Any:
+    """The training set of ``group``'s model under ``res``; one line where there is none."""
+    from ..model import dataset
+
+    try:
+        ds = dataset.training_set(res, group)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if ds.frame.empty or (group and not ds.frame["shape"].map(lambda s: bool(s.weights)).any()):
+        raise UsageError(f"no usable measurement{' of FP8 weights' if group else ''} under {res}/measurements, "
+                         f"sweeps or searches")
+    return ds
+
+
+@costmodel.command("loso")
+@click.option("--results", "results_dir", default="results/nvidia-h200", show_default=True,
+              help="a GPU's results folder (its training data)")
+@click.option("--top", "top_k", default=5, show_default=True, type=click.IntRange(1, 100),
+              help="k of the best-of-top-k column (what a warm-started search enqueues)")
+@click.option("--rounds", default=400, show_default=True, type=click.IntRange(10, 5000), help="boosting rounds")
+@click.option("--out", "out_path", default=None, help="CSV of the per-shape rows (default: only printed)")
+@FP8_OPT
+@click.option("--strict", is_flag=True, default=False,
+              help="with --fp8: hold out the M x d's 16-bit measurements too (a shape never measured in any format)")
+def loso_cmd(results_dir: str, top_k: int, rounds: int, out_path: str | None, fp8: bool, strict: bool) -> None:
+    """Leave one shape out: for each measured M x d, a model fitted without it (at any n) ranks that shape's
+    measured configs; its first pick is judged by its measured time against the fastest measured. The 16-bit
+    model is judged on the sweeps (every config of a grid); the FP8 one, without sweeps, on the FP8 searches,
+    holding out their M x d's FP8 measurements (--strict: its 16-bit ones too)."""
+    from ..cells import write_csv
+    from ..model import loso
+    from ..model.features import FP8
+
+    group = FP8 if fp8 else ""
+    if out_path is not None:
+        output_target(Path(out_path), "--out")
+    ds = _dataset(Path(results_dir), group)
+    # the 16-bit model on its sweeps (every config of a grid); the FP8 one on its searches (it has no sweeps)
+    kind = "search" if group else "sweep"
+    table, _ = loso.evaluate(ds, k=top_k, rounds=rounds, kind=kind, group=group, strict=strict, echo=click.echo)
+    if table.empty:
+        raise UsageError(f"no {kind} of two shapes or more to hold out under {results_dir}")
+    held = "every measurement of its M x d" if strict or not group else "its M x d's FP8 measurements"
+    click.echo(f"{len(table)} shapes held out ({kind}es; {held}): zero-trial pick median "
+               f"{table.pick_gap_pct.median():.1f}%, worst {table.pick_gap_pct.max():.1f}% from the fastest measured; "
+               f"best of the top {top_k} median {table[f'best_of_top{top_k}_gap_pct'].median():.1f}%, worst "
+               f"{table[f'best_of_top{top_k}_gap_pct'].max():.1f}%")
+    if out_path:
+        write_csv(table, Path(out_path), "leave-one-shape-out CSV", float_format="%.6g")
+        click.echo(f"wrote {out_path}")
 
 
 @costmodel.command("pack")
@@ -97,26 +156,35 @@ def pack_cmd(folder: str) -> None:
 @click.command("predict")
 @click.option("--shape", "shape_text", required=True, help="M x d, e.g. 5120x4096")
 @click.option("--batch", type=click.IntRange(1, MAX_BATCH), default=1, show_default=True, help="batch n")
-@click.option("--model", "model_path", default=None, help=f"model file (default: the one results/*/{MODEL_NAME}[.gz])")
+@click.option("--model", "model_path", default=None,
+              help=f"model file (default: the one results/*/{MODEL_NAME}[.gz], costmodel-fp8.json[.gz] for --weights)")
 @click.option("--family", "family_text", default=None,
-              help="template families to rank, comma-separated (default: every template family)")
+              help="template families to rank, comma-separated (default: every template family that reads the "
+                   "weights)")
 @click.option("--top", "top_k", default=10, show_default=True, type=click.IntRange(1, 1000))
 @DTYPE
+@WEIGHTS_OPT
 def predict(shape_text: str, batch: int, model_path: str | None, family_text: str | None, top_k: int,
-            dtype: str) -> None:
+            dtype: str, weights: str | None) -> None:
     """The valid configs the cost model predicts fastest for a shape, with predicted µs and % of the read
     floor (no GPU: a CPU-only machine can run it)."""
-    from ..kernels.families import FAMILIES, parse_families
+    from ..kernels.families import FAMILIES, families_for, parse_families
     from ..model import costmodel as cm
 
-    shape = parse_shape(shape_text, batch, dtype)
+    shape = parse_shape(shape_text, batch, dtype, weights or "")
     if dtype != "fp16":
         raise UsageError(f"the cost model is fitted on FP16 measurements only; it predicts nothing for {dtype}")
-    names = parse_families(family_text) if family_text else tuple(n for n, f in FAMILIES.items() if not f.library)
+    names = parse_families(family_text) if family_text else tuple(n for n in families_for(shape)
+                                                                   if not FAMILIES[n].library)
     lib = [n for n in names if FAMILIES[n].library]
     if lib:
         raise UsageError(f"the cost model ranks template families, not {', '.join(lib)} (a library's algorithms)")
-    model = cm.load(model_path or default_model())
+    model = cm.load(model_path or default_model(shape.weights))
+    other = [n for n in names if n not in model.families]
+    if other:
+        raise UsageError(f"the {'FP8' if model.group else '16-bit'} cost model has no features for "
+                         f"{', '.join(other)} (it ranks {', '.join(model.families)}; "
+                         f"{'drop --weights' if model.group else '--weights picks the FP8 model'})")
     configs = [c for n in names for c in FAMILIES[n].all_configs() if c.is_valid(shape)]
     if not configs:
         raise UsageError(f"no valid config of {', '.join(names)} for {shape}")

@@ -191,6 +191,12 @@ class ConfigBase:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)  # type: ignore[call-overload]
 
+    def sixteen_bit(self) -> tuple[str, dict[str, Any]]:
+        """(family, parameter values in its domains) this config is described as among the cost model's features
+        (``gemvtune.model.features``): itself, for a family of 16-bit weights; for an FP8 family, the 16-bit sibling
+        that reads the same bytes per load."""
+        return self.family, {k: getattr(self, k) for k in self.DOMAINS}
+
     @classmethod
     def from_dict(cls, data: Any) -> Any:
         fam = cls.family

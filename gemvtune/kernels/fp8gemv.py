@@ -17,6 +17,8 @@ from typing import Any
 from .arch import DEFAULT as DEFAULT_ARCH
 from .arch import Arch
 from .configbase import ConfigBase, parse_config_text, sample_of, valid_of
+from .gemv import NAME as GEMV_NAME
+from .gemv import VEC_ELEMS as GEMV_VEC_ELEMS
 from .shapes import FP8_LAYOUTS, Shape
 
 NAME = "fp8gemv"
@@ -63,6 +65,13 @@ class Fp8GemvConfig(ConfigBase):
     @property
     def rows_per_block(self) -> int:
         return self.block // self.tpr
+
+    def sixteen_bit(self) -> tuple[str, dict[str, Any]]:
+        """The GEMV config of the same block, threads per row, bytes per load, unroll and hint (its x through
+        ``ldg``, FP32 accumulation, no split of d, as this family's kernel has)."""
+        vec = next(v for v, e in GEMV_VEC_ELEMS.items() if 2 * e == self.vec)
+        return GEMV_NAME, {"block": self.block, "vec": vec, "acc": "fp32", "tpr": self.tpr, "unroll": self.unroll,
+                           "split_k": 1, "hint": self.hint, "x_load": "ldg", "pdl": "off", "occ": "auto"}
 
     @property
     def loads_in_flight(self) -> int:

@@ -27,6 +27,7 @@ from .arch import DEFAULT as DEFAULT_ARCH
 from .arch import Arch
 from .configbase import valid_of
 from .mma import DOMAINS as MMA_DOMAINS
+from .mma import NAME as MMA_NAME
 from .mma import MmaConfig
 from .shapes import FP8_LAYOUTS, Shape
 
@@ -53,6 +54,10 @@ class Fp8MmaConfig(MmaConfig):
     WEIGHTS = tuple(FP8_LAYOUTS)
     NEEDS = ("fp8.e4m3",)
     kernel_name = MAIN_KERNEL
+
+    def sixteen_bit(self) -> tuple[str, dict[str, Any]]:
+        """The mma config of the same fields: the same tiling of 16-byte pieces (kv counts pieces in both)."""
+        return MMA_NAME, {k: getattr(self, k) for k in MMA_DOMAINS}
 
     @property
     def kchunk(self) -> int:

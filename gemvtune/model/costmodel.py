@@ -2,7 +2,9 @@
 (``gemvtune.model.features``) to log(time / read floor), fitted on a GPU's recorded measurements
 (``gemvtune.model.dataset``). The file is JSON holding LightGBM's own text format of the trees, the feature
 columns, the GPU and the read ceiling it was fitted with: data that loading parses, never executes (a
-serialized Python object or a malformed file is refused with one line)."""
+serialized Python object or a malformed file is refused with one line). A model predicts one group of weights
+(``features.GROUPS``): W in the input dtype (``costmodel.json``), or FP8 codes and scales (``costmodel-fp8.json``,
+its file names the group as ``"weights": "fp8"``; a 16-bit model's file has no such key, as before FP8 came)."""
 
 from __future__ import annotations
 
@@ -52,12 +54,18 @@ class CostModel:
     sm_count: int
     read_gbps: float
     meta: dict[str, Any]
+    group: str = ""   # the weights it predicts: "" (the input dtype) or "fp8" (features.GROUPS)
+
+    @property
+    def families(self) -> tuple[str, ...]:
+        """The template families it has features for."""
+        return features.families(self.group)
 
     def predict_rel(self, points: list[tuple[Any, Shape]]) -> np.ndarray:
         """Predicted time / read floor of each (config, shape)."""
         if not points:
             return np.zeros(0)
-        X = features.frame(points, self.sm_count)
+        X = features.frame(points, self.sm_count, self.group)
         return np.exp(self.booster.predict(X.to_numpy(), num_threads=PARAMS["num_threads"]))
 
     def floor_us(self, shape: Shape) -> float:
@@ -77,9 +85,10 @@ class CostModel:
     # ---- the file ------------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
         return {"format": FORMAT, "version": VERSION, "gpu": self.gpu, "sm_count": self.sm_count,
-                "read_gbps": self.read_gbps, "columns": features.columns(),
+                "read_gbps": self.read_gbps, "columns": features.columns(self.group),
                 "target": "log(us / read floor); floor = weight bytes / read_gbps", "params": PARAMS,
-                "meta": self.meta, "lightgbm": self.booster.model_to_string()}
+                "meta": self.meta, "lightgbm": self.booster.model_to_string(),
+                **({"weights": self.group} if self.group else {})}
 
     def save(self, path: str | Path) -> None:
         from ..safefile import atomic_write
@@ -98,21 +107,21 @@ class CostModel:
 
 
 def fit(points: list[tuple[Any, Shape]], rel: np.ndarray, sm_count: int, gpu: str, read_gbps: float,
-        meta: dict[str, Any] | None = None, rounds: int = ROUNDS) -> CostModel:
-    """Fit on (config, shape) points and their measured time / read floor."""
+        meta: dict[str, Any] | None = None, rounds: int = ROUNDS, group: str = "") -> CostModel:
+    """Fit the model of ``group`` on (config, shape) points and their measured time / read floor."""
     lgb = _lgb()
     if len(points) != len(rel) or not len(points):
         raise UsageError(f"cost model: {len(points)} points and {len(rel)} times: nothing to fit")
-    X = features.frame(points, sm_count).to_numpy()
-    data = lgb.Dataset(X, label=np.log(np.asarray(rel, dtype=np.float64)), feature_name=_safe_names(),
+    X = features.frame(points, sm_count, group).to_numpy()
+    data = lgb.Dataset(X, label=np.log(np.asarray(rel, dtype=np.float64)), feature_name=_safe_names(group),
                        free_raw_data=True)
     booster = lgb.train(PARAMS, data, num_boost_round=rounds)
-    return CostModel(booster, gpu, sm_count, float(read_gbps), dict(meta or {}, rows=len(points)))
+    return CostModel(booster, gpu, sm_count, float(read_gbps), dict(meta or {}, rows=len(points)), group)
 
 
-def _safe_names() -> list[str]:
+def _safe_names(group: str = "") -> list[str]:
     """LightGBM's feature names (no dots or special characters in them)."""
-    return [c.replace(".", "__") for c in features.columns()]
+    return [c.replace(".", "__") for c in features.columns(group)]
 
 
 def load(path: str | Path) -> CostModel:
@@ -128,7 +137,12 @@ def load(path: str | Path) -> CostModel:
         raise UsageError(f"cost model {p}: not a gemvtune cost model (format is not {FORMAT!r})")
     if data.get("version") != VERSION:
         raise UsageError(f"cost model {p}: version {data.get('version')!r}, this gemvtune reads {VERSION}")
-    if data.get("columns") != features.columns():
+    group = data.get("weights", "")
+    if group not in features.GROUPS:
+        raise UsageError(f"cost model {p}: weights {str(group)[:40]!r} is not one this gemvtune models "
+                         f"(none: 16-bit; {features.FP8!r})")
+    cols = features.columns(group)
+    if data.get("columns") != cols:
         raise UsageError(f"cost model {p}: fitted on other features than this gemvtune's; refit it "
                          f"(gemvtune costmodel fit)")
     sm, gbps, text = data.get("sm_count"), data.get("read_gbps"), data.get("lightgbm")
@@ -138,13 +152,13 @@ def load(path: str | Path) -> CostModel:
         raise UsageError(f"cost model {p}: read_gbps {gbps!r} is not a positive number")
     if not isinstance(text, str) or not text.startswith("tree\n"):
         raise UsageError(f"cost model {p}: the trees are missing or not LightGBM's text format")
-    check_model_text(text, len(features.columns()), f"cost model {p}")   # before LightGBM's C++ sees it
+    check_model_text(text, len(cols), f"cost model {p}")   # before LightGBM's C++ sees it
     lgb = _lgb()
     try:
         booster = lgb.Booster(model_str=text)
     except Exception as e:   # LightGBM's parser: LightGBMError or worse on a damaged text
         raise UsageError(f"cost model {p}: LightGBM cannot read its trees ({_first_line(e)})") from None
-    if booster.num_feature() != len(features.columns()):
-        raise UsageError(f"cost model {p}: its trees take {booster.num_feature()} features, not {len(features.columns())}")
+    if booster.num_feature() != len(cols):
+        raise UsageError(f"cost model {p}: its trees take {booster.num_feature()} features, not {len(cols)}")
     meta: dict[str, Any] = data["meta"] if isinstance(data.get("meta"), dict) else {}
-    return CostModel(booster, str(data.get("gpu", ""))[:200], sm, float(gbps), meta)
+    return CostModel(booster, str(data.get("gpu", ""))[:200], sm, float(gbps), meta, group)

@@ -1,6 +1,6 @@
 """The cost model's training data: every verified, timed measurement a GPU's results folder records, from
 the sweeps (``sweep-*.csv.gz``, the GEMV family's grids at n = 1) and the searches
-(``search-*.csv[.gz]``, every family and batch), in ``measurements/`` (the committed data, compressed; the searches
+(``search-*.csv[.gz]``, every family, batch, dtype and weight format), in ``measurements/`` (the committed data, compressed; the searches
 packed in one archive, ``model.archive``) and in the ``sweeps/`` and ``searches/`` folders runs write. One row per (source, config, shape): the config (any
 template family), the shape, the µs and the time relative to that run's read floor (``100 / pct_ceiling``:
 the floor is the weight bytes over the read ceiling measured in the same run), and where it came from.
@@ -25,7 +25,8 @@ from ..kernels.families import DEFAULT_FAMILY, FAMILIES, config_from_dict
 from ..kernels.shapes import Shape
 from ..workspace import Workspace
 
-_NAME = re.compile(r"^(?:sweep|search)-(\d+)x(\d+)x(\d+)(?:-(bf16))?(?:-\d{8}-\d{6})?\.csv(?:\.gz)?$", re.ASCII)
+_NAME = re.compile(r"^(?:sweep|search)-(\d+)x(\d+)x(\d+)(?:-(bf16))?(?:-(e4m3-row|e4m3-b128))?(?:-\d{8}-\d{6})?"
+                   r"\.csv(?:\.gz)?$", re.ASCII)
 
 
 @dataclass
@@ -47,7 +48,7 @@ def _rows(name: str, raw: bytes, kind: str) -> list[dict[str, Any]]:
     m = _NAME.match(name)
     if m is None:
         raise ValueError("not a sweep or search CSV name")
-    shape = Shape(int(m.group(1)), int(m.group(2)), int(m.group(3)), m.group(4) or "fp16")
+    shape = Shape(int(m.group(1)), int(m.group(2)), int(m.group(3)), m.group(4) or "fp16", m.group(5) or "")
     df = pd.read_csv(io.BytesIO(raw), low_memory=False)
     if "status" not in df or "pct_ceiling" not in df or "us_median" not in df:
         raise ValueError("no status, us_median or pct_ceiling column")
@@ -133,9 +134,13 @@ def _gpu(results: Path) -> tuple[int, str, float]:
     return sm, name, float(sorted(ceilings)[len(ceilings) // 2])
 
 
-def load(results: str | Path, sweeps: bool = True, searches: bool = True, dtype: str = "fp16") -> Dataset:
-    """Every usable measurement of ``dtype`` inputs under a GPU's results folder (``results/<gpu>``): one model
-    per dtype (the model has no dtype feature; FP16 is what every recorded sweep measured)."""
+def load(results: str | Path, sweeps: bool = True, searches: bool = True, dtype: str = "fp16",
+         weights: str = "") -> Dataset:
+    """Every usable measurement of ``dtype`` inputs under a GPU's results folder (``results/<gpu>``) whose weights
+    are of the model group ``weights`` ("": the input dtype; "fp8": either FP8 format, ``features.GROUPS``): one model
+    per dtype and group (the model has no dtype feature; FP16 is what every recorded sweep measured)."""
+    from ..workspace import model_group
+
     results = Path(results)
     sm, gpu, gbps = _gpu(results)
     rows: list[dict[str, Any]] = []
@@ -144,7 +149,7 @@ def load(results: str | Path, sweeps: bool = True, searches: bool = True, dtype:
             ([(src, "search") for src in _files(results, "search", skipped=skipped)] if searches else [])
     for (name, read), kind in files:
         m = _NAME.match(name)
-        if m is not None and (m.group(4) or "fp16") != dtype:
+        if m is not None and ((m.group(4) or "fp16") != dtype or model_group(m.group(5) or "") != weights):
             continue
         try:
             rows += _rows(name, read(), kind)
@@ -152,3 +157,15 @@ def load(results: str | Path, sweeps: bool = True, searches: bool = True, dtype:
             skipped.append(f"{name}: {e}")
     frame = pd.DataFrame(rows, columns=["config", "shape", "family", "us", "rel", "source", "kind"])
     return Dataset(frame, sm, gpu, gbps, skipped)
+
+
+def training_set(results: str | Path, group: str = "") -> Dataset:
+    """What the model of ``group`` is fitted on: the FP16 measurements of 16-bit weights, and for the FP8 model
+    (``features.FP8``) the FP8 weights' measurements beside them (it describes FP8 configs as their 16-bit siblings,
+    so the 16-bit data teach it what a config's shape of work costs)."""
+    ds = load(results)
+    if not group:
+        return ds
+    fp8 = load(results, weights=group)
+    return Dataset(pd.concat([ds.frame, fp8.frame], ignore_index=True), ds.sm_count, ds.gpu, ds.read_gbps,
+                   ds.skipped + [s for s in fp8.skipped if s not in ds.skipped])

@@ -3,7 +3,15 @@ parameter of every template family (numbers as numbers, choices as their index i
 family lacks the parameter) and derived values the hardware sees (threads and blocks, waves over the SMs and
 the last wave's fill, rows per block, the split of d, bytes per load, W loads in flight per thread, W bytes
 per thread, dynamic shared memory). Pure and deterministic: the same points give the same frame, column
-order included."""
+order included.
+
+Two models, two frames (``GROUPS``). The 16-bit one ("") knows the template families reading W in the input dtype;
+its columns are the committed model's, unchanged since FP8 came. The FP8 one ("fp8") is fitted on the 16-bit
+measurements and the FP8 ones together: an FP8 config is described as its 16-bit sibling reading the same bytes per
+load (``ConfigBase.sixteen_bit``: fp8mma as mma, whose 16-byte pieces it shares; fp8gemv as a GEMV of the same block,
+threads per row, bytes per load, unroll and hint), with two more columns saying the weights are FP8 and the d one
+scale covers.
+Held out shape by shape, that transfer is what makes the FP8 model usable at all (docs/design-notes.md#cost-model)."""
 
 from __future__ import annotations
 
@@ -15,31 +23,36 @@ import numpy as np
 import pandas as pd
 
 from ..kernels.families import FAMILIES, family_of
-from ..kernels.shapes import Shape
+from ..kernels.shapes import FP8_LAYOUTS, Shape
+from ..workspace import model_group
 
-# The template families the model knows (a library family's algorithms have no parameters to learn from), those of
-# FP16/BF16 weights: a family of FP8 weights only has no measurement to learn from yet (its columns would change the
-# committed models' frame).
+# The template families of the 16-bit model (a library family's algorithms have no parameters to learn from)
 TEMPLATE_FAMILIES = tuple(name for name, fam in FAMILIES.items() if not fam.library and "" in fam.config_cls.WEIGHTS)
-
-
-def modelled(family: str) -> bool:
-    """Whether the model has features for configs of ``family``."""
-    return family in TEMPLATE_FAMILIES
+FP8 = "fp8"
+FP8_FAMILIES = tuple(name for name, fam in FAMILIES.items()
+                     if not fam.library and any(w in FP8_LAYOUTS for w in fam.config_cls.WEIGHTS))
+GROUPS = ("", FP8)
+def families(group: str = "") -> tuple[str, ...]:
+    """The template families the model of ``group`` ("" or "fp8") has features for."""
+    if group not in GROUPS:
+        raise ValueError(f"no cost model of weights {group!r} (one of: 16-bit, fp8)")
+    return (*TEMPLATE_FAMILIES, *FP8_FAMILIES) if group else TEMPLATE_FAMILIES
 
 
 SHAPE_COLUMNS = ("M", "d", "n", "log2_bytes")
+FP8_COLUMNS = ("fp8", "scale_d")   # 1 for FP8 weights; the d one FP32 scale covers (row: d, b128: 128; 16-bit: 0)
 DERIVED_COLUMNS = ("threads", "blocks", "blocks_per_sm", "last_wave_fill", "rows_per_block", "split",
                    "bytes_per_load", "loads_in_flight", "w_bytes_per_thread", "dyn_smem", "n_tiles")
 
 
 def param_columns() -> list[str]:
-    """``family.param`` for every parameter of every template family, in registry then domain order."""
+    """``family.param`` for every parameter of every 16-bit template family, in registry then domain order."""
     return [f"{name}.{k}" for name in TEMPLATE_FAMILIES for k in FAMILIES[name].domains]
 
 
-def columns() -> list[str]:
-    return [*SHAPE_COLUMNS, "family", *param_columns(), *DERIVED_COLUMNS]
+def columns(group: str = "") -> list[str]:
+    families(group)   # (an unknown group: ValueError)
+    return [*SHAPE_COLUMNS, *(FP8_COLUMNS if group else ()), "family", *param_columns(), *DERIVED_COLUMNS]
 
 
 def _code(value: Any, domain: Sequence[Any]) -> float:
@@ -49,16 +62,29 @@ def _code(value: Any, domain: Sequence[Any]) -> float:
     return float(list(domain).index(value))
 
 
-def row(config: Any, shape: Shape, sm_count: int) -> dict[str, float]:
-    """The feature values of one point (a dict keyed by ``columns()``)."""
+def scale_d(shape: Shape) -> int:
+    """The d one FP32 scale of FP8 weights covers (0 for W in the input dtype)."""
+    return {"row": shape.d, "block128": 128}.get(shape.fp8_layout, 0)
+
+
+def row(config: Any, shape: Shape, sm_count: int, group: str = "") -> dict[str, float]:
+    """The feature values of one point for the model of ``group`` (a dict keyed by ``columns(group)``). The 16-bit
+    model has no features for FP8 weights (ValueError: a model never predicts outside its data)."""
     fam = family_of(config)
-    if fam.library or fam.name not in TEMPLATE_FAMILIES:
-        raise ValueError(f"the cost model has no features for the {fam.kind} family {fam.name}")
-    out: dict[str, float] = dict.fromkeys(columns(), math.nan)
+    if model_group(shape.weights) and not group:
+        raise ValueError(f"the 16-bit cost model has no features for {shape} ({shape.weights} weights): the FP8 "
+                         f"model predicts them")
+    if fam.library or fam.name not in families(group):
+        raise ValueError(f"the cost model has no features for the {fam.kind} family {fam.name}"
+                         + ("" if group else " (the FP8 model has)" if fam.name in FP8_FAMILIES else ""))
+    name, params = config.sixteen_bit()
+    out: dict[str, float] = dict.fromkeys(columns(group), math.nan)
     out.update(M=float(shape.M), d=float(shape.d), n=float(shape.n), log2_bytes=math.log2(shape.weight_bytes),
-               family=float(TEMPLATE_FAMILIES.index(fam.name)))
-    for k, domain in fam.domains.items():
-        out[f"{fam.name}.{k}"] = _code(getattr(config, k), domain)
+               family=float(TEMPLATE_FAMILIES.index(name)))
+    if group:
+        out.update(fp8=1.0 if shape.weights else 0.0, scale_d=float(scale_d(shape)))
+    for k, domain in FAMILIES[name].domains.items():
+        out[f"{name}.{k}"] = _code(params[k], domain)
     grid = config.grid(shape)
     blocks = grid[0] * grid[1] * grid[2]
     threads = int(config.block)
@@ -73,7 +99,7 @@ def row(config: Any, shape: Shape, sm_count: int) -> dict[str, float]:
     return out
 
 
-def frame(points: Iterable[tuple[Any, Shape]], sm_count: int) -> pd.DataFrame:
-    """The feature frame of (config, shape) points, one row each, columns in ``columns()`` order."""
-    rows = [row(c, s, sm_count) for c, s in points]
-    return pd.DataFrame(rows, columns=columns(), dtype=np.float64)
+def frame(points: Iterable[tuple[Any, Shape]], sm_count: int, group: str = "") -> pd.DataFrame:
+    """The feature frame of (config, shape) points of ``group``, one row each, columns in ``columns(group)`` order."""
+    rows = [row(c, s, sm_count, group) for c, s in points]
+    return pd.DataFrame(rows, columns=columns(group), dtype=np.float64)

@@ -1,6 +1,7 @@
-"""Leave-one-shape-out evaluation of the cost model on the recorded sweeps: for each swept shape, a model
-fitted on every measurement except that M x d's (at any n) ranks the sweep's configs; the zero-trial pick is
-its first, judged by the time the sweep measured for it against the sweep's optimum. The held-out model's
+"""Leave-one-shape-out evaluation of the cost model on the recorded sweeps (or, for a model without sweeps such as
+the FP8 one, its searches): for each such shape, a model fitted on every measurement except that M x d's (at any n)
+ranks the configs measured there; the zero-trial pick is its first, judged by the time measured for it against the
+fastest measured. The held-out model's
 top-k are also what a warm-started search of that shape enqueues (``gemvtune study --costmodel``)."""
 
 from __future__ import annotations
@@ -12,35 +13,47 @@ import numpy as np
 import pandas as pd
 
 from ..kernels.shapes import Shape
+from ..workspace import model_group
 from .costmodel import ROUNDS, CostModel, fit
 from .dataset import Dataset
 
 
-def sweep_shapes(ds: Dataset) -> list[Shape]:
-    return sorted(set(ds.frame.loc[ds.frame["kind"] == "sweep", "shape"]), key=lambda s: (s.M, s.d))
+def sweep_shapes(ds: Dataset, kind: str = "sweep", group: str = "") -> list[Shape]:
+    """The shapes of weights of ``group`` ("" or "fp8") the data hold ``kind`` ("sweep" or "search") measurements of."""
+    fr = ds.frame[ds.frame["kind"] == kind]
+    return sorted({s for s in fr["shape"] if model_group(s.weights) == group}, key=lambda s: (s.M, s.d, s.n))
 
 
-def holdout_model(ds: Dataset, shape: Shape, rounds: int = ROUNDS) -> CostModel:
-    """A model that never saw ``shape``'s M x d (at any n)."""
-    keep = [not (s.M == shape.M and s.d == shape.d) for s in ds.frame["shape"]]
+def holdout_model(ds: Dataset, shape: Shape, rounds: int = ROUNDS, strict: bool = True) -> CostModel:
+    """A model of ``shape``'s weights that never saw its M x d (at any n): no measurement of it at all (``strict``),
+    or none of its weights' group (the FP8 model keeping the M x d's 16-bit measurements)."""
+    group = model_group(shape.weights)
+    keep = [not (s.M == shape.M and s.d == shape.d and (strict or model_group(s.weights) == group))
+            for s in ds.frame["shape"]]
     train = ds.frame[keep]
+    if train.empty:
+        raise ValueError(f"nothing left to fit without {shape.M}x{shape.d}")
     return fit(list(zip(train["config"], train["shape"])), train["rel"].to_numpy(), ds.sm_count, ds.gpu,
-               ds.read_gbps, meta={"held_out": str(shape)}, rounds=rounds)
+               ds.read_gbps, meta={"held_out": str(shape)}, rounds=rounds, group=group)
 
 
 def evaluate(ds: Dataset, k: int = 5, rounds: int = ROUNDS, shapes: list[Shape] | None = None,
-             echo: Callable[[str], None] = print) -> tuple[pd.DataFrame, dict[str, list[dict[str, Any]]]]:
-    """(one row per held-out sweep shape, {shape: the held-out model's top-k configs as parameter dicts})."""
+             echo: Callable[[str], None] = print, kind: str = "sweep", group: str = "", strict: bool = True
+             ) -> tuple[pd.DataFrame, dict[str, list[dict[str, Any]]]]:
+    """(one row per held-out shape of ``group``'s ``kind`` measurements, {shape: the held-out model's top-k configs
+    as parameter dicts}); a shape whose M x d is all the group's data is not held out (nothing would be left)."""
     rows, warm = [], {}
-    for shape in shapes or sweep_shapes(ds):
-        sweep = ds.frame[(ds.frame["kind"] == "sweep") & (ds.frame["shape"] == shape)]
+    for shape in shapes or sweep_shapes(ds, kind, group):
+        if all(s.M == shape.M and s.d == shape.d for s in ds.frame["shape"] if model_group(s.weights) == group):
+            continue
+        sweep = ds.frame[(ds.frame["kind"] == kind) & (ds.frame["shape"] == shape)]
         by_label: dict[str, tuple[Any, float]] = {}
         for c, us in zip(sweep["config"], sweep["us"]):
             if c.label not in by_label or us < by_label[c.label][1]:
                 by_label[c.label] = (c, float(us))
         configs = [c for c, _ in by_label.values()]
         true = np.array([us for _, us in by_label.values()])
-        model = holdout_model(ds, shape, rounds)
+        model = holdout_model(ds, shape, rounds, strict)
         pred = model.predict_us([(c, shape) for c in configs])
         order = np.argsort(pred, kind="stable")   # (CostModel.rank's order, from the one prediction)
         opt = float(true.min())

@@ -12,7 +12,6 @@ from typing import Any
 from ..errors import UsageError
 from ..kernels.families import FAMILIES
 from ..kernels.shapes import Shape
-from . import features
 
 
 def warm_start(model_path: Path, shape: Shape, families: tuple[str, ...], domains: Callable[[str], dict[str, Any]],
@@ -36,7 +35,7 @@ def warm_start(model_path: Path, shape: Shape, families: tuple[str, ...], domain
     out = {}
     for fam in families:
         f = FAMILIES[fam]
-        if f.library or not f.config_cls.reads(shape) or not features.modelled(fam):
+        if f.library or not f.config_cls.reads(shape) or fam not in model.families:
             continue
         space = domains(fam)
         names = list(space)

@@ -110,16 +110,15 @@ class Prediction:
 def predict(model: Any, shape: Shape, families: Sequence[str], read_gbps: float, k: int = SAMPLE,
             arch: Any = None) -> dict[str, Prediction]:
     """Per template family, the cost model's fastest over a sample of its valid space, as a multiple of the read floor
-    at this GPU's measured ceiling ``read_gbps``. Without any model, or for a family the model has no features for
-    (the FP8 families: ``features.modelled``), the family's optimum is taken as the read floor with no warm start:
-    the plan then favours the shapes where the baseline is furthest from the floor."""
-    from ..model.features import modelled
-
+    at this GPU's measured ceiling ``read_gbps``; ``model`` is the one of the shape's weights (16-bit or FP8:
+    ``features.GROUPS``). Without any model, or for a family the model has no features for, the family's optimum is
+    taken as the read floor with no warm start: the plan then favours the shapes where the baseline is furthest from
+    the floor."""
     out = {}
     for f in families:
         if FAMILIES[f].library or not FAMILIES[f].config_cls.reads(shape):   # (FP8 weights or not: another family's)
             continue
-        if model is None or not modelled(f):
+        if model is None or f not in model.families:
             out[f] = Prediction(shape.weight_bytes / read_gbps * 1e-3, ())
             continue
         configs = sample_valid(f, shape, k, arch=arch)

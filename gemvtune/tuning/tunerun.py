@@ -20,6 +20,7 @@ from typing import Any
 
 from ..kernels.families import FAMILIES, families_for
 from ..kernels.shapes import Shape
+from ..workspace import model_group
 from .budget import Item, Plan, allocate
 from .search_options import SearchOptions
 from .tuneplan import SHAPE_S, TRIAL_S, cublas_us, items_for, load_curve, predict
@@ -51,11 +52,11 @@ class TuneResult:
     sixteen_bit_gain: float | None = None   # FP8 steps: against cuBLAS on the 16-bit weights, by the table's times
 
 
-def _models(out: Path, gpu: str) -> tuple[list[Any], Any]:
+def _models(out: Path, gpu: str, group: str = "") -> tuple[list[Any], Any]:
     """(the tables to learn cuBLAS's times from: the results folder's, then the one gemvtune ships for this GPU;
-    the cost model: the results folder's, else the one shipped for this GPU, else one shipped for another GPU (its
-    predictions are relative to the read floor, which the plan takes at this GPU's measured ceiling); None where
-    there is none or LightGBM is missing)."""
+    the cost model of ``group``'s weights ("" or "fp8"): the results folder's, else the one shipped for this GPU,
+    else one shipped for another GPU (its predictions are relative to the read floor, which the plan takes at this
+    GPU's measured ceiling); None where there is none or LightGBM is missing)."""
     from ..errors import UsageError
     from ..runtime.table import load_table
     from ..runtime.tables import shipped_root
@@ -70,14 +71,17 @@ def _models(out: Path, gpu: str) -> tuple[list[Any], Any]:
             except UsageError:
                 continue
     model = None
-    others = sorted(p.parent for p in root.glob("*/costmodel.json*")) if root else []
+    others = sorted({p.parent for p in root.glob("*/costmodel*.json*")}) if root else []
     for folder in (out, (root / gpu_slug(gpu)) if root else None, *others):   # another GPU's: the prior
-        if folder is None or not model_beside(folder).exists():
+        if folder is None or not model_beside(folder, group).exists():
             continue
         try:
             from ..model import costmodel as cm
 
-            model = cm.load(model_beside(folder))
+            model = cm.load(model_beside(folder, group))
+            if model.group != group:   # (a file of the other group's name: not this group's model)
+                model = None
+                continue
             break
         except UsageError:
             continue
@@ -141,9 +145,13 @@ def run_tune(runner: Any, steps: Sequence[Step], budget_s: float, opts: SearchOp
                                                   f"{len(state.done)} shapes done)" if how == "resumed" else ""))
     ceiling = runner.ceiling()
     read_gbps = float(ceiling["read_gbps"])
-    have, model = _models(out, dev.get("name", ""))
+    groups = sorted({model_group(s.shape.weights) for s in steps})
+    have, model = _models(out, dev.get("name", ""), groups[0] if groups else "")
+    models = {groups[0] if groups else "": model}
+    for g in groups[1:]:
+        models[g] = _models(out, dev.get("name", ""), g)[1]
     own = _own_entries(table)
-    curve = load_curve(_slug(dev), warm=model is not None)
+    curve = load_curve(_slug(dev), warm=any(m is not None for m in models.values()))
     searchable = [f for f in opts.families if not FAMILIES[f].library]
     library = [f for f in opts.families if FAMILIES[f].library]
     spent0 = state.spent_s
@@ -166,7 +174,7 @@ def run_tune(runner: Any, steps: Sequence[Step], budget_s: float, opts: SearchOp
         sh = st.shape
         base[sh], where = cublas_us(have, sh, read_gbps, runner)
         if sh in todo:
-            preds[sh] = predict(model, sh, searchable, read_gbps, arch=search_arch(runner))
+            preds[sh] = predict(models[model_group(sh.weights)], sh, searchable, read_gbps, arch=search_arch(runner))
             best = min((p.optimum_us for p in preds[sh].values()), default=None)
             echo(f"{sh}: {baseline_of([st])} {base[sh]:.2f} µs ({where})"
                  + (f", best predicted {best:.2f} µs" if best else ""))
