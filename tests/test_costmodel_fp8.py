@@ -181,6 +181,8 @@ def test_fit_loso_and_predict_commands(fp8_results, tmp_path):
                   str(tmp_path / "l.csv")])
     assert r.exit_code == 0, r.output
     assert "4 shapes held out (searches; its M x d's FP8 measurements)" in r.output and (tmp_path / "l.csv").is_file()
+    r = run(cli, ["costmodel", "loso", "--strict", "--results", str(root)])
+    assert r.exit_code != 0 and "give --fp8 with it" in str(r.exception)
     empty = tmp_path / "empty"
     (empty / "sweeps").mkdir(parents=True)
     for ext in (".csv.gz", ".json"):

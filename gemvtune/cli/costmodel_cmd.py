@@ -120,6 +120,9 @@ def loso_cmd(results_dir: str, top_k: int, rounds: int, out_path: str | None, fp
     from ..model import loso
     from ..model.features import FP8
 
+    if strict and not fp8:
+        raise UsageError("--strict holds out an FP8 shape's 16-bit measurements too: give --fp8 with it (the 16-bit "
+                         "model's shapes are always held out whole)")
     group = FP8 if fp8 else ""
     if out_path is not None:
         output_target(Path(out_path), "--out")
