@@ -92,6 +92,7 @@ def test_load_table_with_no_path_loads_the_shipped_table_outside_the_checkout(un
 
     r = _run(site, tmp_path, "import gemvtune; gemvtune.load_table(gpu='NVIDIA B200')")
     assert r.returncode != 0 and "no table for NVIDIA B200" in r.stderr and "ships tables only for nvidia-h200" in r.stderr
+    assert "gemvtune tune --hf-config" in r.stderr
 
 
 def test_which_table_says_which_table_would_load(tmp_path, monkeypatch):

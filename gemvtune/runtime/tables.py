@@ -53,8 +53,9 @@ def find_table(gpu: str) -> Found:
     if root is not None and (shipped := Workspace(root / gpu_slug(gpu)).table).is_file():
         return Found(shipped, "shipped", gpu)
     have = ", ".join(shipped_gpus()) or "none"
-    raise UsageError(f"no table for {gpu}: none at {own}, and gemvtune ships tables only for {have}. Tune one "
-                     f"(gemvtune search --shape MxD writes {own}), or load another GPU's table by its path")
+    raise UsageError(f"no table for {gpu}: none at {own}, and gemvtune ships tables only for {have}. Tune one for "
+                     f"your model (gemvtune tune --hf-config config.json --batch 1,2,4,8,16 --budget 5m writes {own}, "
+                     f"planned by the shipped cost model), or load another GPU's table by its path")
 
 
 def current_gpu_name() -> str:
