@@ -23,7 +23,7 @@ import pandas as pd
 from ..errors import UsageError
 from ..kernels.families import DEFAULT_FAMILY, FAMILIES, config_from_dict
 from ..kernels.shapes import Shape
-from ..workspace import Workspace
+from ..workspace import Workspace, model_group
 
 _NAME = re.compile(r"^(?:sweep|search)-(\d+)x(\d+)x(\d+)(?:-(bf16))?(?:-(e4m3-row|e4m3-b128))?(?:-\d{8}-\d{6})?"
                    r"\.csv(?:\.gz)?$", re.ASCII)
@@ -139,8 +139,6 @@ def load(results: str | Path, sweeps: bool = True, searches: bool = True, dtype:
     """Every usable measurement of ``dtype`` inputs under a GPU's results folder (``results/<gpu>``) whose weights
     are of the model group ``weights`` ("": the input dtype; "fp8": either FP8 format, ``features.GROUPS``): one model
     per dtype and group (the model has no dtype feature; FP16 is what every recorded sweep measured)."""
-    from ..workspace import model_group
-
     results = Path(results)
     sm, gpu, gbps = _gpu(results)
     rows: list[dict[str, Any]] = []

@@ -10,8 +10,8 @@ its columns are the committed model's, unchanged since FP8 came. The FP8 one ("f
 measurements and the FP8 ones together: an FP8 config is described as its 16-bit sibling reading the same bytes per
 load (``ConfigBase.sixteen_bit``: fp8mma as mma, whose 16-byte pieces it shares; fp8gemv as a GEMV of the same block,
 threads per row, bytes per load, unroll and hint), with two more columns saying the weights are FP8 and the d one
-scale covers.
-Held out shape by shape, that transfer is what makes the FP8 model usable at all (docs/design-notes.md#cost-model)."""
+scale covers. Held out shape by shape, that transfer is what makes the FP8 model usable at all
+(docs/design-notes.md#cost-model)."""
 
 from __future__ import annotations
 
@@ -32,6 +32,8 @@ FP8 = "fp8"
 FP8_FAMILIES = tuple(name for name, fam in FAMILIES.items()
                      if not fam.library and any(w in FP8_LAYOUTS for w in fam.config_cls.WEIGHTS))
 GROUPS = ("", FP8)
+
+
 def families(group: str = "") -> tuple[str, ...]:
     """The template families the model of ``group`` ("" or "fp8") has features for."""
     if group not in GROUPS:

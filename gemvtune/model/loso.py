@@ -1,8 +1,8 @@
 """Leave-one-shape-out evaluation of the cost model on the recorded sweeps (or, for a model without sweeps such as
 the FP8 one, its searches): for each such shape, a model fitted on every measurement except that M x d's (at any n)
 ranks the configs measured there; the zero-trial pick is its first, judged by the time measured for it against the
-fastest measured. The held-out model's
-top-k are also what a warm-started search of that shape enqueues (``gemvtune study --costmodel``)."""
+fastest measured. The held-out model's top-k are also what a warm-started search of that shape enqueues
+(``gemvtune study --costmodel``)."""
 
 from __future__ import annotations
 
