@@ -52,7 +52,7 @@ parts (run in the order given):
 output: OUT/PART.log, OUT/PART/, OUT/summary.txt   (OUT: \$OUT if set, else ./gpu-check-out)
 
 environment (defaults in brackets):
-  SUITE_SHARDS     [4]   SUITE_SHARD_T [550] (each shard's own timeout, inside T_SUITE [580])
+  SUITE_SHARDS     [6]   SUITE_SHARD_T [550] (each shard's own timeout, inside T_SUITE [580])
   timeouts, seconds per part: T_TESTS [540] T_SLOW_TESTS [540] T_SANITIZER [570] T_BENCH [560] T_HF [570]
     T_PERCALL [240] T_SEARCH [300]
   TESTS            extra pytest arguments for tests and slow-tests, e.g. test files []
@@ -158,7 +158,7 @@ part_suite() {
   # The whole GPU suite, both tiers (-m gpu, slow tests included), in one call: SUITE_SHARDS pytest processes at once
   # on the one GPU, each whole test files balanced by their recorded seconds (tests/shard.py,
   # tests/data/gpu_seconds.json); this run's seconds per file go to suite/gpu_seconds.json (the next run's weights).
-  local k=${SUITE_SHARDS:-4} i rc pids=() extra=() cmd totals
+  local k=${SUITE_SHARDS:-6} i rc pids=() extra=() cmd totals
   read -r -a extra <<< "${TESTS:-}"
   # one compile cache for the shards of this run (a kernel two files compile is compiled once), fresh
   GEMVTUNE_TEST_CACHE_DIR=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check-suite.XXXXXX") || return 1

@@ -90,6 +90,27 @@ def flock_free(path) -> bool:
         return True
 
 
+COMMITTED_GPU = "NVIDIA H200"   # the GPU model of results/nvidia-h200/table.json
+
+
+def on_committed_gpu() -> bool:
+    """Whether the CUDA device is the committed table's GPU model. Elsewhere that table never launches a kernel
+    (gemvtune.runtime.tablegpu: every route is cuBLAS), so a GPU test of its tuned routes checks that refusal
+    instead, or skips with the reason."""
+    from gemvtune.runtime.tables import current_gpu_name
+
+    return current_gpu_name() == COMMITTED_GPU
+
+
+def committed_gpu_or_skip() -> None:
+    from gemvtune.runtime.tables import current_gpu_name
+
+    name = current_gpu_name()
+    if name != COMMITTED_GPU:
+        pytest.skip(f"the committed table is the {COMMITTED_GPU}'s: on {name} it runs no kernel (its refusal is "
+                    f"checked by the tests of the committed table on any GPU)")
+
+
 def run_cli(*args: str, cwd: Path = ROOT, env: dict | None = None) -> subprocess.CompletedProcess:
     e = dict(os.environ)
     e.update(env or {})

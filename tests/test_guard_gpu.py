@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import ROOT, run_cli
+from conftest import ROOT, on_committed_gpu, run_cli
 
 pytestmark = pytest.mark.gpu
 
@@ -61,6 +61,10 @@ def test_bench_guard_fp8_weights(tmp_path):
     df = pd.read_csv(csvs[0], keep_default_na=False)
     assert sorted(df.n) == [1, 3] and set(df.weights) == {"e4m3-row"}
     assert df.verified.all() and not (df.verdict == "ERROR").any(), df.to_string()
+    if not on_committed_gpu():   # another GPU model: the table's FP8 kernels never run; both sides dequantize
+        assert set(df.route) == {"dequant"} and df.route_why.str.contains("its kernels never run here").all(), \
+            df.to_string()
+        return
     assert set(df.route) == {"tuned"}, df.to_string()
     tuned = df[df.route == "tuned"]
     assert (tuned.launches == "tuned kernel").all() and (tuned.config != "").all()

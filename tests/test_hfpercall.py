@@ -5,7 +5,7 @@ back to F.linear there), the CLI's errors before any GPU work; on a GPU, the com
 import json
 
 import pytest
-from conftest import ROOT, run_cli
+from conftest import ROOT, on_committed_gpu, run_cli
 from test_hfbench import TINY
 
 from gemvtune.hf.percall import forward_markdown, forward_summary, time_forwards
@@ -108,6 +108,27 @@ def test_percall_old_spelling_is_deprecated_and_refuses_as_before(tmp_path, args
     assert "Traceback" not in r.stderr
 
 
+def test_percall_ops_refuses_another_gpus_table_in_one_line(tmp_path, monkeypatch):
+    """On a GPU of another model than the table's, percall ops (which times the table's kernels) says why in one
+    line instead of failing on the kernel plan that is never made there (an H100 with the H200 table, 2026-12-05)."""
+    pytest.importorskip("torch")
+    import warnings
+
+    from gemvtune.cli import percall_cmd
+    from gemvtune.errors import UsageError
+    from gemvtune.runtime.table import load_table
+
+    table = load_table(TABLE, costmodel=None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        table.check_device("NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(percall_cmd, "_gpu_check", lambda: None)
+    monkeypatch.setattr(percall_cmd, "_table_and_out", lambda path, out: (table, tmp_path))
+    with pytest.raises(UsageError, match="tuned on NVIDIA H200, this is NVIDIA H100 80GB HBM3: its kernels never run"):
+        percall_cmd.run_ops(("1024x4096",), 1, str(TABLE), 10, 2, str(tmp_path), "fp16")
+    assert not list(tmp_path.iterdir())
+
+
 @pytest.mark.slow   # the GPU suite's second tier: -m "gpu and slow" (docs/testing.md)
 @pytest.mark.gpu
 def test_percall_hf_on_gpu(tmp_path):
@@ -131,6 +152,9 @@ def test_percall_shapes_on_gpu(tmp_path):
     and the ratio rows."""
     r = run_cli("percall", "ops", "--shape", "1024x4096", "--calls", "10", "--repeats", "2", "--table", str(TABLE),
                 "--out", str(tmp_path / "out"))
+    if not on_committed_gpu():   # another GPU model: the table's kernels never run here, one line and exit 2
+        assert r.returncode == 2 and "its kernels never run here" in r.stderr and "Traceback" not in r.stderr, r.stderr
+        return
     assert r.returncode == 0, r.stderr
     csvs = list((tmp_path / "out").glob("percall-2*.csv"))
     assert len(csvs) == 1 and csvs[0].with_suffix(".md").exists() and csvs[0].with_suffix(".json").exists()

@@ -7,7 +7,7 @@ import json
 import warnings
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, on_committed_gpu
 
 from gemvtune import Shape, UsageError
 from gemvtune.kernels.gemv import GemvConfig
@@ -126,11 +126,15 @@ def test_zero_trial_dispatch_on_an_unseen_shape_is_verified():
     runner = CudaRunner(replays=3)
     for n in (1, 4):
         s = Shape(UNSEEN.M, UNSEEN.d, n)
-        r = t.route(s.M, s.d, n, "cupy")
-        print(s, r.kind, r.why)
         W = (cp.random.random((s.M, s.d), dtype=cp.float32) * 2 - 1).astype(cp.float16)
         x = (cp.random.random((n, s.d) if n > 1 else (s.d,), dtype=cp.float32) * 2 - 1).astype(cp.float16)
         y = t.gemv(W, x)
+        # the route as the call took it: its first call on this device decided whether the table's kernels run here
+        # (another GPU model than the table's: cuBLAS, gemvtune.runtime.tablegpu)
+        r = t.route(s.M, s.d, n, "cupy")
+        print(s, r.kind, r.why)
+        if not on_committed_gpu():
+            assert not r.tuned and "its kernels never run here" in r.why, r.why
         ref, scale = runner.reference(W, x)
         acc = r.config.acc if r.tuned else "fp32"
         ok, rel, row, why = runner.check(y, ref, scale, error_bound(acc, s.d, out="fp32" if r.tuned else "fp16"))

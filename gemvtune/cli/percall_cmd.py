@@ -106,6 +106,9 @@ def run_ops(shape_texts: tuple[str, ...], n: int, table_path: str | None, calls:
     from ..bench.percall import measure_percall, percall_markdown
 
     table, out = _table_and_out(table_path, out_dir)
+    if table.foreign:   # (the GPU check above made it so: another GPU model's table never launches a kernel here)
+        raise UsageError(f"percall ops times the table's kernels, and {table.foreign} (gemvtune.runtime.tablegpu); "
+                         f"give --table a table tuned on this GPU (gemvtune tune ... writes one)")
     rows = [measure_percall(table, s, calls, repeats) for s in shapes]
     _write(out, "percall", pd.DataFrame(rows), {"table": str(table.path), "calls": calls, "repeats": repeats},
            lambda dev, command: percall_markdown(rows, dev, command), "%.4g", out_dir is None)
