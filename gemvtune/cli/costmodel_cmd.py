@@ -23,8 +23,8 @@ def default_model(weights: str = "") -> Path:
     from ..workspace import results_root
 
     def under(root: Path) -> list[Path]:   # one model per GPU folder (the .json before its .gz)
-        return sorted({model_beside(p.parent, weights) for p in root.glob("*/costmodel*.json*")
-                       if model_beside(p.parent, weights).exists()})
+        found = {model_beside(p.parent, weights) for p in root.glob("*/costmodel*.json*")}
+        return sorted(p for p in found if p.exists())
 
     name = model_beside(Path(), weights).name.removesuffix(".gz")
     shipped = shipped_root()

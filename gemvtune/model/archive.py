@@ -19,8 +19,8 @@ ARCHIVE = "searches.json.xz"
 ARCHIVE_BYTES = 512 * MB     # decompressed (the H200's: 14 MB)
 FORMAT = "gemvtune-searches"
 VERSION = 1
-MEMBER = re.compile(r"^search-\d{1,7}x\d{1,7}x\d{1,2}(?:-bf16)?(?:-e4m3-row|-e4m3-b128)?(?:-\d{8}-\d{6})?\.(?:csv|json)$",
-                    re.ASCII)
+MEMBER = re.compile(r"^search-\d{1,7}x\d{1,7}x\d{1,2}(?:-bf16)?(?:-e4m3-row|-e4m3-b128)?(?:-\d{8}-\d{6})?"
+                    r"\.(?:csv|json)$", re.ASCII)
 _FILE = re.compile(r"^search-.*\.(?:csv|json)(?:\.gz)?$", re.ASCII)
 
 
@@ -47,7 +47,8 @@ def write_archive(path: str | Path, members: dict[str, bytes]) -> None:
     """Write ``members`` (name -> bytes, UTF-8 text) as an archive, whole or not at all."""
     for name in members:
         if not MEMBER.match(name):
-            raise UsageError(f"{name!r} is not a search file's name (search-MxDxN[-bf16][-e4m3-row|-e4m3-b128][-STAMP].csv|json)")
+            raise UsageError(f"{name!r} is not a search file's name "
+                             f"(search-MxDxN[-bf16][-e4m3-row|-e4m3-b128][-STAMP].csv|json)")
     doc = {"format": FORMAT, "version": VERSION,
            "files": {k: members[k].decode("utf-8") for k in sorted(members)}}
     blob = lzma.compress(json.dumps(doc, ensure_ascii=False, sort_keys=True).encode("utf-8"),

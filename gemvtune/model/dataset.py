@@ -1,7 +1,8 @@
 """The cost model's training data: every verified, timed measurement a GPU's results folder records, from
 the sweeps (``sweep-*.csv.gz``, the GEMV family's grids at n = 1) and the searches
-(``search-*.csv[.gz]``, every family, batch, dtype and weight format), in ``measurements/`` (the committed data, compressed; the searches
-packed in one archive, ``model.archive``) and in the ``sweeps/`` and ``searches/`` folders runs write. One row per (source, config, shape): the config (any
+(``search-*.csv[.gz]``, every family, batch, dtype and weight format), in ``measurements/`` (the committed data,
+compressed; the searches packed in one archive, ``model.archive``) and in the ``sweeps/`` and ``searches/`` folders
+runs write. One row per (source, config, shape): the config (any
 template family), the shape, the µs and the time relative to that run's read floor (``100 / pct_ceiling``:
 the floor is the weight bytes over the read ceiling measured in the same run), and where it came from.
 Rows that failed (compile, launch, wrong answer), were pruned as invalid, or hold a library's algorithm are

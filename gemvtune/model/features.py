@@ -57,6 +57,9 @@ def columns(group: str = "") -> list[str]:
     return [*SHAPE_COLUMNS, *(FP8_COLUMNS if group else ()), "family", *param_columns(), *DERIVED_COLUMNS]
 
 
+_COLUMNS = {g: columns(g) for g in GROUPS}   # (built once: ``row`` runs for every point a fit or a ranking sees)
+
+
 def _code(value: Any, domain: Sequence[Any]) -> float:
     """A numeric parameter as itself; a choice as its index in the domain."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -80,7 +83,7 @@ def row(config: Any, shape: Shape, sm_count: int, group: str = "") -> dict[str, 
         raise ValueError(f"the cost model has no features for the {fam.kind} family {fam.name}"
                          + ("" if group else " (the FP8 model has)" if fam.name in FP8_FAMILIES else ""))
     name, params = config.sixteen_bit()
-    out: dict[str, float] = dict.fromkeys(columns(group), math.nan)
+    out: dict[str, float] = dict.fromkeys(_COLUMNS[group], math.nan)
     out.update(M=float(shape.M), d=float(shape.d), n=float(shape.n), log2_bytes=math.log2(shape.weight_bytes),
                family=float(TEMPLATE_FAMILIES.index(name)))
     if group:
@@ -104,4 +107,4 @@ def row(config: Any, shape: Shape, sm_count: int, group: str = "") -> dict[str, 
 def frame(points: Iterable[tuple[Any, Shape]], sm_count: int, group: str = "") -> pd.DataFrame:
     """The feature frame of (config, shape) points of ``group``, one row each, columns in ``columns(group)`` order."""
     rows = [row(c, s, sm_count, group) for c, s in points]
-    return pd.DataFrame(rows, columns=columns(group), dtype=np.float64)
+    return pd.DataFrame(rows, columns=_COLUMNS[group], dtype=np.float64)

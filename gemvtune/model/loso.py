@@ -43,8 +43,9 @@ def evaluate(ds: Dataset, k: int = 5, rounds: int = ROUNDS, shapes: list[Shape] 
     """(one row per held-out shape of ``group``'s ``kind`` measurements, {shape: the held-out model's top-k configs
     as parameter dicts}); a shape whose M x d is all the group's data is not held out (nothing would be left)."""
     rows, warm = [], {}
+    sizes = {(s.M, s.d) for s in set(ds.frame["shape"]) if model_group(s.weights) == group}
     for shape in shapes or sweep_shapes(ds, kind, group):
-        if all(s.M == shape.M and s.d == shape.d for s in ds.frame["shape"] if model_group(s.weights) == group):
+        if sizes == {(shape.M, shape.d)}:
             continue
         sweep = ds.frame[(ds.frame["kind"] == kind) & (ds.frame["shape"] == shape)]
         by_label: dict[str, tuple[Any, float]] = {}

@@ -235,8 +235,8 @@ def _warm(opts: SearchOptions, out: Path, shape: Shape, echo: Callable[[str], No
     from ..model.warm import warm_start
     from .search import family_domains
 
-    warm = warm_start(model_beside(out, shape.weights), shape, opts.families, lambda f: family_domains(opts, f, arch), opts.warm_k,
-                      echo, arch)
+    warm = warm_start(model_beside(out, shape.weights), shape, opts.families, lambda f: family_domains(opts, f, arch),
+                      opts.warm_k, echo, arch)
     return dataclasses.replace(opts, warm_start=warm) if warm else opts
 
 

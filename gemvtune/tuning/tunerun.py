@@ -53,14 +53,16 @@ class TuneResult:
 
 
 def _models(out: Path, gpu: str, group: str = "") -> tuple[list[Any], Any]:
-    """(the tables to learn cuBLAS's times from: the results folder's, then the one gemvtune ships for this GPU;
-    the cost model of ``group``'s weights ("" or "fp8"): the results folder's, else the one shipped for this GPU,
-    else one shipped for another GPU (its predictions are relative to the read floor, which the plan takes at this
-    GPU's measured ceiling); None where there is none or LightGBM is missing)."""
+    """(``_tables``, ``_model`` of ``group``)."""
+    return _tables(out, gpu), _model(out, gpu, group)
+
+
+def _tables(out: Path, gpu: str) -> list[Any]:
+    """The tables to learn cuBLAS's times from: the results folder's, then the one gemvtune ships for this GPU."""
     from ..errors import UsageError
     from ..runtime.table import load_table
     from ..runtime.tables import shipped_root
-    from ..workspace import gpu_slug, model_beside
+    from ..workspace import gpu_slug
 
     root = shipped_root()
     tables = []
@@ -70,22 +72,32 @@ def _models(out: Path, gpu: str, group: str = "") -> tuple[list[Any], Any]:
                 tables.append(load_table(p, costmodel=None))
             except UsageError:
                 continue
-    model = None
+    return tables
+
+
+def _model(out: Path, gpu: str, group: str = "") -> Any:
+    """The cost model of ``group``'s weights ("" or "fp8"): the results folder's, else the one shipped for this GPU,
+    else one shipped for another GPU (its predictions are relative to the read floor, which the plan takes at this
+    GPU's measured ceiling); None where there is none or LightGBM is missing."""
+    from ..errors import UsageError
+    from ..runtime.tables import shipped_root
+    from ..workspace import gpu_slug, model_beside
+
+    root = shipped_root()
     others = sorted({p.parent for p in root.glob("*/costmodel*.json*")}) if root else []
     for folder in (out, (root / gpu_slug(gpu)) if root else None, *others):   # another GPU's: the prior
-        if folder is None or not model_beside(folder, group).exists():
+        path = model_beside(folder, group) if folder is not None else None
+        if path is None or not path.exists():
             continue
         try:
             from ..model import costmodel as cm
 
-            model = cm.load(model_beside(folder, group))
-            if model.group != group:   # (a file of the other group's name: not this group's model)
-                model = None
-                continue
-            break
+            model = cm.load(path)
         except UsageError:
             continue
-    return tables, model
+        if model.group == group:   # (a file of the group's name holding the other group's model: not this one)
+            return model
+    return None
 
 
 def route_gain(table: Any, steps: Sequence[Step], cublas: dict[Shape, float] | None = None) -> float | None:
@@ -145,11 +157,8 @@ def run_tune(runner: Any, steps: Sequence[Step], budget_s: float, opts: SearchOp
                                                   f"{len(state.done)} shapes done)" if how == "resumed" else ""))
     ceiling = runner.ceiling()
     read_gbps = float(ceiling["read_gbps"])
-    groups = sorted({model_group(s.shape.weights) for s in steps})
-    have, model = _models(out, dev.get("name", ""), groups[0] if groups else "")
-    models = {groups[0] if groups else "": model}
-    for g in groups[1:]:
-        models[g] = _models(out, dev.get("name", ""), g)[1]
+    have = _tables(out, dev.get("name", ""))
+    models = {g: _model(out, dev.get("name", ""), g) for g in {model_group(s.shape.weights) for s in steps}}
     own = _own_entries(table)
     curve = load_curve(_slug(dev), warm=any(m is not None for m in models.values()))
     searchable = [f for f in opts.families if not FAMILIES[f].library]
