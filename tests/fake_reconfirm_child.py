@@ -2,11 +2,12 @@
 ``python tests/fake_reconfirm_child.py SETTINGS`` where SETTINGS is a JSON object: ``gpu`` (the device name),
 ``scale`` (every kernel's fake time times this), ``cublas`` (cuBLAS's µs), ``inductor`` (Inductor's µs per compile,
 or absent: no Inductor), ``wrong`` (kernel labels that fail verification), ``die_after`` (entries measured before
-the process dies without a word)."""
+the process dies without a word), ``hang_after`` (entries measured before the process hangs)."""
 
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -41,6 +42,8 @@ class Runner(FakeRunner):
         Runner.releases += 1
         if Runner.releases >= SET.get("die_after", 10**9):
             os._exit(9)
+        if Runner.releases >= SET.get("hang_after", 10**9):
+            time.sleep(600)
 
     if "inductor" in SET:
         def measure_inductor(self, shape, verify=True, compile=0):

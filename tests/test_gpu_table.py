@@ -57,6 +57,31 @@ def _torch_bf16_gemv(table, M, d, xs):
     return bits[0], bits[1], cp.from_dlpack(yt)
 
 
+def _torch_fp8_gemv(table, shape, xs):
+    """table.gemv on random FP8 weights of ``shape``'s layout (torch only: codes and scales) and a random x of its
+    dtype: (y as a CuPy array, the float64 reference of the exactly dequantised W, its per-row scales)."""
+    import cupy as cp
+
+    from gemvtune.kernels.shapes import FP8_LAYOUTS
+    from gemvtune.runners.fp8data import dequantized64
+    from gemvtune.runtime import fp8torch
+
+    torch = pytest.importorskip("torch")
+    layout = FP8_LAYOUTS[shape.weights]
+    codes, scales = fp8torch.quantize(torch.rand((shape.M, shape.d), device="cuda") * 2 - 1, layout)
+    xt = (torch.rand(xs, device="cuda") * 2 - 1).to(torch.bfloat16 if shape.dtype == "bf16" else torch.float16)
+    yt = table.gemv(codes, xt, scales=scales)
+    torch.cuda.synchronize()
+    w64 = dequantized64(cp.from_dlpack(codes), cp.from_dlpack(scales), layout, cp)
+    x64 = cp.from_dlpack(xt.float()).astype(cp.float64).reshape(-1, shape.d)
+    ref = cp.stack([w64 @ col for col in x64])
+    scale = cp.stack([cp.sqrt(((w64 * col) ** 2).sum(axis=1)) for col in x64])
+    del w64
+    if xt.ndim == 1:
+        ref, scale = ref[0], scale[0]
+    return cp.from_dlpack(yt.float()), ref, scale
+
+
 @pytest.mark.slow   # the GPU suite's second tier: -m "gpu and slow" (docs/testing.md)
 def test_committed_table_runs_and_matches_its_timing(runner, table):
     import cupy as cp
@@ -69,14 +94,22 @@ def test_committed_table_runs_and_matches_its_timing(runner, table):
         cfg, how = table.lookup(shape)
         assert how == "tuned"
         xs = (shape.d,) if shape.n == 1 else (shape.n, shape.d)
-        if shape.dtype == "bf16":   # CuPy has no bfloat16: BF16 entries run through torch, checked on their bits
+        if shape.weights:   # FP8 weights (torch only): against float64 of the exactly dequantised W
+            from gemvtune.runners.fp8data import fp8_error_bound
+
+            y, ref, scale = _torch_fp8_gemv(table, shape, xs)
+            ok, _, _, why = runner.check(y, ref, scale, fp8_error_bound(shape.d))
+            assert ok, (str(shape), why)
+            W = x = None
+        elif shape.dtype == "bf16":   # CuPy has no bfloat16: BF16 entries run through torch, checked on their bits
             W, x, y = _torch_bf16_gemv(table, shape.M, shape.d, xs)
         else:
             W = (cp.random.random((shape.M, shape.d), dtype=cp.float32) * 2 - 1).astype(cp.float16)
             x = (cp.random.random(xs, dtype=cp.float32) * 2 - 1).astype(cp.float16)
             y = table.gemv(W, x)
         assert y.shape == ((shape.M,) if shape.n == 1 else (shape.n, shape.M))
-        _check(runner, W, x, y, cfg.acc, shape.d, shape.dtype)
+        if not shape.weights:
+            _check(runner, W, x, y, cfg.acc, shape.d, shape.dtype)
         m = runner.measure(cfg, shape)
         w = runnable(table.entry(shape), shape, "fp32")[0][2]   # the record of what the route runs (the winner, or
         assert w.config_object() == cfg                           # where it is a PDL winner, the record it runs)

@@ -171,6 +171,22 @@ def test_a_child_that_dies_keeps_what_was_written(tmp_path):
     assert t.entry(SHAPES[0]).reconfirmed is not None and t.entry(SHAPES[1]).reconfirmed is None
 
 
+def test_a_timeout_stops_the_child_and_keeps_what_was_written(tmp_path):
+    """A tune's budget left bounds the re-confirmation: the hanging child is stopped at the timeout, the entry it
+    wrote keeps its re-confirmation, the other has none, and a line says so (no error: the budget ran out)."""
+    import time
+
+    p = _two(tmp_path)
+    lines: list[str] = []
+    t0 = time.monotonic()
+    rows = reconfirm(p, SHAPES, rounds=2, echo=lines.append, child=child(hang_after=1), timeout_s=20.0)
+    assert time.monotonic() - t0 < 60                       # (the child would hang 600 s)
+    assert [r["shape"] for r in rows] == ["4096x4096"]
+    assert any("stopped at the budget's end (20 s): 1 of 2 entries re-confirmed" in ln for ln in lines), lines
+    t = load_table(p, costmodel=None)
+    assert t.entry(SHAPES[0]).reconfirmed is not None and t.entry(SHAPES[1]).reconfirmed is None
+
+
 def test_a_child_on_another_gpu_writes_nothing(tmp_path):
     p = _two(tmp_path)
     raw = p.read_bytes()

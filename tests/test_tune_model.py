@@ -296,3 +296,67 @@ def test_the_measured_step_gain_weighs_each_shape_by_its_launches_and_skips_erro
     assert step_gain(rows, steps[:2]) == pytest.approx(10 / 8)
     assert step_gain([rows[2]], steps[:1]) is None                          # an FP8 row never serves a 16-bit step
     assert step_gain(rows[1:2], steps) is None
+
+
+class _OnGpu(ReplayRunner):
+    """The replay runner as a GPU's runner looks to the tune: the end's re-confirmation is planned and run."""
+
+    replayed = False
+    arch = "sm_90"    # (the H200 the sweeps were recorded on)
+
+
+def _spy_reconfirm(monkeypatch, calls):
+    import gemvtune.tuning.reconfirm as rc
+
+    def fake(table, shapes, rounds=3, inductor=False, echo=print, child=None, timeout_s=None):
+        calls.append((list(shapes), timeout_s))
+        return []
+
+    monkeypatch.setattr(rc, "reconfirm", fake)
+
+
+def test_the_reconfirmation_runs_in_the_budget_left(tmp_path, monkeypatch):
+    from gemvtune.tuning.tunerun import reserve_s
+
+    calls: list = []
+    _spy_reconfirm(monkeypatch, calls)
+    lines: list[str] = []
+    res = run_tune(_OnGpu(str(SWEEPS)), _steps(), 40.0, SearchOptions(families=("gemv",), progress=False), tmp_path,
+                   tmp_path / "table.json", echo=lines.append, key={"gpu": 1})
+    assert res.searched and calls and calls[0][0] == res.searched
+    # the searches left the end its reserve, and the re-confirmation is stopped where the budget ends
+    assert reserve_s(2) <= calls[0][1] <= 40.0 and res.state.spent_s <= 40.0
+
+
+def test_no_reconfirmation_starts_past_the_budget(tmp_path, monkeypatch):
+    """A search that ran past its plan (a slow, shared GPU) leaves no time: the tune plans nothing more, starts no
+    re-confirmation, says so, and its clock stops at what it spent."""
+    import gemvtune.tuning.search_run as sr
+
+    calls: list = []
+    _spy_reconfirm(monkeypatch, calls)
+    late = [0.0]
+    real = sr.run_searches
+
+    def slow(*a, **kw):
+        out = real(*a, **kw)
+        late[0] += 100.0        # this search took 100 s more than the plan
+        return out
+
+    monkeypatch.setattr(sr, "run_searches", slow)
+    lines: list[str] = []
+    res = run_tune(_OnGpu(str(SWEEPS)), _steps(), 40.0, SearchOptions(families=("gemv",), progress=False), tmp_path,
+                   tmp_path / "table.json", echo=lines.append, key={"gpu": 2},
+                   clock=lambda: time.monotonic() + late[0])
+    assert len(res.searched) == 1 and not calls
+    assert any(ln.startswith("no time left in the budget to re-confirm the 1 entries") for ln in lines), lines
+    assert "not worth its time" in next(iter(res.skipped.values()))
+
+
+def test_a_search_never_runs_past_the_budget_left():
+    from gemvtune.tuning.tunerun import search_timeout
+
+    assert search_timeout({"gemv": 100, "mma": 40}, 0.1, 60.0, 6.0) == 15.0     # room for 1.5x its planned trials
+    assert search_timeout({"gemv": 10}, 0.1, 60.0, 6.0) == 5.0                  # at least 5 s where the budget has it
+    assert search_timeout({"gemv": 400}, 0.1, 30.0, 6.0) == 24.0                # capped: the budget left, less the
+    assert search_timeout({"gemv": 400}, 0.1, 3.0, 6.0) == 1.0                  # shape's fixed work; 1 s at least

@@ -177,10 +177,13 @@ def _row(entry: Any) -> dict[str, Any]:
 
 
 def reconfirm(table_path: str | Path, shapes: Sequence[Shape], rounds: int = DEFAULT_ROUNDS, inductor: bool = False,
-              echo: Callable[[str], None] = print, child: Sequence[str] | None = None) -> list[dict[str, Any]]:
+              echo: Callable[[str], None] = print, child: Sequence[str] | None = None,
+              timeout_s: float | None = None) -> list[dict[str, Any]]:
     """Re-confirm the entries of ``shapes`` of the table at ``table_path`` in a fresh process (``child``: its
     command line; default ``python -m gemvtune.tuning.reconfirm_child``) and write each result into the table
-    as it comes. Returns one row per entry written (``_row``)."""
+    as it comes. Returns one row per entry written (``_row``). ``timeout_s`` (a tune's budget left): the process
+    is stopped then; the entries written by then keep their re-confirmation, the rest have none (their routes rest
+    on the search's measurements alone), and a line says so."""
     from ..runtime.table import check_updatable
 
     table_path = check_updatable(table_path)   # the table can be written (its folder, its lock): before any work
@@ -199,6 +202,16 @@ def reconfirm(table_path: str | Path, shapes: Sequence[Shape], rounds: int = DEF
     drain = threading.Thread(target=lambda: err.extend(proc.stderr), daemon=True)   # type: ignore[arg-type]
     drain.start()
     rows, device = [], None
+    stopped = threading.Event()
+
+    def stop() -> None:
+        stopped.set()
+        proc.kill()
+
+    timer = threading.Timer(max(0.0, timeout_s), stop) if timeout_s is not None else None
+    if timer is not None:
+        timer.daemon = True
+        timer.start()
     try:
         try:
             proc.stdin.write(json.dumps(job) + "\n")   # type: ignore[union-attr]
@@ -234,7 +247,14 @@ def reconfirm(table_path: str | Path, shapes: Sequence[Shape], rounds: int = DEF
         proc.kill()
         proc.wait()
         raise
+    finally:
+        if timer is not None:
+            timer.cancel()
     drain.join(5)
+    if stopped.is_set() and rc != 0:   # (stopped by the time limit, not ended by itself just before it)
+        echo(f"the re-confirmation stopped at the budget's end ({timeout_s:.0f} s): {len(rows)} of "
+             f"{len(job['entries'])} entries re-confirmed; the rest run on the search's measurements alone")
+        return rows
     if rc != 0:
         lines = [ln.strip() for ln in err if ln.strip()]
         last = next((ln for ln in reversed(lines) if ln.startswith("gemvtune: error: ")), lines[-1] if lines else "")

@@ -27,6 +27,8 @@ from .tuneplan import SHAPE_S, TRIAL_S, cublas_us, items_for, load_curve, predic
 from .tunestate import NAME, TuneState, load_state
 
 RESERVE_S = 15.0        # the end's fixed work on a GPU: the re-confirmation's process start, the table reloaded
+RECONFIRM_ENTRY_S = 2.0   # and its work per entry (the route's kernels and cuBLAS over the confirmation's rounds)
+LAST_S = 5.0            # a re-confirmation is not started with less of the budget left than this
 
 
 @dataclass(frozen=True)
@@ -203,7 +205,8 @@ def run_tune(runner: Any, steps: Sequence[Step], budget_s: float, opts: SearchOp
             tick()
             items: list[Item] = [it for sh, st in todo.items()
                                  for it in items_for(sh, st.calls, searchable, base[sh], preds[sh])]
-            left = budget_s - spent() - (RESERVE_S if reconfirm and not runner.replayed else 0.0)
+            entries = len(res.searched) + len(todo)   # at most this many to re-confirm at the end
+            left = budget_s - spent() - (reserve_s(entries) if reconfirm and not runner.replayed else 0.0)
             plan = allocate(items, max(left, 0.0), curve, state.trial_cost(TRIAL_S), state.shape_cost(SHAPE_S))
             if plan_first is None:
                 plan_first = plan
@@ -218,7 +221,7 @@ def run_tune(runner: Any, steps: Sequence[Step], budget_s: float, opts: SearchOp
             libs = families_for(sh, library)   # (a library's algorithms read 16-bit weights only)
             sopts = dataclasses.replace(opts, families=(*fams, *libs), family_trials=trials, warm_k=0,
                                         warm_start=warm or None,
-                                        timeout=max(5.0, 1.5 * max(trials.values()) * trial_s))
+                                        timeout=search_timeout(trials, trial_s, left, state.shape_cost(SHAPE_S)))
             echo(f"{sh}: {', '.join(f'{f} {t}' for f, t in trials.items())} trials"
                  f"{' + ' + ', '.join(libs) if libs else ''} ({spent():.0f} of {budget_s:.0f} s spent)")
             t1 = clock()
@@ -245,7 +248,13 @@ def run_tune(runner: Any, steps: Sequence[Step], budget_s: float, opts: SearchOp
             release = getattr(runner, "release", None)
             if callable(release):
                 release()
-            echo(summary(again(table, res.searched, opts.rounds, False, echo=echo)))
+            rest = budget_s - spent()
+            if rest < LAST_S:
+                echo(f"no time left in the budget to re-confirm the {len(res.searched)} entries in a fresh process "
+                     f"({max(rest, 0.0):.0f} s): their routes rest on the search's measurements alone "
+                     "(gemvtune check --reconfirm does it later)")
+            else:
+                echo(summary(again(table, res.searched, opts.rounds, False, echo=echo, timeout_s=rest)))
     finally:
         state.spent_s = spent()
         state.save(state_path)
@@ -261,6 +270,17 @@ def run_tune(runner: Any, steps: Sequence[Step], budget_s: float, opts: SearchOp
         if measure is not None:
             res.measured_gain = measure(table, steps)
     return res
+
+
+def reserve_s(entries: int) -> float:
+    """The end's share of the budget: the re-confirmation of ``entries`` entries in a fresh process."""
+    return RESERVE_S + RECONFIRM_ENTRY_S * entries
+
+
+def search_timeout(trials: dict[str, int], trial_s: float, left_s: float, shape_s: float) -> float:
+    """Seconds of search for one shape: room for its planned trials (1.5x the measured cost of a trial), never
+    past the budget left once the shape's fixed work (its confirmation and baselines, ``shape_s``) is counted."""
+    return max(1.0, min(max(5.0, 1.5 * max(trials.values()) * trial_s), left_s - shape_s))
 
 
 def zero_trial(table: Path, steps: Sequence[Step], measure: Callable[[Path, Sequence[Step]], float | None] | None
@@ -348,4 +368,5 @@ def _writable(path: str) -> Path:
     return writable_dir(path)
 
 
-__all__ = ["RESERVE_S", "Step", "TuneResult", "route_gain", "run_tune", "zero_trial"]
+__all__ = ["LAST_S", "RECONFIRM_ENTRY_S", "RESERVE_S", "Step", "TuneResult", "reserve_s", "route_gain", "run_tune",
+           "search_timeout", "zero_trial"]
