@@ -65,6 +65,32 @@ def test_cache_hits(tmp_path, monkeypatch):
     assert open(b.cubin_path, "rb").read(4) == b"\x7fELF"
 
 
+def test_the_cache_key_names_the_nvrtc_and_header_wheels(tmp_path, monkeypatch):
+    """NVRTC reports major.minor only; a cubin of another patch release (13.0.88 rejects what an earlier 13.0
+    compiled) must not be a cache hit: the key carries the installed wheels' versions."""
+    from importlib import metadata
+
+    import gemvtune.build.compile as gc
+
+    monkeypatch.setenv("GEMVTUNE_CACHE_DIR", str(tmp_path))
+    nv = gc.nvrtc()
+    wheels = [w for w in ("nvidia-cuda-nvrtc", "nvidia-cuda-nvrtc-cu12") if _installed(metadata, w)]
+    assert wheels and f"{wheels[0]}=={metadata.version(wheels[0])}" in nv.build.split("+")
+    monkeypatch.setattr(gc, "nvrtc", lambda: nv)
+    src = render(LLAMA_CPP, Shape(64, 4096))
+    a = compile_source(src)
+    monkeypatch.setattr(nv, "build", nv.build + "+nvidia-cuda-nvrtc==13.0.0")   # another patch release
+    b = compile_source(src)
+    assert not b.cached and a.key != b.key
+
+
+def _installed(metadata, name):
+    try:
+        return bool(metadata.version(name))
+    except metadata.PackageNotFoundError:
+        return False
+
+
 def test_compile_error_carries_source_and_options():
     src = render(LLAMA_CPP, Shape(64, 4096)).replace("acc_init(s[u][c]);", "acc_init(s[u][c]) this is not C++;")
     with pytest.raises(CompileError) as e:

@@ -93,18 +93,35 @@ def test_grouped_sources_compile_for_every_gemv_value_both_dtypes_every_epilogue
 
 @pytest.mark.parametrize("members", [2, 3, 4])
 def test_the_by_value_argument_has_the_layout_of_its_ctypes_twin(members):
+    """The kernel's GroupArgs and its ctypes twin: the same fields in the same order (the rendered declaration), each
+    of the same size and alignment and the whole of the same size (NVRTC checks those), hence the same offsets.
+    (NVRTC 13.0.88 has no ``__builtin_offsetof``: "type name is not allowed".)"""
     import ctypes
+    import re
 
     from gemvtune.device.plan import group_args_type
 
     T = group_args_type(members)
     g = GroupShape(tuple(range(8, 8 + members)), 72)
-    src = render(LLAMA_CPP, g.fused, group=g) + (
-        f"\nstatic_assert(sizeof(GroupArgs) == {ctypes.sizeof(T)}, \"size\");"
-        f"\nstatic_assert(__builtin_offsetof(GroupArgs, y) == {T.y.offset}, \"y\");"
-        f"\nstatic_assert(__builtin_offsetof(GroupArgs, bias) == {T.bias.offset}, \"bias\");"
-        f"\nstatic_assert(__builtin_offsetof(GroupArgs, end) == {T.end.offset}, \"end\");\n")
-    compile_source(src, f"layout{members}", "sm_90")        # raises CompileError on a mismatch
+    src = render(LLAMA_CPP, g.fused, group=g)
+    decl = re.search(r"struct GroupArgs \{([^}]*)\};", src)
+    assert decl, "no GroupArgs declaration in the grouped source"
+    names = [re.sub(r"\[.*", "", m.split()[-1]).lstrip("*") for m in decl.group(1).split(";") if m.strip()]
+    assert names == [f[0] for f in T._fields_] == ["W", "y", "bias", "end"]
+    checks = [f"static_assert(sizeof(GroupArgs) == {ctypes.sizeof(T)}, \"size\");",
+              f"static_assert(alignof(GroupArgs) == {ctypes.alignment(T)}, \"align\");"]
+    offset = 0
+    for name, ctype in T._fields_:
+        size, align = ctypes.sizeof(ctype), ctypes.alignment(ctype)
+        offset = -(-offset // align) * align          # the C layout rule both follow
+        assert getattr(T, name).offset == offset
+        offset += size
+        checks += [f"static_assert(sizeof(GroupArgs::{name}) == {size}, \"{name} size\");",
+                   f"static_assert(alignof(decltype(GroupArgs::{name})) == {align}, \"{name} align\");"]
+    compile_source(src + "\n" + "\n".join(checks) + "\n", f"layout{members}", "sm_90")   # CompileError on a mismatch
+    bad = src + f"\nstatic_assert(sizeof(GroupArgs::end) == {ctypes.sizeof(ctypes.c_long * members)}, \"end\");\n"
+    with pytest.raises(CompileError, match="end"):    # the check can fail: end as longs is not the kernel's layout
+        compile_source(bad, f"layoutbad{members}", "sm_90")
     assert options_for("sm_90")
 
 

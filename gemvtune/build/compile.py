@@ -136,6 +136,20 @@ def _cache_dir() -> Path:
     return d
 
 
+@functools.lru_cache(maxsize=1)
+def _wheel_versions() -> tuple[str, ...]:
+    """The installed NVRTC and CUDA-header wheels as name==version (none for a system toolkit's NVRTC)."""
+    from importlib import metadata
+
+    out = []
+    for name in ("nvidia-cuda-nvrtc", "nvidia-cuda-nvrtc-cu12", "nvidia-cuda-runtime", "nvidia-cuda-runtime-cu12"):
+        try:
+            out.append(f"{name}=={metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            pass
+    return tuple(out)
+
+
 class _Nvrtc:
     """NVRTC through ``cuda.bindings.nvrtc``: every call returns ``(nvrtcResult, *values)``."""
 
@@ -144,7 +158,10 @@ class _Nvrtc:
         self.include_dirs = self._includes()
         err, maj, mi = self.nv.nvrtcVersion()
         self.check(err, "version")
-        self.version = f"{maj}.{mi}"  # e.g. "13.5": the same cache-key part as before
+        self.version = f"{maj}.{mi}"  # e.g. "13.0"
+        # The cache key's compiler: NVRTC reports major.minor only, and patch releases differ (13.0.88 rejects
+        # __builtin_offsetof, which an earlier 13.0 compiled), so the wheels' own versions, NVRTC's and the headers'.
+        self.build = "+".join([self.version, *_wheel_versions()])
 
     @staticmethod
     def _load() -> Any:
@@ -234,7 +251,7 @@ def compile_source(source: str, name: str = "gemv", arch: str = DEFAULT_ARCH, ke
         raise InvalidForArch(None, a.name, [a.lacks(f, f"the source {name}") for f in lacks])
     nv = nvrtc()
     opts = options_for(a)
-    key = source_hash(source, opts + (nv.version,))
+    key = source_hash(source, opts + (nv.build,))
     d = _cache_dir()
     cubin, meta = d / f"{key}.cubin", d / f"{key}.json"
     if use_cache and cubin.is_file() and meta.is_file():
