@@ -124,7 +124,7 @@ def no_nvrtc(monkeypatch):
     seen: list[tuple[str, tuple]] = []
 
     class Recorder:
-        version, build, include_dirs = "fake", "fake", []
+        build, include_dirs = "fake", []
 
         def compile(self, source, name, options):
             arch = ARCHS[next(o for o in options if o.startswith("-arch=")).split("=", 1)[1]]

@@ -195,7 +195,7 @@ def test_fit_loso_and_predict_commands(fp8_results, tmp_path):
 def test_the_fp8_model_warm_starts_and_plans_an_fp8_search(fp8_results, tmp_path):
     from gemvtune.model.warm import warm_start
     from gemvtune.tuning.tuneplan import predict
-    from gemvtune.tuning.tunerun import _models
+    from gemvtune.tuning.tunerun import _model
     from gemvtune.workspace import model_beside
 
     root, _, model = fp8_results
@@ -212,7 +212,7 @@ def test_the_fp8_model_warm_starts_and_plans_an_fp8_search(fp8_results, tmp_path
     assert set(plan) == set(fams) and all(p.optimum_us > floor and len(p.warm) == 4 for p in plan.values())
     assert predict(None, shape, list(fams), 4800.0)["fp8mma"].optimum_us == pytest.approx(floor)
     # the tune's model of FP8 steps: the results folder's FP8 model (its 16-bit one is another file)
-    _, found = _models(tmp_path, "NVIDIA H200", "fp8")
+    found = _model(tmp_path, "NVIDIA H200", "fp8")
     assert found is not None and found.group == "fp8"
-    _, sixteen = _models(tmp_path, "NVIDIA H200", "")
+    sixteen = _model(tmp_path, "NVIDIA H200", "")
     assert sixteen is None or sixteen.group == ""

@@ -57,29 +57,23 @@ def _torch_bf16_gemv(table, M, d, xs):
     return bits[0], bits[1], cp.from_dlpack(yt)
 
 
-def _torch_fp8_gemv(table, shape, xs):
-    """table.gemv on random FP8 weights of ``shape``'s layout (torch only: codes and scales) and a random x of its
-    dtype: (y as a CuPy array, the float64 reference of the exactly dequantised W, its per-row scales)."""
-    import cupy as cp
-
-    from gemvtune.kernels.shapes import FP8_LAYOUTS
-    from gemvtune.runners.fp8data import dequantized64
-    from gemvtune.runtime import fp8torch
+def _torch_fp8_gemv(runner, table, shape):
+    """table.gemv (torch only for FP8 weights) on the verifier's own FP8 weights of ``shape`` and its random x,
+    checked by the runner against float64 of the exactly dequantised W with the FP8 kernels' bound, as
+    ``runners.cuda.fp8base`` checks dequantize + F.linear: ((passed, relerr, rowerr, why), y as a CuPy array)."""
+    from gemvtune.device._cupy import as_torch, from_torch
+    from gemvtune.runners.fp8data import fp8_error_bound
 
     torch = pytest.importorskip("torch")
-    layout = FP8_LAYOUTS[shape.weights]
-    codes, scales = fp8torch.quantize(torch.rand((shape.M, shape.d), device="cuda") * 2 - 1, layout)
-    xt = (torch.rand(xs, device="cuda") * 2 - 1).to(torch.bfloat16 if shape.dtype == "bf16" else torch.float16)
-    yt = table.gemv(codes, xt, scales=scales)
-    torch.cuda.synchronize()
-    w64 = dequantized64(cp.from_dlpack(codes), cp.from_dlpack(scales), layout, cp)
-    x64 = cp.from_dlpack(xt.float()).astype(cp.float64).reshape(-1, shape.d)
-    ref = cp.stack([w64 @ col for col in x64])
-    scale = cp.stack([cp.sqrt(((w64 * col) ** 2).sum(axis=1)) for col in x64])
-    del w64
-    if xt.ndim == 1:
-        ref, scale = ref[0], scale[0]
-    return cp.from_dlpack(yt.float()), ref, scale
+    got = []
+
+    def run(W, x, y):   # W: DeviceFp8 (CuPy codes and scales), x: CuPy bits of x's dtype
+        got.append(from_torch(torch, table.gemv(as_torch(torch, W.codes, "u8"), as_torch(torch, x, shape.dtype),
+                                                scales=as_torch(torch, W.scales, "fp32"))))
+        return got[-1]
+
+    with runner.on_stream():
+        return runner.verify(run, shape, fp8_error_bound(shape.d)), got[-1]
 
 
 @pytest.mark.slow   # the GPU suite's second tier: -m "gpu and slow" (docs/testing.md)
@@ -95,10 +89,7 @@ def test_committed_table_runs_and_matches_its_timing(runner, table):
         assert how == "tuned"
         xs = (shape.d,) if shape.n == 1 else (shape.n, shape.d)
         if shape.weights:   # FP8 weights (torch only): against float64 of the exactly dequantised W
-            from gemvtune.runners.fp8data import fp8_error_bound
-
-            y, ref, scale = _torch_fp8_gemv(table, shape, xs)
-            ok, _, _, why = runner.check(y, ref, scale, fp8_error_bound(shape.d))
+            (ok, _, _, why), y = _torch_fp8_gemv(runner, table, shape)
             assert ok, (str(shape), why)
             W = x = None
         elif shape.dtype == "bf16":   # CuPy has no bfloat16: BF16 entries run through torch, checked on their bits

@@ -202,9 +202,9 @@ def test_model_steps_of_tensor_parallel_shards():
 def test_another_gpus_plan_rests_on_the_shipped_model_at_its_own_floor(tmp_path):
     pytest.importorskip("lightgbm")
     from gemvtune.tuning.tuneplan import predict, sample_valid
-    from gemvtune.tuning.tunerun import _models
+    from gemvtune.tuning.tunerun import _model, _tables
 
-    tables, model = _models(tmp_path, "NVIDIA A100-SXM4-80GB")
+    tables, model = _tables(tmp_path, "NVIDIA A100-SXM4-80GB"), _model(tmp_path, "NVIDIA A100-SXM4-80GB")
     assert tables == [] and model is not None and model.gpu == "NVIDIA H200"   # no table of its own; a prior
     s = Shape(4096, 4096)
     slow, fast = predict(model, s, ["gemv"], 2000.0)["gemv"], predict(model, s, ["gemv"], 4000.0)["gemv"]

@@ -158,10 +158,9 @@ class _Nvrtc:
         self.include_dirs = self._includes()
         err, maj, mi = self.nv.nvrtcVersion()
         self.check(err, "version")
-        self.version = f"{maj}.{mi}"  # e.g. "13.0"
-        # The cache key's compiler: NVRTC reports major.minor only, and patch releases differ (13.0.88 rejects
-        # __builtin_offsetof, which an earlier 13.0 compiled), so the wheels' own versions, NVRTC's and the headers'.
-        self.build = "+".join([self.version, *_wheel_versions()])
+        # The cache key's compiler: NVRTC reports major.minor only ("13.0") and patch releases differ (13.0.88
+        # rejects __builtin_offsetof), so the wheels' own versions too, NVRTC's and the headers'.
+        self.build = "+".join([f"{maj}.{mi}", *_wheel_versions()])
 
     @staticmethod
     def _load() -> Any:

@@ -54,11 +54,6 @@ class TuneResult:
     sixteen_bit_gain: float | None = None   # FP8 steps: against cuBLAS on the 16-bit weights, by the table's times
 
 
-def _models(out: Path, gpu: str, group: str = "") -> tuple[list[Any], Any]:
-    """(``_tables``, ``_model`` of ``group``)."""
-    return _tables(out, gpu), _model(out, gpu, group)
-
-
 def _tables(out: Path, gpu: str) -> list[Any]:
     """The tables to learn cuBLAS's times from: the results folder's, then the one gemvtune ships for this GPU."""
     from ..errors import UsageError
