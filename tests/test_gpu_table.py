@@ -59,8 +59,9 @@ def _torch_bf16_gemv(table, M, d, xs):
 
 def _torch_fp8_gemv(runner, table, shape):
     """table.gemv (torch only for FP8 weights) on the verifier's own FP8 weights of ``shape`` and its random x,
-    checked by the runner against float64 of the exactly dequantised W with the FP8 kernels' bound, as
-    ``runners.cuda.fp8base`` checks dequantize + F.linear: ((passed, relerr, rowerr, why), y as a CuPy array)."""
+    checked by the runner against float64 of the exactly dequantised W with the FP8 kernels' bound for a y stored
+    in x's dtype (table.gemv's output; the search verifies an FP32 y), as ``runners.cuda.fp8base`` checks
+    dequantize + F.linear: ((passed, relerr, rowerr, why), y as a CuPy array)."""
     from gemvtune.device._cupy import as_torch, from_torch
     from gemvtune.runners.fp8data import fp8_error_bound
 
@@ -73,7 +74,7 @@ def _torch_fp8_gemv(runner, table, shape):
         return got[-1]
 
     with runner.on_stream():
-        return runner.verify(run, shape, fp8_error_bound(shape.d)), got[-1]
+        return runner.verify(run, shape, fp8_error_bound(shape.d, shape.dtype)), got[-1]
 
 
 @pytest.mark.slow   # the GPU suite's second tier: -m "gpu and slow" (docs/testing.md)
