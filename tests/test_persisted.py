@@ -18,10 +18,28 @@ RESULTS = Path(__file__).resolve().parents[1] / "results" / "nvidia-h200"
 TABLE_RECORDS, TABLE_DIGEST = 834, "3ed63a7a5f8089dd6e9c1c455e60660b20f1541713308db70a5007184cf4e63b"
 # its 16-bit entries alone
 SIXTEEN_RECORDS, SIXTEEN_DIGEST = 754, "af664546dcba23b003a4f2962d90e15b1f7422414a894a4fbe86f675c713e658"
+# entries added since (they come on top of the digested ones): Llama-3-70B's TP-8 shards at n = 1 and 8, from
+# `gemvtune tune --model llama-3-70b --tp 8 --batch 1,8 --budget 150` on the H200, 2026-12-05 15:34
+ADDED_ENTRIES = {f"{s}x{n}" for s in ("128x8192", "1024x8192", "3584x8192", "8192x1024") for n in (1, 8)} \
+    | {"8192x3584x1", "16032x8192x1"}
+ADDED_RECORDS = 88
 DATASET_ROWS = 37221
 # the searches packed on 2026-12-05 (two FP16 ones of 1024x4096 at n = 1: their rows come on top of the digested ones;
 # a BF16 and four FP8 searches, which the FP16 set leaves out)
-ADDED_SOURCES, ADDED_ROWS = ("search-1024x4096x1-20261205-045626.csv", "search-1024x4096x1-20261205-053011.csv"), 256
+# and the ten searches of `gemvtune tune --model llama-3-70b --tp 8 --batch 1,8 --budget 150` (2026-12-05 15:34, H200)
+ADDED_SOURCES = ("search-1024x4096x1-20261205-045626.csv", "search-1024x4096x1-20261205-053011.csv",
+                 "search-1024x8192x1-20261205-153521.csv",
+                 "search-1024x8192x8-20261205-153537.csv",
+                 "search-128x8192x1-20261205-153446.csv",
+                 "search-128x8192x8-20261205-153503.csv",
+                 "search-16032x8192x1-20261205-153558.csv",
+                 "search-3584x8192x1-20261205-153508.csv",
+                 "search-3584x8192x8-20261205-153516.csv",
+                 "search-8192x1024x1-20261205-153542.csv",
+                 "search-8192x1024x8-20261205-153548.csv",
+                 "search-8192x3584x1-20261205-153554.csv",
+                 )
+ADDED_ROWS = 256 + 135
 # (taken with each row's source named as the file it came from; since the searches were packed into
 # measurements/searches.json.xz a source is the file's name without .gz: with ".gz" added back, the rows give the
 # digest e75ce87f8b9c7e4e67233f4389c45ec79d94202b4b7e2ae21b699b753a28f71a of the unpacked files, checked at packing)
@@ -51,7 +69,11 @@ def _records(raw: dict, path: Path) -> list:
 def test_committed_table_reads_the_same_configs(tmp_path):
     path = RESULTS / "table.json"
     raw = json.loads(path.read_text())
-    recs = _records(raw, path)
+    assert ADDED_ENTRIES <= set(raw["entries"])
+    assert len(_records(raw, path)) == TABLE_RECORDS + ADDED_RECORDS
+    raw = {**raw, "entries": {k: e for k, e in raw["entries"].items() if k not in ADDED_ENTRIES}}
+    (tmp_path / "before.json").write_text(json.dumps(raw))
+    recs = _records(raw, tmp_path / "before.json")
     assert (len(recs), _digest(recs)) == (TABLE_RECORDS, TABLE_DIGEST)
     sixteen = {**raw, "entries": {k: e for k, e in raw["entries"].items() if not e.get("weights")}}
     (tmp_path / "t.json").write_text(json.dumps(sixteen))
