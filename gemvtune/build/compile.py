@@ -136,13 +136,18 @@ def _cache_dir() -> Path:
     return d
 
 
+# The NVRTC and CUDA-header wheels of each CUDA major (pyproject.toml's cu12 and cu13 extras, beside their CuPy).
+CUDA_WHEELS = {12: ("nvidia-cuda-nvrtc-cu12", "nvidia-cuda-runtime-cu12"),
+               13: ("nvidia-cuda-nvrtc", "nvidia-cuda-runtime")}
+
+
 @functools.lru_cache(maxsize=1)
 def _wheel_versions() -> tuple[str, ...]:
     """The installed NVRTC and CUDA-header wheels as name==version (none for a system toolkit's NVRTC)."""
     from importlib import metadata
 
     out = []
-    for name in ("nvidia-cuda-nvrtc", "nvidia-cuda-nvrtc-cu12", "nvidia-cuda-runtime", "nvidia-cuda-runtime-cu12"):
+    for name in (w for wheels in CUDA_WHEELS.values() for w in wheels):
         try:
             out.append(f"{name}=={metadata.version(name)}")
         except metadata.PackageNotFoundError:

@@ -6,6 +6,8 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
+from ..build.compile import CUDA_WHEELS
+
 try:
     import cupy as cp
 except Exception as _e:  # pragma: no cover - depends on the host
@@ -14,8 +16,7 @@ except Exception as _e:  # pragma: no cover - depends on the host
 
 # The extras that bring one CUDA build each (pyproject.toml): CuPy, NVRTC and the CUDA headers.
 EXTRA_FOR_MAJOR = {12: "gemvtune[cu12]", 13: "gemvtune[cu13]"}
-_PACKAGES = {12: "cupy-cuda12x nvidia-cuda-nvrtc-cu12 nvidia-cuda-runtime-cu12",
-             13: "cupy-cuda13x nvidia-cuda-nvrtc nvidia-cuda-runtime"}
+_PACKAGES = {major: " ".join((f"cupy-cuda{major}x", *wheels)) for major, wheels in CUDA_WHEELS.items()}
 _DRIVER_FOR_MAJOR = {12: 525, 13: 580}   # the first Linux driver branch that runs each CUDA major
 
 
