@@ -172,6 +172,7 @@ _DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
 _MAX_US = 1e7          # µs (ten seconds): no GEMV re-measured takes longer; a larger time is not a measurement
 _MAX_SPREAD = 100.0    # a relative spread of round medians
 _MAX_ROUNDS = 1000
+_MAX_TAKES = 10          # takes of a re-confirmation (tuning.reconfirm.RETAKES + 1 today)
 _MAX_KERNELS = 16
 
 
@@ -187,7 +188,7 @@ def _bounded(rec: dict, where: str) -> dict:
 
 def _reconfirmed(rec: Any, shape: Any) -> None:
     """The entry's re-confirmation in a fresh process (``tuning.reconfirm``): its kernels (configs valid for the
-    shape), its baselines (registered names), rounds, date, process and GPU."""
+    shape), its baselines (registered names), rounds, takes, date, process and GPU."""
     from ..baselines import BASELINES
 
     if rec is None:
@@ -206,7 +207,8 @@ def _reconfirmed(rec: Any, shape: Any) -> None:
         _bounded(_dict(b, f"reconfirmed.baselines.{name}"), f"reconfirmed.baselines.{name}")
     _num(rec, "rounds", "reconfirmed", required=True, positive=True, integer=True)
     _num(rec, "pid", "reconfirmed", positive=True, integer=True)
-    for k, top in (("rounds", _MAX_ROUNDS), ("pid", 2**31)):
+    _num(rec, "takes", "reconfirmed", positive=True, integer=True)   # (more than one: an undecided take retaken)
+    for k, top in (("rounds", _MAX_ROUNDS), ("pid", 2**31), ("takes", _MAX_TAKES)):
         if rec.get(k) is not None and rec[k] > top:
             raise SchemaError(f"reconfirmed.{k}", f"is {rec[k]!r}; expected at most {top}")
     _str(rec, "date", "reconfirmed", required=True, pattern=_DATE_RE)

@@ -25,13 +25,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..baselines import cublas_of
 from ..errors import GemvtuneError, UsageError
 from ..kernels.shapes import Shape
 from ..runtime.keys import entry_key
+from ..runtime.noise import MARGIN, Contest
 from ..runtime.table import load_table
 from .confirm import _summary
 
 COMPILES = 2          # Inductor compiles per shape (its pick moves between compiles: MEASURING.md)
+RETAKES = 1           # an entry the noise rule cannot call (a win inside the noise) is measured once more
 DEFAULT_ROUNDS = 5    # the search's confirmation rounds
 CHILD = [sys.executable, "-m", "gemvtune.tuning.reconfirm_child"]
 
@@ -93,6 +96,26 @@ def measure_entry(runner: Any, shape: Shape, configs: Sequence[Any], rounds: int
     if why:   # a library this process cannot call is no measurement of its algorithm: the route says so
         say(f"{shape}: cuBLASLt's algorithm is left out: {why}"[:300])
         configs = [c for c in configs if not is_library(c)]
+    kernels, baselines = _take(runner, shape, configs, rounds, inductor, say)
+    takes = 1
+    while takes <= RETAKES and (why := _undecided(kernels, baselines)):
+        # one noisy round makes a spread of round medians several % (a fresh process's first rounds, a clock
+        # change): the win is then neither shown nor refuted. A second take of the same rounds, the quieter of the
+        # two kept (the noise rule still weighs its win against its own spreads)
+        say(f"{shape}: {why}: measured again ({rounds} more rounds), the quieter take kept")
+        again = _take(runner, shape, configs, rounds, inductor, say)
+        takes += 1
+        if _noise(*again) < _noise(kernels, baselines):
+            kernels, baselines = again
+    rec: dict[str, Any] = {"kernels": kernels, "baselines": baselines, "rounds": rounds}
+    if takes > 1:
+        rec["takes"] = takes
+    return rec
+
+
+def _take(runner: Any, shape: Shape, configs: Sequence[Any], rounds: int, inductor: bool,
+          say: Callable[[str], None]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """One take of ``measure_entry``: (the kernels' summaries, the baselines' by name)."""
     per: dict[Any, list[Any]] = {c: [] for c in configs}
     failed: dict[Any, Any] = {}
     base: dict[str, list[Any]] = {}
@@ -117,7 +140,31 @@ def measure_entry(runner: Any, shape: Shape, configs: Sequence[Any], rounds: int
     baselines = {kind: _clean(_summary(ms)) for kind, ms in base.items()}
     if ind and can_inductor:
         baselines["inductor"] = _best_compile([_clean(_summary(ms)) for ms in ind])
-    return {"kernels": kernels, "baselines": baselines, "rounds": rounds}
+    return kernels, baselines
+
+
+def _pair(kernels: list[dict[str, Any]], baselines: dict[str, Any]) -> Any:
+    """The route's contest in one take (``runtime.noise.Contest``): its first kernel against cuBLAS; None where
+    either did not run."""
+    k = kernels[0] if kernels else None
+    b = cublas_of(baselines, "torch", ok=lambda r: r.get("status") == "ok" and r.get("us"))
+    if not k or k.get("status") != "ok" or not k.get("us") or b is None:
+        return None
+    return Contest(k["us"], b["us"], None, k.get("spread") or 0.0, b.get("spread") or 0.0)
+
+
+def _noise(kernels: list[dict[str, Any]], baselines: dict[str, Any]) -> float:
+    c = _pair(kernels, baselines)
+    return math.inf if c is None else c.spreads
+
+
+def _undecided(kernels: list[dict[str, Any]], baselines: dict[str, Any]) -> str:
+    """Why a take cannot decide the route: the kernel won, but inside the spreads of its rounds (not the 1%
+    margin alone); "" where it decides."""
+    c = _pair(kernels, baselines)
+    if c is None or c.win is None or c.win <= 0 or c.wins or c.spreads <= MARGIN:
+        return ""
+    return f"a {c.win:.1%} win inside the noise {c.noise:.1%} (spreads {c.tuned_spread:.1%} + {c.cublas_spread:.1%})"
 
 
 def _best_compile(sums: list[dict[str, Any]]) -> dict[str, Any]:
