@@ -325,7 +325,10 @@ part_tune() {
 part_fp8() {
   local shapes=() s got
   for s in ${FP8_SHAPES:-4096x4096 1024x4096 14336x4096 4096x14336 128256x4096}; do shapes+=(--shape "$s"); done
-  cp results/nvidia-h200/table.json "$D/table.json" || return 1
+  # into a copy of the committed table on its GPU; elsewhere (FP8_FRESH=1, or not an H200) into a new table
+  if [ "${FP8_FRESH:-0}" != 1 ] && [[ "$GPU" == *H200* ]]; then
+    cp results/nvidia-h200/table.json "$D/table.json" || return 1
+  fi
   # a budgeted tune (not a fixed number of trials): its wall time is known before it starts
   run "tune fp8" python3 -m gemvtune tune "${shapes[@]}" --weights "${FP8_WEIGHTS:-e4m3-row}" \
     --batch "${FP8_BATCH:-1,8}" --dtype "${FP8_DTYPE:-fp16}" --budget "${FP8_BUDGET:-3m}" --retune --no-measure \
