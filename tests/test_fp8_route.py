@@ -118,3 +118,30 @@ def test_the_committed_table_runs_fp8_kernels_at_every_n_of_its_fp8_shapes():
         r = t.route(14336, 4096, n, weights="e4m3-row")
         assert r.tuned and r.config.family in ("fp8gemv", "fp8mma"), (n, r.why)
         assert ("never measured" in r.why) == (n not in (1, 8))
+
+
+def test_an_untuned_n_takes_the_same_shapes_winner_only_within_a_factor_of_two():
+    """A config tuned for n = 1 or 2 (a GEMV) ran 8 and 16 tokens at 14-28% of the read ceiling on an H100, where the
+    nearest shape's winner at that n (an MMA config) ran 39-49% (gemvtune bench fp8, 2026-12-05): beyond
+    table.N_TRANSFER times the tuned n the nearest tuned shape at this n runs instead, and the same shape's winner
+    only where no shape is tuned at this n."""
+    from gemvtune.kernels.families import FAMILIES
+    from gemvtune.runtime.table import N_TRANSFER
+
+    mma = FAMILIES["fp8mma"].config_cls().to_dict()
+    entries = {"14336x4096x1.e4m3-row": _fp8_entry(14336, 1, 16.0, 350.0),
+               "14336x4096x2.e4m3-row": _fp8_entry(14336, 2, 18.0, 350.0),
+               "128256x4096x8.e4m3-row": {**_fp8_entry(128256, 8, 140.0, 3000.0),
+                                          "winner": {"family": "fp8mma", "config": mma, "us": 140.0}}}
+    t = _table(entries)
+    assert N_TRANSFER == 2
+    cfg, how = t.lookup(Shape(14336, 4096, 4, weights="e4m3-row"))           # 4 = 2 x 2: the n = 2 winner
+    assert cfg.family == "fp8gemv" and how == "winner tuned at n=2"
+    cfg, how = t.lookup(Shape(14336, 4096, 8, weights="e4m3-row"))           # 8 = 4 x 2: another shape's n = 8 winner
+    assert cfg.family == "fp8mma" and how == "nearest tuned shape 128256x4096"
+    r = t.route(14336, 4096, 8, weights="e4m3-row")
+    assert r.tuned and r.config.family == "fp8mma" and "nearest tuned shape 128256x4096" in r.why
+    cfg, how = t.lookup(Shape(14336, 4096, 16, weights="e4m3-row"))          # no shape tuned at 16: the same shape's
+    assert cfg.family == "fp8gemv" and how == "winner tuned at n=2"           # nearest n, before any family default
+    cfg, how = t.lookup(Shape(4096, 4096, 3, weights="e4m3-row"))            # nothing at n = 3, no 4096x4096 entry:
+    assert how == "fp8 default fallback"                                      # the family's default

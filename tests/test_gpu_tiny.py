@@ -45,12 +45,16 @@ def test_flush_makes_the_weight_cold(runner):
     L2, no flush) it reads L2; timed as the runner does (flush, then one pass) it reads HBM, so it
     cannot be faster than warm beyond the noise."""
     s = Shape(64, 4096)
-    cold = runner.measure(LLAMA_CPP, s)
-    assert cold.ok and cold.method == "graph+flush"
     b = runner.buffers(s)
     launch = runner.launcher(LLAMA_CPP, s)
-    warm = runner.time_graph(lambda i: launch(b.W[i % b.copies], b.x[i % b.copies], b.y[i % b.copies]), 4 * b.copies)
-    assert cold.us_min >= 0.9 * min(warm), (cold.us_min, min(warm))
+    cold, warm = [], []
+    for _ in range(3):   # interleaved, each side's fastest kept: the suite's other shards share the GPU (2026-12-05,
+        m = runner.measure(LLAMA_CPP, s)   # an H100: one warm pass under their load ran 3.24 µs against 2.32 cold)
+        assert m.ok and m.method == "graph+flush"
+        cold.append(m.us_min)
+        warm += runner.time_graph(lambda i: launch(b.W[i % b.copies], b.x[i % b.copies], b.y[i % b.copies]),
+                                  4 * b.copies)
+    assert min(cold) >= 0.9 * min(warm), (cold, min(warm))
 
 
 @pytest.mark.slow   # the GPU suite's second tier: -m "gpu and slow" (docs/testing.md)

@@ -29,6 +29,10 @@ if TYPE_CHECKING:
     from ..device.dispatch import Dispatcher
 
 SCHEMA_VERSION = 1
+# an untuned n runs the same (M, d)'s winner of another n only within this factor of it: a config tuned for one or
+# two tokens is a GEMV that runs 8 or 16 at 14-28% of the read ceiling, where the nearest shape's winner at that n
+# (an MMA config) ran 39-49% (H100, FP8 weights, gemvtune bench fp8, 2026-12-05; design-notes.md, "FP8")
+N_TRANSFER = 2
 
 
 def _now() -> str:
@@ -253,19 +257,21 @@ class Table:
 
     def lookup(self, shape: Shape) -> tuple[Any, str]:
         """(config, how): the tuned winner (of either family) for (M, d, n); else the winner tuned for
-        the same (M, d) at the nearest batch n that is valid for this one (ties: the larger n); else
-        the tuned config of the nearest shape (log-distance in M and d) at this n (never a library's
-        algorithm, e.g. cuBLASLt's: it runs only the shape it was measured on); else the first of
-        each family's fallbacks (``Family.fallbacks``, families in registry order) that can run it: the
-        llama.cpp config, then generic GEMV configs."""
+        the same (M, d) at the nearest batch n (in ratio; ties: the larger n) that is valid for this one and within
+        ``N_TRANSFER`` times this n; else the cost model's pick; else the tuned config of the nearest shape
+        (log-distance in M and d) at this n (never a library's algorithm, e.g. cuBLASLt's: it runs only the shape it
+        was measured on); else the same (M, d)'s winner at a farther n; else the first of each family's fallbacks
+        (``Family.fallbacks``, families in registry order) that can run it: the llama.cpp config, then generic GEMV
+        configs."""
         k = _key(shape)
         if k in self._configs:
             return self._configs[k], "tuned"
-        same = sorted(((abs(s.n - shape.n), -s.n), cfg, s.n) for s, cfg in self._shaped()
+        same = sorted((abs(math.log(s.n / shape.n)), -s.n, s.n, cfg) for s, cfg in self._shaped()
                       if (s.M, s.d, s.dtype, s.weights) == (shape.M, shape.d, shape.dtype, shape.weights)
                       and _transfers(cfg, shape))
-        if same:
-            return same[0][1], f"winner tuned at n={same[0][2]}"
+        near = [t for t in same if t[0] <= math.log(N_TRANSFER) + 1e-9]
+        if near:
+            return near[0][3], f"winner tuned at n={near[0][2]}"
         zero = self.predicted(shape)
         if zero is not None:
             return zero[0], f"cost model's pick (predicted {zero[1]:.2f} µs, never measured on this shape)"
@@ -278,6 +284,8 @@ class Table:
                 best = (dist, cfg, f"nearest tuned shape {s.M}x{s.d}")
         if best:
             return best[1], best[2]
+        if same:
+            return same[0][3], f"winner tuned at n={same[0][2]}"
         for fam in FAMILY_NAMES:
             for cfg, why in FAMILIES[fam].fallbacks:
                 if cfg.is_valid(shape):
