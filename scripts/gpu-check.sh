@@ -47,7 +47,7 @@ parts (run in the order given):
               bench guard's harness; the summary: shapes tuned, seconds spent, predicted/measured step gain
 
   fp8         FP8 weights: gemvtune tune of FP8_SHAPES (--weights FP8_WEIGHTS, under FP8_BUDGET, --retune) into a
-              copy of the committed table (OUT/fp8/table.json), then gemvtune bench fp8 of them (the FP8 kernel against the 16-bit tuned
+              copy of the committed table on an H200, else (or FP8_FRESH=1) a new one (OUT/fp8/table.json), then gemvtune bench fp8 of them (the FP8 kernel against the 16-bit tuned
               kernel, cuBLAS on 16-bit weights, dequantize + F.linear and gemlite's A16W8_FP8, carried in
               .peers/gemlite: the device's carry list names it); the summary: the targets' lines
 
@@ -72,6 +72,7 @@ environment (defaults in brackets):
   TUNE_ARGS        [--model llama-3-8b --batch 1,2,4,8,16 --budget 5m]   T_TUNE [580]
   FP8_SHAPES       [4096x4096 1024x4096 14336x4096 4096x14336 128256x4096]   FP8_WEIGHTS [e4m3-row]
   FP8_BATCH        [1,8]   FP8_DTYPE [fp16]   FP8_BUDGET [3m]   FP8_ROUNDS [3]   T_FP8 [580]
+  FP8_BENCH_BATCH  [FP8_BATCH] (the benchmark's n: about 16 s a row with gemlite on an H100)   FP8_FRESH [0]
   SEARCH_SHAPE     [4096x4096]       SEARCH_BATCH [1]   SEARCH_TRIALS [12]   SEARCH_FAMILY [all]
   GEMVTUNE_CACHE_DIR [\${TMPDIR:-/tmp}/gemvtune-cache]   GPU_CHECK_COMMIT (when the checkout has no .git)
 
@@ -335,7 +336,7 @@ part_fp8() {
     --results "$D/search" --table "$D/table.json"
   got=$(grep -E '^(tuned [0-9]+ shapes|decode step|the FP8 step)' "$LAST" | squeeze | paste -sd ';' -)
   run "bench fp8" python3 -m gemvtune bench fp8 "${shapes[@]}" --weights "${FP8_WEIGHTS:-e4m3-row}" \
-    --batch "${FP8_BATCH:-1,8}" --dtype "${FP8_DTYPE:-fp16}" --rounds "${FP8_ROUNDS:-3}" --table "$D/table.json" \
+    --batch "${FP8_BENCH_BATCH:-${FP8_BATCH:-1,8}}" --dtype "${FP8_DTYPE:-fp16}" --rounds "${FP8_ROUNDS:-3}" --table "$D/table.json" \
     --out "$D"
   got+="${got:+;}$(grep -E '^(n = 1, shapes|x gemlite|x dequantize)' "$LAST" | squeeze | paste -sd ';' -)"
   finish "${got:-no fp8 summary}"

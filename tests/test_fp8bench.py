@@ -33,3 +33,42 @@ def test_markdown_states_the_targets_and_a_missing_contender():
     assert "FP8/16-bit tuned 0.533 at worst" in md and "(target <= 0.55)" in md
     assert "x gemlite: not measured" in md and "x dequantize + F.linear: 5.000 at worst" in md
     assert "| 14336x4096 | 1 | fp16 | 16.00 |" in md
+
+
+def test_a_run_cut_short_keeps_the_rows_it_measured(tmp_path, monkeypatch):
+    """The benchmark writes its CSVs and summary after every shape: a run stopped by its time limit half-way (the H100
+    run of 2026-12-05 was cut after 21 of 25 rows and wrote nothing) keeps what it measured."""
+    import pytest
+    from fakes import Fp8Runner
+
+    import gemvtune.runtime.table as table_mod
+    from gemvtune.bench import fp8bench
+    from gemvtune.kernels.families import FAMILIES
+    from gemvtune.kernels.gemv import LLAMA_CPP
+
+    class Cut(Fp8Runner):
+        arch = "sm_90"
+
+        def measure(self, config, shape, **kw):
+            if shape.M == 1024:
+                raise KeyboardInterrupt   # (the time limit's signal, as the shell's timeout sends it)
+            return super().measure(config, shape, **kw)
+
+    class Table:
+        def _check_gpu(self, name):
+            pass
+
+        def lookup(self, s):
+            return (FAMILIES["fp8gemv"].config_cls(), "fp8 default fallback") if s.weights else (LLAMA_CPP, "llama.cpp")
+
+    runner = Cut()
+    monkeypatch.setattr(fp8bench, "_start", lambda echo: (runner, runner.device_info(), runner.ceiling()))
+    monkeypatch.setattr(fp8bench, "compile_variants", lambda *a, **k: None)
+    monkeypatch.setattr(table_mod, "load_table", lambda *a, **k: Table())
+    shapes = [Shape(4096, 4096, 1, "fp16", "e4m3-row"), Shape(1024, 4096, 1, "fp16", "e4m3-row")]
+    with pytest.raises(KeyboardInterrupt):
+        fp8bench.run_fp8_bench(shapes, "t.json", str(tmp_path), echo=lambda s: None, rounds=2, gemlite=False)
+    md = next(tmp_path.glob("bench-fp8-*-summary.md")).read_text()
+    assert "| 4096x4096 | 1 | fp16 |" in md and "1024x4096" not in md
+    csv = pd.read_csv(next(p for p in tmp_path.glob("bench-fp8-*.csv") if "summary" not in p.name), comment="#")
+    assert set(csv["kind"]) >= {"fp8", "tuned-16bit", "dequant-torch"} and (csv["M"] == 4096).all()

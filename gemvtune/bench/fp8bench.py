@@ -113,7 +113,19 @@ def run_fp8_bench(shapes: list[Shape], table_path: str, out_dir: str | None, ech
     echo(f"table {table_path}")
     warmed: set[tuple[int, int, str]] = set()
     rows: list[Measurement] = []
-    summary = []
+    summary: list[dict[str, Any]] = []
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
+    out = Path(out_dir) if out_dir else Workspace.for_gpu(dev["name"]).benchmarks
+
+    def write() -> tuple[Path, str]:   # after every shape: a run cut short keeps the rows it measured
+        path = write_csv(rows, out / f"{tag}-{stamp}.csv", provenance(dev, ceiling=ceil, table=str(table_path),
+                                                                   shapes=[str(s) for s in shapes], rounds=rounds))
+        df = pd.DataFrame(summary)
+        write_frame(df, out / f"{tag}-{stamp}-summary.csv", float_format="%.6g")
+        md = fp8_markdown(df)
+        write_text(out / f"{tag}-{stamp}-summary.md", md)
+        return path, md
+
     for s8 in shapes:
         s16 = dataclasses.replace(s8, weights="")
         cfg8, how8 = table.lookup(s8)
@@ -137,14 +149,8 @@ def run_fp8_bench(shapes: list[Shape], table_path: str, out_dir: str | None, ech
              f"{row['fp8_over_16bit']:.3f}  x{row['x_dequant']:.3f} dequant  x{row['x_gemlite']:.3f} gemlite"
              + (f"  [{row['errors'][:160]}]" if row["errors"] else ""))
         runner.release()
-    df = pd.DataFrame(summary)
-    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
-    out = Path(out_dir) if out_dir else Workspace.for_gpu(dev["name"]).benchmarks
-    path = write_csv(rows, out / f"{tag}-{stamp}.csv", provenance(dev, ceiling=ceil, table=str(table_path),
-                                                               shapes=[str(s) for s in shapes], rounds=rounds))
-    write_frame(df, out / f"{tag}-{stamp}-summary.csv", float_format="%.6g")
-    md = fp8_markdown(df)
-    write_text(out / f"{tag}-{stamp}-summary.md", md)
+        write()
+    path, md = write()
     echo(md)
     echo(f"wrote {path} and its -summary.csv/-summary.md")
     if not out_dir:
