@@ -6,8 +6,9 @@ weight in 16 bits on every call before cuBLAS reads it again: on the H200 the FP
 than themselves on every (shape, n) of the committed table (2026-12-05, ``gemvtune bench fp8``). So where the
 table's own FP8 entries of the same format and dtype all measured their kernel at least ``EVIDENCE`` times faster
 than dequantize + F.linear (and there are at least ``ENTRIES`` of them), an untuned FP8 call runs an FP8 kernel too:
-the table's pick for the shape (``Table.lookup``: the winner tuned at the nearest n of the same (M, d), else the
-nearest tuned shape at this n, else the family's default), never measured on it, and the route says so. Otherwise
+the table's pick for the shape (``Table.lookup``: the winner tuned at the nearest n of the same (M, d) within a
+factor of 2, else the nearest tuned shape at this n, else the same (M, d)'s winner at a farther n, else the family's
+default), never measured on it, and the route says so. Otherwise
 (another GPU's few entries, a table whose FP8 kernels barely won) dequantize + F.linear runs. ``bench guard
 --weights`` measures both in a harness of its own."""
 
