@@ -29,10 +29,7 @@ if TYPE_CHECKING:
     from ..device.dispatch import Dispatcher
 
 SCHEMA_VERSION = 1
-# an untuned n runs the same (M, d)'s winner of another n only within this factor of it: a config tuned for one or
-# two tokens is a GEMV that runs 8 or 16 at 14-28% of the read ceiling, where the nearest shape's winner at that n
-# (an MMA config) ran 39-49% (H100, FP8 weights, gemvtune bench fp8, 2026-12-05; design-notes.md, "FP8")
-N_TRANSFER = 2
+N_TRANSFER = 2   # an untuned n runs another n's winner of its (M, d) only within this factor (design-notes.md, FP8)
 
 
 def _now() -> str:

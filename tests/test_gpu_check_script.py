@@ -1,0 +1,42 @@
+"""scripts/gpu-check.sh's fp8 part on the CPU: where its FP8 tune writes. On the H200 the committed table was made
+on, a copy of it (OUT/fp8/table.json), so the new FP8 entries sit beside the committed ones; on any other GPU, or
+with FP8_FRESH=1, a new table (a copy of the H200's is not that GPU's to write: the H100 run of 2026-12-05). A
+stand-in nvidia-smi names the GPU; the tune then stops for want of a CUDA device, which the part reports."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+
+COMMITTED = ROOT / "results" / "nvidia-h200" / "table.json"
+
+
+def _part(tmp_path, gpu, **env):
+    bin_ = tmp_path / "bin"
+    bin_.mkdir(parents=True)
+    smi = bin_ / "nvidia-smi"
+    smi.write_text(f"#!/bin/sh\necho '{gpu}, 580.159.04'\n")
+    smi.chmod(0o755)
+    py = bin_ / "python3"   # (the part runs python3 -m gemvtune: this interpreter, its environment kept)
+    py.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    py.chmod(0o755)
+    out = tmp_path / "out"
+    run_env = {**os.environ, "PATH": f"{bin_}{os.pathsep}{os.environ['PATH']}", "OUT": str(out),
+               "FP8_SHAPES": "1024x4096", "FP8_BUDGET": "5", "T_FP8": "120", "GPU_CHECK_COMMIT": "test",
+               "CUDA_VISIBLE_DEVICES": "", **env}   # (no GPU even on a machine that has one)
+    r = subprocess.run(["bash", str(ROOT / "scripts" / "gpu-check.sh"), "fp8"], env=run_env, capture_output=True,
+                       text=True, timeout=300)
+    return r, out / "fp8" / "table.json", (out / "fp8.log").read_text()
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="bash script")
+def test_the_fp8_part_tunes_into_a_copy_of_the_committed_table_only_on_its_gpu(tmp_path):
+    r, table, log = _part(tmp_path / "h200", "NVIDIA H200")
+    assert table.read_bytes() == COMMITTED.read_bytes(), log[-2000:]
+    assert r.returncode != 0 and "rc=3 (tune fp8)" in log and "Traceback" not in log   # (no CUDA device here)
+    r, table, log = _part(tmp_path / "h100", "NVIDIA H100 80GB HBM3")
+    assert not table.exists() and "tune fp8" in log, log[-2000:]
+    r, table, log = _part(tmp_path / "fresh", "NVIDIA H200", FP8_FRESH="1")
+    assert not table.exists() and "tune fp8" in log, log[-2000:]
