@@ -29,7 +29,7 @@ from ..baselines import cublas_of
 from ..errors import GemvtuneError, UsageError
 from ..kernels.shapes import Shape
 from ..runtime.keys import entry_key
-from ..runtime.noise import MARGIN, Contest
+from ..runtime.noise import MARGIN, Contest, spread
 from ..runtime.table import load_table
 from .confirm import _summary
 
@@ -144,13 +144,18 @@ def _take(runner: Any, shape: Shape, configs: Sequence[Any], rounds: int, induct
 
 
 def _pair(kernels: list[dict[str, Any]], baselines: dict[str, Any]) -> Any:
-    """The route's contest in one take (``runtime.noise.Contest``): its first kernel against cuBLAS; None where
-    either did not run."""
-    k = kernels[0] if kernels else None
-    b = cublas_of(baselines, "torch", ok=lambda r: r.get("status") == "ok" and r.get("us"))
-    if not k or k.get("status") != "ok" or not k.get("us") or b is None:
+    """The route's contest in one take, read as the route reads a re-confirmation (``runtime.verdict``): its first
+    kernel against cuBLAS, each with ``noise.spread``; None where either did not run."""
+    from ..runtime.entry import Measured
+
+    if not kernels:
         return None
-    return Contest(k["us"], b["us"], None, k.get("spread") or 0.0, b.get("spread") or 0.0)
+    k = Measured.from_json(kernels[0], "reconfirmed.kernels[0]")
+    b = cublas_of({name: Measured.from_json(v, f"reconfirmed.baselines.{name}") for name, v in baselines.items()},
+                  "torch", ok=lambda r: r.ok_us is not None)
+    if k.ok_us is None or b is None:
+        return None
+    return Contest(k.ok_us, b.ok_us, None, spread(k), spread(b))
 
 
 def _noise(kernels: list[dict[str, Any]], baselines: dict[str, Any]) -> float:
