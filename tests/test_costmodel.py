@@ -227,3 +227,24 @@ def test_a_search_into_a_folder_with_a_model_is_warm_started(small, tmp_path):
     (tmp_path / "costmodel.json").write_text("{}")
     assert _warm(opts, tmp_path, shape, lines.append).warm_start is None and len(lines) == 1
     assert "no warm start" in lines[0] and "\n" not in lines[0]
+
+
+def test_a_searchs_warm_start_is_k_configs_beside_the_seed(tmp_path, monkeypatch):
+    from gemvtune.model.warm import warm_start
+
+    seed = FAMILIES["ring"].seed
+    shape = Shape(4096, 4096, 16)
+
+    class Model:   # ranks the seed fastest, then the rest in their order
+        families = ("ring",)
+
+        def rank(self, configs, shape, k):
+            return sorted(((c, 1.0 if c == seed else 2.0) for c in configs), key=lambda t: t[1])[:k]
+
+    (tmp_path / "costmodel.json").write_text("{}")
+    monkeypatch.setattr(cm, "load", lambda path: Model())
+    space = {n: [getattr(seed, n)] for n in ("mt", "rw", "bk", "ipb", "split", "x_load", "prefetch")}
+    space.update(kw=[1, 2, 4, 8], stages=[3, 4, 6])
+    warm = warm_start(tmp_path / "costmodel.json", shape, ("ring",), lambda f: space, 3, print)
+    assert warm is not None and len(warm["ring"]) == 3
+    assert all(RingConfig(**p) != seed for p in warm["ring"])   # before: the seed first, then 2 new ones

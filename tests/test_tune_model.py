@@ -360,3 +360,21 @@ def test_a_search_never_runs_past_the_budget_left():
     assert search_timeout({"gemv": 10}, 0.1, 60.0, 6.0) == 5.0                  # at least 5 s where the budget has it
     assert search_timeout({"gemv": 400}, 0.1, 30.0, 6.0) == 24.0                # capped: the budget left, less the
     assert search_timeout({"gemv": 400}, 0.1, 3.0, 6.0) == 1.0                  # shape's fixed work; 1 s at least
+
+
+def test_the_warm_start_is_four_configs_beside_the_seed_even_where_the_model_ranks_the_seed_among_them():
+    from gemvtune.kernels.families import FAMILIES
+    from gemvtune.tuning.tuneplan import WARM_K, predict
+
+    s = Shape(4096, 4096, 16)
+    seed = FAMILIES["ring"].seed
+
+    class Model:   # ranks the seed first, then the sample in its order
+        families = ("ring",)
+
+        def predict_rel(self, rows):
+            return [1.0 if c == seed else 2.0 + i for i, (c, _) in enumerate(rows)]
+
+    got = predict(Model(), s, ["ring"], 4000.0, k=64)["ring"]
+    assert len(got.warm) == WARM_K and seed.to_dict() not in got.warm          # before: the seed and 3 others
+    assert got.optimum_us == pytest.approx(s.weight_bytes / 4e6)                 # the optimum is still the seed's

@@ -42,7 +42,7 @@ def warm_start(model_path: Path, shape: Shape, families: tuple[str, ...], domain
         configs = []
         for values in itertools.product(*space.values()):
             c = f.config_cls(**dict(zip(names, values)))
-            if c.is_valid(shape, arch):
+            if c != f.seed and c.is_valid(shape, arch):   # (the seed: the search enqueues it first anyway)
                 configs.append(c)
         if configs:
             out[fam] = tuple({n: getattr(c, n) for n in names} for c, _ in model.rank(configs, shape, k))
