@@ -186,9 +186,12 @@ def test_two_tables_side_by_side_flag_the_slower_route(tmp_path):
     rows, total = side_by_side(runner, few, many, [shape], rounds=2, weights={shape: 32.0}, echo=lambda s: None)
     (row,) = rows
     assert row["ratio"] > 1.02 and "against the other table" in row["flags"]
+    assert row["table_spread"] >= 0 and row["against_spread"] >= 0   # each side's rounds: (max - min) / median
     assert total["table_us"] == pytest.approx(32 * row["table_us"]) and not total["within"]
-    rows, total = side_by_side(runner, many, many, [shape], rounds=2, echo=lambda s: None)
+    lines: list[str] = []
+    rows, total = side_by_side(runner, many, many, [shape], rounds=2, echo=lines.append)
     assert rows[0]["ratio"] == pytest.approx(1.0) and not rows[0]["flags"] and total["within"]
+    assert f"(rounds' spreads {100 * rows[0]['table_spread']:.1f}% + {100 * rows[0]['against_spread']:.1f}%)" in lines[0]
 
 
 def test_model_steps_of_tensor_parallel_shards():

@@ -28,7 +28,8 @@ def side_by_side(runner: Any, table: Any, other: Any, shapes: Sequence[Shape], r
                  weights: dict[Shape, float] | None = None, echo: Callable[[str], None] = print
                  ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """(one row per shape, the weighted total): each table's route measured ``rounds`` times, interleaved with the
-    other's and with cuBLAS (verified in the first round)."""
+    other's and with cuBLAS (verified in the first round); each side's spread over its rounds ((max - min) / median)
+    is reported beside the ratio, which is flagged beyond ``WITHIN`` whatever the spreads."""
     rows = []
     for shape in shapes:
         picks = {"table": _contender(table, shape), "against": _contender(other, shape)}
@@ -50,6 +51,7 @@ def side_by_side(runner: Any, table: Any, other: Any, shapes: Sequence[Shape], r
             for k, cfg in picks.items():
                 times[k].append(got[cfg] if cfg is not None else b.us_median)
         med = {k: statistics.median(v) if v else float("nan") for k, v in times.items()}
+        spr = {k: (max(v) - min(v)) / med[k] if v and med[k] > 0 else float("nan") for k, v in times.items()}
         ratio = med["table"] / med["against"] if med["against"] == med["against"] and med["against"] else float("nan")
         flag = status if status != "ok" else (f"{100 * (ratio - 1):+.1f}% against the other table"
                                               if ratio > 1 + WITHIN else "")
@@ -58,10 +60,11 @@ def side_by_side(runner: Any, table: Any, other: Any, shapes: Sequence[Shape], r
                "table_route": picks["table"].label if picks["table"] is not None else "cublas",
                "against_route": picks["against"].label if picks["against"] is not None else "cublas",
                "table_us": med["table"], "against_us": med["against"], "cublas_us": med["cublas"],
-               "ratio": ratio, "flags": flag}
+               "table_spread": spr["table"], "against_spread": spr["against"], "ratio": ratio, "flags": flag}
         rows.append(row)
         echo(f"{shape!s:>16s} {row['table_route']:<40s} {med['table']:8.2f}  {row['against_route']:<40s} "
-             f"{med['against']:8.2f} µs  x{ratio:.3f}  {'FLAG: ' + flag if flag else 'ok'}")
+             f"{med['against']:8.2f} µs  x{ratio:.3f} (rounds' spreads {100 * spr['table']:.1f}% + "
+             f"{100 * spr['against']:.1f}%)  {'FLAG: ' + flag if flag else 'ok'}")
         runner.release()
     ok = [r for r in rows if r["ratio"] == r["ratio"]]
     a = sum(float(r["weight"]) * float(r["table_us"]) for r in ok)
