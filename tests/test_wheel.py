@@ -1,4 +1,4 @@
-"""The wheel ships the H200 table and its cost model (gemvtune/tables/<gpu>/, from results/<gpu>/ through hatch's
+"""The wheel ships the H200 table and its cost models, and the H100 table (gemvtune/tables/<gpu>/, from results/<gpu>/ through hatch's
 force-include), and ``load_table()`` with no path loads the table of the GPU it runs on: the user's own
 results/<gpu>/table.json if present, else the shipped one, never another GPU's. The wheel is built from this
 checkout and unpacked into a folder outside it (a wheel of pure Python is a zip), as ``pip install --target`` would."""
@@ -58,6 +58,9 @@ def test_the_wheel_holds_the_h200_table_and_cost_model_byte_for_byte(unpacked):
         assert f"gemvtune/tables/nvidia-h200/{name}" in names
         assert (tmp / "site" / "gemvtune" / "tables" / "nvidia-h200" / name).read_bytes() == \
             (RESULTS / "nvidia-h200" / name).read_bytes()
+    h100 = "gemvtune/tables/nvidia-h100-80gb-hbm3/table.json"   # the H100's table (no cost model of its own)
+    assert h100 in names and (tmp / "site" / h100).read_bytes() == \
+        (RESULTS / "nvidia-h100-80gb-hbm3" / "table.json").read_bytes()
     assert any(n.startswith("gemvtune/build/templates/") for n in names)
     assert not any(n.startswith(("results/", "tests/", "scripts/")) for n in names), sorted(names)[:20]
 
@@ -91,8 +94,11 @@ def test_load_table_with_no_path_loads_the_shipped_table_outside_the_checkout(un
     assert got["origin"] == "your results" and got["entries"] == 1 and got["path"] == "results/nvidia-h200/table.json"
 
     r = _run(site, tmp_path, "import gemvtune; gemvtune.load_table(gpu='NVIDIA B200')")
-    assert r.returncode != 0 and "no table for NVIDIA B200" in r.stderr and "ships tables only for nvidia-h200" in r.stderr
+    assert r.returncode != 0 and "no table for NVIDIA B200" in r.stderr
+    assert "ships tables only for nvidia-h100-80gb-hbm3, nvidia-h200" in r.stderr
     assert "gemvtune tune --hf-config" in r.stderr
+    got = json.loads(_run(site, tmp_path, CODE.replace("NVIDIA H200", "NVIDIA H100 80GB HBM3")).stdout)
+    assert got["origin"] == "shipped" and got["path"].endswith("gemvtune/tables/nvidia-h100-80gb-hbm3/table.json")
 
 
 def test_which_table_says_which_table_would_load(tmp_path, monkeypatch):

@@ -1,0 +1,56 @@
+"""Every table gemvtune ships (results/<gpu>/table.json: the H200's and the H100's) is what ``load_table()`` with
+no path loads on its GPU: it loads under the schema, is named after the GPU it records, routes a torch caller to a
+tuned 16-bit kernel only where its win was measured beyond the noise (and, where a re-confirmation in a fresh
+process measured that kernel, won there too), runs cuBLAS for a shape it lacks where no cost model lies beside it, and
+never runs a kernel on another GPU model. The H100's table was re-confirmed whole by the tune that made it."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+from conftest import ROOT
+
+from gemvtune.runtime.table import load_table
+from gemvtune.runtime.tables import find_table, gpu_slug
+
+SHIPPED = sorted((ROOT / "results").glob("*/table.json"))
+
+
+def test_gemvtune_ships_the_h200_and_the_h100_tables():
+    assert {p.parent.name for p in SHIPPED} >= {"nvidia-h200", "nvidia-h100-80gb-hbm3"}
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.parent.name for p in SHIPPED])
+def test_a_shipped_table_is_its_gpus_and_routes_only_re_confirmed_wins(path):
+    t = load_table(path, costmodel=None)
+    gpu = t.data["gpu"]["name"]
+    assert gpu_slug(gpu) == path.parent.name and find_table(gpu).path.resolve() == path.resolve()
+    routed = 0
+    for shape in t.shapes:
+        if shape.weights:   # FP8 entries: weighed against dequantize + F.linear (fp8route), not re-confirmed
+            continue
+        r = t.route(shape.M, shape.d, shape.n, dtype=shape.dtype)
+        if r.tuned:
+            routed += 1
+            assert r.tuned_us < r.cublas_us * (1 - r.noise), (shape, r.why)
+            assert r.again_tuned_us is None or r.again_tuned_us < r.again_cublas_us, (shape, r.why)   # its own noise
+    assert routed >= 10
+    lacks = max(s.M for s in t.shapes) + 8
+    assert not t.route(lacks, 4096, 1).tuned               # a shape it lacks: cuBLAS (no cost model given)
+    other = "NVIDIA H200" if gpu != "NVIDIA H200" else "NVIDIA H100 80GB HBM3"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert t.check_device(other, (9, 0)) is False
+    assert not any(t.route(s.M, s.d, s.n, dtype=s.dtype).tuned for s in t.shapes if not s.weights)
+
+
+def test_the_h100_table_holds_llama_3_8b_at_every_n_it_bought():
+    t = load_table(ROOT / "results" / "nvidia-h100-80gb-hbm3" / "table.json", costmodel=None)
+    fp16 = {(s.M, s.d, s.n) for s in t.shapes if not s.weights}
+    fp8 = {(s.M, s.d, s.n) for s in t.shapes if s.weights == "e4m3-row"}
+    assert {(m, d) for m, d, _ in fp16} == {(4096, 4096), (1024, 4096), (14336, 4096), (4096, 14336), (128256, 4096)}
+    assert {n for *_, n in fp16} == {1, 2, 4, 8, 16} and len(fp16) == 15 and len(fp8) == 8
+    assert t.route(1024, 4096, 16).tuned and not t.route(14336, 4096, 8).tuned   # the latter not bought: cuBLAS
+    routes = [t.route(m, d, n) for m, d, n in sorted(fp16)]
+    assert all(r.tuned and r.again_tuned_us is not None for r in routes), [r.why for r in routes if not r.tuned]
