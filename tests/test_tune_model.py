@@ -4,8 +4,10 @@ bad input is one line."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -116,6 +118,16 @@ def test_zero_budget_weighs_the_tables_route_without_searching(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "nothing searched" in r.stdout and "predicted x" in r.stdout and "routes: " in r.stdout
     assert not list(tmp_path.iterdir())                               # nothing written
+    if importlib.util.find_spec("lightgbm") is not None:              # the committed cost model beside the table
+        assert "(its cost model's zero-trial picks where it lacks a shape)" in r.stdout
+        assert "to a zero-trial pick" in r.stdout                     # 5000x4096 n = 1: predicted well clear
+    # a copy of the table without its cost model: no zero-trial picks, said so (on the H200, 2026-12-05, such a copy
+    # routed three unseen models wholly to cuBLAS under a line that named the cost model's picks)
+    shutil.copy(ROOT / "results" / "nvidia-h200" / "table.json", tmp_path / "copy.json")
+    r = _cli("tune", "--shape", "5000x4096", "--batch", "1", "--budget", "0", "--table", str(tmp_path / "copy.json"))
+    assert r.returncode == 0, r.stderr
+    assert "no cost model beside it (costmodel.json[.gz]): the shapes it lacks run cuBLAS" in r.stdout
+    assert "routes: 1 to cuBLAS" in r.stdout and "zero-trial pick" not in r.stdout.split("routes: ")[1]
 
 
 @pytest.mark.parametrize("args,needle", [

@@ -149,8 +149,7 @@ def report_lines(res: TuneResult, budget_s: float) -> list[str]:
     harness = (f"measured {x(res.measured_gain)} in an independent harness (bench guard's)" if res.measured_gain else
                "not measured in an independent harness (it needs a GPU and torch)")
     if budget_s == 0:
-        return [f"--budget 0: nothing searched; {len(res.skipped)} shapes run {res.table}'s route (its cost model's "
-                "zero-trial picks where it lacks a shape)",
+        return [f"--budget 0: nothing searched; {len(res.skipped)} shapes run {res.table}'s route ({res.lacking})",
                 f"decode step (linears) against {res.baseline}: predicted {x(res.predicted_gain)}; {harness}",
                 *fp8, *res.lines]
     lines = [f"tuned {len(res.searched)} shapes in {st.spent_s:.0f} s of a {budget_s:.0f} s budget "

@@ -52,6 +52,7 @@ class TuneResult:
     lines: list[str] = field(default_factory=list)
     baseline: str = "cuBLAS"                # what the gains are against (FP8 weights: dequantize + F.linear)
     sixteen_bit_gain: float | None = None   # FP8 steps: against cuBLAS on the 16-bit weights, by the table's times
+    lacking: str = ""                       # --budget 0: what runs the shapes the table lacks
 
 
 def _tables(out: Path, gpu: str) -> list[Any]:
@@ -286,9 +287,11 @@ def zero_trial(table: Path, steps: Sequence[Step], measure: Callable[[Path, Sequ
     from ..runtime.table import load_table
 
     res = TuneResult(table, TuneState({}, 0.0), baseline=baseline_of(steps))
-    res.skipped = {entry_key(s.shape): "--budget 0: the table's route, zero-trial picks for what it lacks"
-                   for s in steps}
     t = load_table(table)
+    # a table copied without the cost model beside it has no zero-trial picks: said, never implied
+    res.lacking = ("its cost model's zero-trial picks where it lacks a shape" if t.costmodel is not None else
+                   "no cost model beside it (costmodel.json[.gz]): the shapes it lacks run cuBLAS")
+    res.skipped = {entry_key(s.shape): f"--budget 0: the table's route; {res.lacking}" for s in steps}
     res.predicted_gain = route_gain(t, steps)
     res.sixteen_bit_gain = sixteen_bit_gain(t, steps)
     from ..runtime.route import choose, rival_of
