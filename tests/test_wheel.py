@@ -1,7 +1,8 @@
-"""The wheel ships the H200 table and its cost models, and the H100 table (gemvtune/tables/<gpu>/, from results/<gpu>/ through hatch's
-force-include), and ``load_table()`` with no path loads the table of the GPU it runs on: the user's own
-results/<gpu>/table.json if present, else the shipped one, never another GPU's. The wheel is built from this
-checkout and unpacked into a folder outside it (a wheel of pure Python is a zip), as ``pip install --target`` would."""
+"""The wheel ships the H200 table and its cost models, and the H100 table (gemvtune/tables/<gpu>/, from
+results/<gpu>/ through hatch's force-include), and ``load_table()`` with no path loads the table of the GPU it runs
+on: the user's own results/<gpu>/table.json if present, else the shipped one, never another GPU's. The wheel is
+built from this checkout and unpacked into a folder outside it (a wheel of pure Python is a zip), as ``pip install
+--target`` would."""
 
 from __future__ import annotations
 
