@@ -9,7 +9,7 @@
 # Exit 0 if every part passed, 1 if any failed, 2 on a usage error.
 set -uo pipefail
 
-PARTS="suite tests slow-tests sanitizer bench hf percall search group guard tune fp8"
+PARTS="suite tests slow-tests sanitizer bench hf percall search group guard tune unseen fp8"
 SAN_CONFIGS=tests/data/sanitize_configs.json
 HF_CONFIG_DEFAULT=gemvtune/kernels/hf_configs/llama-3-8b.json
 
@@ -46,6 +46,10 @@ parts (run in the order given):
               re-measured at the end beside the committed table in the same process (--against) and in
               bench guard's harness; the summary: shapes tuned, seconds spent, predicted/measured step gain
 
+  unseen      gemvtune tune --budget 0 (the zero-trial picks: nothing searched) of each UNSEEN_MODELS entry, models the
+              table never saw, at UNSEEN_BATCH, each measured in bench guard's harness; the table load_table() loads
+              on this GPU (the checkout's results/<gpu>/table.json), read in place with the cost models beside it (a
+              copy without them makes no picks), or UNSEEN_TABLE; the summary: each model's routes and its step
   fp8         FP8 weights: gemvtune tune of FP8_SHAPES (--weights FP8_WEIGHTS, under FP8_BUDGET, --retune) into a
               copy of the committed table on an H200, else (or FP8_FRESH=1) a new one (OUT/fp8/table.json), then gemvtune bench fp8 of them (the FP8 kernel against the 16-bit tuned
               kernel, cuBLAS on 16-bit weights, dequantize + F.linear and gemlite's A16W8_FP8, carried in
@@ -70,6 +74,9 @@ environment (defaults in brackets):
   GUARD_ARGS       []  (e.g. --dtype fp16 --batch 1,8; --weights e4m3-row: FP8 layers against dequantize +
                    F.linear; default: the whole suite, 16-bit)   T_GUARD [300]
   TUNE_ARGS        [--model llama-3-8b --batch 1,2,4,8,16 --budget 5m]   T_TUNE [580]
+  UNSEEN_MODELS    [--model mistral-nemo-12b --tp 2; --hf-config tests/data/hf/qwen2.5-72b-instruct.json --tp 4;
+                   --hf-config tests/data/hf/qwen3-30b-a3b.json] (';'-separated tune arguments)
+  UNSEEN_BATCH     [1,8]   UNSEEN_TABLE [this GPU's]   T_UNSEEN [300]
   FP8_SHAPES       [4096x4096 1024x4096 14336x4096 4096x14336 128256x4096]   FP8_WEIGHTS [e4m3-row]
   FP8_BATCH        [1,8]   FP8_DTYPE [fp16]   FP8_BUDGET [3m]   FP8_ROUNDS [3]   T_FP8 [580]
   FP8_BENCH_BATCH  [FP8_BATCH] (the benchmark's n: about 16 s a row with gemlite on an H100)   FP8_FRESH [0]
@@ -323,6 +330,21 @@ part_tune() {
   finish "${got:-no tune summary}"
 }
 
+part_unseen() {
+  local spec args=() specs=() got=""
+  IFS=';' read -r -a specs <<< "${UNSEEN_MODELS:---model mistral-nemo-12b --tp 2;--hf-config tests/data/hf/qwen2.5-72b-instruct.json --tp 4;--hf-config tests/data/hf/qwen3-30b-a3b.json}"
+  for spec in "${specs[@]}"; do
+    read -r -a args <<< "$spec"
+    [ ${#args[@]} -gt 0 ] || continue
+    # (no --table: the one load_table() loads on this GPU, the checkout's results/<gpu>/table.json, cost models beside)
+    run "unseen ${args[*]}" python3 -m gemvtune tune "${args[@]}" --batch "${UNSEEN_BATCH:-1,8}" --budget 0 \
+      --results "$D" ${UNSEEN_TABLE:+--table "$UNSEEN_TABLE"}
+    got+="${got:+; }${args[*]}: $(grep -E '^routes' "$LAST" | squeeze), $(grep -E '^decode step' "$LAST" \
+      | sed 's/^decode step (linears) against //' | squeeze)"
+  done
+  finish "${got:-no unseen summary}"
+}
+
 part_fp8() {
   local shapes=() s got
   for s in ${FP8_SHAPES:-4096x4096 1024x4096 14336x4096 4096x14336 128256x4096}; do shapes+=(--shape "$s"); done
@@ -361,6 +383,7 @@ if [ "${1:-}" = __part ]; then
     group) part_group ;;
     guard) part_guard ;;
     tune) part_tune ;;
+    unseen) part_unseen ;;
     fp8) part_fp8 ;;
     *) echo "gpu-check.sh: unknown part '$part'"; exit 2 ;;
   esac
@@ -397,7 +420,7 @@ GPU=${GPU:-no nvidia-smi answer}
 COMMIT=${GPU_CHECK_COMMIT:-$(git describe --always --dirty 2>/dev/null || echo "unknown (no git)")}
 export OUTDIR GPU COMMIT PATH PYTHONUNBUFFERED=1 GEMVTUNE_CACHE_DIR="${GEMVTUNE_CACHE_DIR:-${TMPDIR:-/tmp}/gemvtune-cache}"
 
-declare -A LIMIT=([suite]=580 [tests]=540 [slow-tests]=540 [sanitizer]=570 [bench]=560 [hf]=570 [percall]=240 [search]=300 [group]=580 [guard]=300 [tune]=580 [fp8]=580)
+declare -A LIMIT=([suite]=580 [tests]=540 [slow-tests]=540 [sanitizer]=570 [bench]=560 [hf]=570 [percall]=240 [search]=300 [group]=580 [guard]=300 [tune]=580 [unseen]=300 [fp8]=580)
 rows=() failed=0
 for p in "$@"; do
   var=T_$(echo "${p//-/_}" | tr '[:lower:]' '[:upper:]')

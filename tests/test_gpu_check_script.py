@@ -1,4 +1,6 @@
-"""scripts/gpu-check.sh's fp8 part on the CPU: where its FP8 tune writes. On the H200 the committed table was made
+"""scripts/gpu-check.sh's fp8 and unseen parts on the CPU. The unseen part weighs the zero-trial picks of models the
+table never saw (a GPU then measures them), from the table with its cost models beside it. The fp8 part: where its
+FP8 tune writes. On the H200 the committed table was made
 on, a copy of it (OUT/fp8/table.json), so the new FP8 entries sit beside the committed ones; on any other GPU, or
 with FP8_FRESH=1, a new table (a copy of the H200's is not that GPU's to write: the H100 run of 2026-12-05). A
 stand-in nvidia-smi names the GPU; the tune then stops for want of a CUDA device, which the part reports."""
@@ -13,7 +15,7 @@ from conftest import ROOT
 COMMITTED = ROOT / "results" / "nvidia-h200" / "table.json"
 
 
-def _part(tmp_path, gpu, **env):
+def _part(tmp_path, gpu, part="fp8", **env):
     bin_ = tmp_path / "bin"
     bin_.mkdir(parents=True)
     smi = bin_ / "nvidia-smi"
@@ -26,9 +28,9 @@ def _part(tmp_path, gpu, **env):
     run_env = {**os.environ, "PATH": f"{bin_}{os.pathsep}{os.environ['PATH']}", "OUT": str(out),
                "FP8_SHAPES": "1024x4096", "FP8_BUDGET": "5", "T_FP8": "120", "GPU_CHECK_COMMIT": "test",
                "CUDA_VISIBLE_DEVICES": "", **env}   # (no GPU even on a machine that has one)
-    r = subprocess.run(["bash", str(ROOT / "scripts" / "gpu-check.sh"), "fp8"], env=run_env, capture_output=True,
+    r = subprocess.run(["bash", str(ROOT / "scripts" / "gpu-check.sh"), part], env=run_env, capture_output=True,
                        text=True, timeout=300)
-    return r, out / "fp8" / "table.json", (out / "fp8.log").read_text()
+    return r, out / part / "table.json", (out / f"{part}.log").read_text()
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="bash script")
@@ -40,3 +42,20 @@ def test_the_fp8_part_tunes_into_a_copy_of_the_committed_table_only_on_its_gpu(t
     assert not table.exists() and "tune fp8" in log, log[-2000:]
     r, table, log = _part(tmp_path / "fresh", "NVIDIA H200", FP8_FRESH="1")
     assert not table.exists() and "tune fp8" in log, log[-2000:]
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="bash script")
+def test_the_unseen_part_weighs_zero_trial_picks_from_the_table_with_its_cost_model(tmp_path):
+    pytest.importorskip("lightgbm", reason="the zero-trial picks need the cost model (gemvtune[model])")
+    models = "--model mistral-nemo-12b --tp 2;--hf-config tests/data/hf/qwen3-30b-a3b.json"
+    r, _, log = _part(tmp_path / "with", "NVIDIA H200", "unseen", UNSEEN_MODELS=models, UNSEEN_TABLE=str(COMMITTED))
+    assert r.returncode == 0 and log.count("rc=0 (unseen") == 2, log[-2000:]
+    summary = [x for x in log.splitlines() if x.startswith("summary: ")][-1]
+    assert summary.count("to a zero-trial pick") == 2 and "predicted x1." in summary, summary
+    # a copy of the table without its cost models: no picks, and the run says so (2026-12-05 on the H200: such a
+    # copy routed three unseen models wholly to cuBLAS)
+    (tmp_path / "copy").mkdir()
+    copy = tmp_path / "copy" / "table.json"
+    copy.write_bytes(COMMITTED.read_bytes())
+    r, _, log = _part(tmp_path / "without", "NVIDIA H200", "unseen", UNSEEN_MODELS=models, UNSEEN_TABLE=str(copy))
+    assert r.returncode == 0 and "zero-trial pick," not in log and log.count("no cost model beside it") == 2, log[-2000:]
