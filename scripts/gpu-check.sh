@@ -47,9 +47,9 @@ parts (run in the order given):
               bench guard's harness; the summary: shapes tuned, seconds spent, predicted/measured step gain
 
   unseen      gemvtune tune --budget 0 (the zero-trial picks: nothing searched) of each UNSEEN_MODELS entry, models the
-              table never saw, at UNSEEN_BATCH, each measured in bench guard's harness; the table load_table() loads
-              on this GPU (the checkout's results/<gpu>/table.json), read in place with the cost models beside it (a
-              copy without them makes no picks), or UNSEEN_TABLE; the summary: each model's routes and its step
+              table never saw, at UNSEEN_BATCH, each measured in bench guard's harness, on a copy (OUT/unseen/) of
+              UNSEEN_TABLE with the cost models beside it; fails where no cost model loads (no picks: nothing tested)
+              and is not run on a GPU other than the table's; the summary: each model's routes and its step
   fp8         FP8 weights: gemvtune tune of FP8_SHAPES (--weights FP8_WEIGHTS, under FP8_BUDGET, --retune) into a
               copy of the committed table on an H200, else (or FP8_FRESH=1) a new one (OUT/fp8/table.json), then gemvtune bench fp8 of them (the FP8 kernel against the 16-bit tuned
               kernel, cuBLAS on 16-bit weights, dequantize + F.linear and gemlite's A16W8_FP8, carried in
@@ -76,7 +76,7 @@ environment (defaults in brackets):
   TUNE_ARGS        [--model llama-3-8b --batch 1,2,4,8,16 --budget 5m]   T_TUNE [580]
   UNSEEN_MODELS    [--model mistral-nemo-12b --tp 2; --hf-config tests/data/hf/qwen2.5-72b-instruct.json --tp 4;
                    --hf-config tests/data/hf/qwen3-30b-a3b.json] (';'-separated tune arguments)
-  UNSEEN_BATCH     [1,8]   UNSEEN_TABLE [this GPU's]   T_UNSEEN [300]
+  UNSEEN_BATCH     [1,8]   UNSEEN_TABLE [results/nvidia-h200/table.json]   T_UNSEEN [300]
   FP8_SHAPES       [4096x4096 1024x4096 14336x4096 4096x14336 128256x4096]   FP8_WEIGHTS [e4m3-row]
   FP8_BATCH        [1,8]   FP8_DTYPE [fp16]   FP8_BUDGET [3m]   FP8_ROUNDS [3]   T_FP8 [580]
   FP8_BENCH_BATCH  [FP8_BATCH] (the benchmark's n: about 16 s a row with gemlite on an H100)   FP8_FRESH [0]
@@ -331,14 +331,25 @@ part_tune() {
 }
 
 part_unseen() {
-  local spec args=() specs=() got=""
+  local spec args=() specs=() got="" src gpu
+  # a copy of the table and the cost models beside it, in OUT (the measurement writes its files beside the table)
+  src=${UNSEEN_TABLE:-results/nvidia-h200/table.json}
+  gpu=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["gpu"]["name"])' "$src" 2>/dev/null)
+  if [ "${GPU%%,*}" != "$gpu" ]; then   # another GPU's table runs no kernel here: nothing to measure
+    echo "summary: not run: $src was made on ${gpu:-an unknown GPU}, this is ${GPU%%,*} (UNSEEN_TABLE: this GPU's table)"
+    return 2
+  fi
+  cp "$src" "$D/table.json" || return 1
+  cp "$(dirname "$src")"/costmodel*.json* "$D/" 2>/dev/null
   IFS=';' read -r -a specs <<< "${UNSEEN_MODELS:---model mistral-nemo-12b --tp 2;--hf-config tests/data/hf/qwen2.5-72b-instruct.json --tp 4;--hf-config tests/data/hf/qwen3-30b-a3b.json}"
   for spec in "${specs[@]}"; do
     read -r -a args <<< "$spec"
     [ ${#args[@]} -gt 0 ] || continue
-    # (no --table: the one load_table() loads on this GPU, the checkout's results/<gpu>/table.json, cost models beside)
     run "unseen ${args[*]}" python3 -m gemvtune tune "${args[@]}" --batch "${UNSEEN_BATCH:-1,8}" --budget 0 \
-      --results "$D" ${UNSEEN_TABLE:+--table "$UNSEEN_TABLE"}
+      --table "$D/table.json"
+    if grep -q "no cost model loaded" "$LAST"; then   # no zero-trial picks: the check would test nothing
+      RCS+=("zero-trial picks=1"); [ "$FIRST_RC" -ne 0 ] || FIRST_RC=1
+    fi
     got+="${got:+; }${args[*]}: $(grep -E '^routes' "$LAST" | squeeze), $(grep -E '^decode step' "$LAST" \
       | sed 's/^decode step (linears) against //' | squeeze)"
   done

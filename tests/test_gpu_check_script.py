@@ -48,14 +48,18 @@ def test_the_fp8_part_tunes_into_a_copy_of_the_committed_table_only_on_its_gpu(t
 def test_the_unseen_part_weighs_zero_trial_picks_from_the_table_with_its_cost_model(tmp_path):
     pytest.importorskip("lightgbm", reason="the zero-trial picks need the cost model (gemvtune[model])")
     models = "--model mistral-nemo-12b --tp 2;--hf-config tests/data/hf/qwen3-30b-a3b.json"
-    r, _, log = _part(tmp_path / "with", "NVIDIA H200", "unseen", UNSEEN_MODELS=models, UNSEEN_TABLE=str(COMMITTED))
+    r, copy, log = _part(tmp_path / "with", "NVIDIA H200", "unseen", UNSEEN_MODELS=models)
     assert r.returncode == 0 and log.count("rc=0 (unseen") == 2, log[-2000:]
     summary = [x for x in log.splitlines() if x.startswith("summary: ")][-1]
     assert summary.count("to a zero-trial pick") == 2 and "predicted x1." in summary, summary
-    # a copy of the table without its cost models: no picks, and the run says so (2026-12-05 on the H200: such a
-    # copy routed three unseen models wholly to cuBLAS)
-    (tmp_path / "copy").mkdir()
-    copy = tmp_path / "copy" / "table.json"
-    copy.write_bytes(COMMITTED.read_bytes())
-    r, _, log = _part(tmp_path / "without", "NVIDIA H200", "unseen", UNSEEN_MODELS=models, UNSEEN_TABLE=str(copy))
-    assert r.returncode == 0 and "zero-trial pick," not in log and log.count("no cost model beside it") == 2, log[-2000:]
+    assert copy.read_bytes() == COMMITTED.read_bytes() and (copy.parent / "costmodel.json.gz").is_file()
+    # a table without its cost models: no picks, nothing tested: the part fails, saying why (2026-12-05 on the H200:
+    # such a copy routed three unseen models wholly to cuBLAS, and every row "passed")
+    (tmp_path / "bare").mkdir()
+    bare = tmp_path / "bare" / "table.json"
+    bare.write_bytes(COMMITTED.read_bytes())
+    r, _, log = _part(tmp_path / "without", "NVIDIA H200", "unseen", UNSEEN_MODELS=models, UNSEEN_TABLE=str(bare))
+    assert r.returncode != 0 and log.count("no cost model loaded") == 2 and "zero-trial picks=1" in log, log[-2000:]
+    # another GPU than the table's: its kernels never run there; not run, one line
+    r, _, log = _part(tmp_path / "h100", "NVIDIA H100 80GB HBM3", "unseen", UNSEEN_MODELS=models)
+    assert r.returncode != 0 and "not run: results/nvidia-h200/table.json was made on NVIDIA H200" in log, log[-2000:]

@@ -1,8 +1,9 @@
 """Every table gemvtune ships (results/<gpu>/table.json: the H200's and the H100's) is what ``load_table()`` with
 no path loads on its GPU: it loads under the schema, is named after the GPU it records, routes a torch caller to a
 tuned 16-bit kernel only where its win was measured beyond the noise (and, where a re-confirmation in a fresh
-process measured that kernel, won there too), runs cuBLAS for a shape it lacks where no cost model lies beside it, and
-never runs a kernel on another GPU model. The H100's table was re-confirmed whole by the tune that made it."""
+process measured that kernel, won there too), runs cuBLAS for a shape it lacks where no cost model lies beside it
+(the H100's), and never runs a kernel on another GPU model. The H100's table was re-confirmed whole by the tune that
+made it."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ def test_a_shipped_table_is_its_gpus_and_routes_only_re_confirmed_wins(path):
     assert gpu_slug(gpu) == path.parent.name and find_table(gpu).path.resolve() == path.resolve()
     routed = 0
     for shape in t.shapes:
-        if shape.weights:   # FP8 entries: weighed against dequantize + F.linear (fp8route), not re-confirmed
+        if shape.weights:   # FP8 entries: weighed against dequantize + F.linear (the FP8 route's rule), not cuBLAS
             continue
         r = t.route(shape.M, shape.d, shape.n, dtype=shape.dtype)
         if r.tuned:
@@ -38,6 +39,9 @@ def test_a_shipped_table_is_its_gpus_and_routes_only_re_confirmed_wins(path):
     assert routed >= 10
     lacks = max(s.M for s in t.shapes) + 8
     assert not t.route(lacks, 4096, 1).tuned               # a shape it lacks: cuBLAS (no cost model given)
+    if not list(path.parent.glob("costmodel.json*")):      # as load_table() loads it: no model beside it, no picks
+        auto = load_table(path)
+        assert auto.costmodel is None and not any(auto.route(m, 4096, n).tuned for m in (777, 5000) for n in (1, 8))
     other = "NVIDIA H200" if gpu != "NVIDIA H200" else "NVIDIA H100 80GB HBM3"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

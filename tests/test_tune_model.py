@@ -113,21 +113,33 @@ def test_a_killed_tune_resumes_from_its_state_and_journal(tmp_path):
 
 
 def test_zero_budget_weighs_the_tables_route_without_searching(tmp_path):
+    # a copy of the committed table with its cost model beside it (on a GPU the measurement writes beside the table)
+    with_model, without = tmp_path / "with", tmp_path / "without"
+    for d in (with_model, without):
+        d.mkdir()
+        shutil.copy(ROOT / "results" / "nvidia-h200" / "table.json", d / "table.json")
+    shutil.copy(ROOT / "results" / "nvidia-h200" / "costmodel.json.gz", with_model / "costmodel.json.gz")
+    out = tmp_path / "out"
     r = _cli("tune", "--shape", "5000x4096", "--shape", "4096x4096", "--batch", "1,3", "--budget", "0",
-             "--table", str(ROOT / "results" / "nvidia-h200" / "table.json"), "--results", str(tmp_path))
+             "--table", str(with_model / "table.json"), "--results", str(out))
     assert r.returncode == 0, r.stderr
     assert "nothing searched" in r.stdout and "predicted x" in r.stdout and "routes: " in r.stdout
-    assert not list(tmp_path.iterdir())                               # nothing written
-    if importlib.util.find_spec("lightgbm") is not None:              # the committed cost model beside the table
-        assert "(its cost model's zero-trial picks where it lacks a shape)" in r.stdout
+    assert not out.exists()                                           # nothing written
+    if importlib.util.find_spec("lightgbm") is not None:              # the cost model beside the table
+        assert "(its cost model's zero-trial picks where it lacks a 16-bit shape)" in r.stdout
         assert "to a zero-trial pick" in r.stdout                     # 5000x4096 n = 1: predicted well clear
     # a copy of the table without its cost model: no zero-trial picks, said so (on the H200, 2026-12-05, such a copy
     # routed three unseen models wholly to cuBLAS under a line that named the cost model's picks)
-    shutil.copy(ROOT / "results" / "nvidia-h200" / "table.json", tmp_path / "copy.json")
-    r = _cli("tune", "--shape", "5000x4096", "--batch", "1", "--budget", "0", "--table", str(tmp_path / "copy.json"))
+    r = _cli("tune", "--shape", "5000x4096", "--batch", "1", "--budget", "0", "--table", str(without / "table.json"))
     assert r.returncode == 0, r.stderr
-    assert "no cost model beside it (costmodel.json[.gz]): the shapes it lacks run cuBLAS" in r.stdout
+    assert "no cost model loaded (none beside it, costmodel.json[.gz], or no LightGBM): the 16-bit shapes it lacks " \
+           "run cuBLAS)" in r.stdout
     assert "routes: 1 to cuBLAS" in r.stdout and "zero-trial pick" not in r.stdout.split("routes: ")[1]
+    # FP8 weights the table lacks follow the FP8 route's rule, model or not
+    r = _cli("tune", "--shape", "5000x4096", "--batch", "1", "--weights", "e4m3-row", "--budget", "0",
+             "--table", str(without / "table.json"))
+    assert r.returncode == 0, r.stderr
+    assert "; the FP8 shapes it lacks follow the FP8 route's rule)" in r.stdout
 
 
 @pytest.mark.parametrize("args,needle", [

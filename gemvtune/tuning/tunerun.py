@@ -288,9 +288,13 @@ def zero_trial(table: Path, steps: Sequence[Step], measure: Callable[[Path, Sequ
 
     res = TuneResult(table, TuneState({}, 0.0), baseline=baseline_of(steps))
     t = load_table(table)
-    # a table copied without the cost model beside it has no zero-trial picks: said, never implied
-    res.lacking = ("its cost model's zero-trial picks where it lacks a shape" if t.costmodel is not None else
-                   "no cost model beside it (costmodel.json[.gz]): the shapes it lacks run cuBLAS")
+    # a table copied without the cost model beside it (or read without LightGBM) makes no zero-trial picks: said,
+    # never implied; FP8 calls it lacks follow the FP8 route's own rule (gemvtune.runtime.fp8route) either way
+    res.lacking = ("its cost model's zero-trial picks where it lacks a 16-bit shape" if t.costmodel is not None else
+                   "no cost model loaded (none beside it, costmodel.json[.gz], or no LightGBM): the 16-bit shapes it "
+                   "lacks run cuBLAS")
+    if any(s.shape.weights for s in steps):
+        res.lacking += "; the FP8 shapes it lacks follow the FP8 route's rule"
     res.skipped = {entry_key(s.shape): f"--budget 0: the table's route; {res.lacking}" for s in steps}
     res.predicted_gain = route_gain(t, steps)
     res.sixteen_bit_gain = sixteen_bit_gain(t, steps)
