@@ -43,8 +43,8 @@ parts (run in the order given):
               graphs over cold weight copies; the decode suite, n = 1..16, fp16 and bf16, in one process);
               fails when a row is slower than stock by more than 1% beyond the paired noise, or wrong
   tune        gemvtune tune of a whole model from an empty results folder under a wall-time budget (TUNE_ARGS),
-              re-measured at the end beside the committed table in the same process (--against) and in
-              bench guard's harness; the summary: shapes tuned, seconds spent, predicted/measured step gain
+              re-measured at the end beside the committed table (TUNE_AGAINST) in the same process (--against)
+              and in bench guard's harness; the summary: shapes tuned, seconds spent, predicted/measured step gain
 
   unseen      gemvtune tune --budget 0 (the zero-trial picks: nothing searched) of each UNSEEN_MODELS entry, models the
               table never saw, at UNSEEN_BATCH, each measured in bench guard's harness, on a copy (OUT/unseen/) of
@@ -74,6 +74,7 @@ environment (defaults in brackets):
   GUARD_ARGS       []  (e.g. --dtype fp16 --batch 1,8; --weights e4m3-row: FP8 layers against dequantize +
                    F.linear; default: the whole suite, 16-bit)   T_GUARD [300]
   TUNE_ARGS        [--model llama-3-8b --batch 1,2,4,8,16 --budget 5m]   T_TUNE [580]
+  TUNE_AGAINST     [results/<this GPU>/table.json where committed, else results/nvidia-h200/table.json]
   UNSEEN_MODELS    [--model mistral-nemo-12b --tp 2; --hf-config tests/data/hf/qwen2.5-72b-instruct.json --tp 4;
                    --hf-config tests/data/hf/qwen3-30b-a3b.json] (';'-separated tune arguments)
   UNSEEN_BATCH     [1,8]   UNSEEN_TABLE [results/nvidia-h200/table.json]   T_UNSEEN [300]
@@ -319,11 +320,15 @@ part_guard() {
 }
 
 part_tune() {
-  local tmp args=() got
+  local tmp args=() got against
   tmp=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check-tune.XXXXXX") || return 1
   trap 'cp -r "$tmp"/. "$D"/ 2>/dev/null; rm -rf "$tmp"; exit 143' TERM
   read -r -a args <<< "${TUNE_ARGS:---model llama-3-8b --batch 1,2,4,8,16 --budget 5m}"
-  run tune python3 -m gemvtune tune "${args[@]}" --results "$tmp" --against results/nvidia-h200/table.json
+  # against this GPU's committed table where there is one (the H200's, the H100's), else the H200's
+  against=results/$(python3 -c 'import sys; from gemvtune.workspace import gpu_slug; print(gpu_slug(sys.argv[1]))' \
+    "${GPU%%,*}" 2>/dev/null)/table.json
+  [ -f "$against" ] || against=results/nvidia-h200/table.json
+  run tune python3 -m gemvtune tune "${args[@]}" --results "$tmp" --against "${TUNE_AGAINST:-$against}"
   got=$(grep -E '^(tuned [0-9]+ shapes|decode step|against )' "$LAST" | squeeze | paste -sd ';' -)
   cp -r "$tmp"/. "$D"/ 2>/dev/null
   rm -rf "$tmp"

@@ -63,3 +63,12 @@ def test_the_unseen_part_weighs_zero_trial_picks_from_the_table_with_its_cost_mo
     # another GPU than the table's: its kernels never run there; not run, one line
     r, _, log = _part(tmp_path / "h100", "NVIDIA H100 80GB HBM3", "unseen", UNSEEN_MODELS=models)
     assert r.returncode != 0 and "not run: results/nvidia-h200/table.json was made on NVIDIA H200" in log, log[-2000:]
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="bash script")
+@pytest.mark.parametrize("gpu,against", [("NVIDIA H200", "nvidia-h200"),
+                                         ("NVIDIA H100 80GB HBM3", "nvidia-h100-80gb-hbm3"),
+                                         ("NVIDIA A100-SXM4-80GB", "nvidia-h200")])   # none of its own: the H200's
+def test_the_tune_part_compares_against_this_gpus_committed_table(tmp_path, gpu, against):
+    r, _, log = _part(tmp_path, gpu, "tune", TUNE_ARGS="--shape 1024x4096 --budget 5")
+    assert f"--against results/{against}/table.json" in log and "rc=" in log, log[-2000:]
