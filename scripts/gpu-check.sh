@@ -324,10 +324,9 @@ part_tune() {
   tmp=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check-tune.XXXXXX") || return 1
   trap 'cp -r "$tmp"/. "$D"/ 2>/dev/null; rm -rf "$tmp"; exit 143' TERM
   read -r -a args <<< "${TUNE_ARGS:---model llama-3-8b --batch 1,2,4,8,16 --budget 5m}"
-  # against this GPU's committed table where there is one (the H200's, the H100's), else the H200's
-  against=results/$(python3 -c 'import sys; from gemvtune.workspace import gpu_slug; print(gpu_slug(sys.argv[1]))' \
-    "${GPU%%,*}" 2>/dev/null)/table.json
-  [ -f "$against" ] || against=results/nvidia-h200/table.json
+  # against the table load_table() loads on this GPU (the checkout's results/<gpu>/), else the H200's
+  against=$(python3 -c 'import sys; from gemvtune.runtime.tables import find_table; print(find_table(sys.argv[1]).path)' \
+    "${GPU%%,*}" 2>/dev/null) || against=results/nvidia-h200/table.json
   run tune python3 -m gemvtune tune "${args[@]}" --results "$tmp" --against "${TUNE_AGAINST:-$against}"
   got=$(grep -E '^(tuned [0-9]+ shapes|decode step|against )' "$LAST" | squeeze | paste -sd ';' -)
   cp -r "$tmp"/. "$D"/ 2>/dev/null

@@ -117,8 +117,6 @@ def run_fp8_bench(shapes: list[Shape], table_path: str, out_dir: str | None, ech
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
     out = Path(out_dir) if out_dir else Workspace.for_gpu(dev["name"]).benchmarks
 
-    written: tuple[Path, str]
-
     def write() -> tuple[Path, str]:   # after every shape: a run cut short keeps the rows it measured
         path = write_csv(rows, out / f"{tag}-{stamp}.csv", provenance(dev, ceiling=ceil, table=str(table_path),
                                                                    shapes=[str(s) for s in shapes], rounds=rounds))
@@ -151,8 +149,9 @@ def run_fp8_bench(shapes: list[Shape], table_path: str, out_dir: str | None, ech
              f"{row['fp8_over_16bit']:.3f}  x{row['x_dequant']:.3f} dequant  x{row['x_gemlite']:.3f} gemlite"
              + (f"  [{row['errors'][:160]}]" if row["errors"] else ""))
         runner.release()
-        written = write()
-    path, md = written if summary else write()
+        path, md = write()
+    if not summary:   # (no shape: the empty files, as a run with shapes writes them)
+        path, md = write()
     echo(md)
     echo(f"wrote {path} and its -summary.csv/-summary.md")
     if not out_dir:
