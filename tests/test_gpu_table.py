@@ -78,6 +78,7 @@ def _torch_fp8_gemv(runner, table, shape):
 
 
 @pytest.mark.slow   # the GPU suite's second tier: -m "gpu and slow" (docs/testing.md)
+@pytest.mark.timing   # asserts on speed: the suite runs it alone, after its shards
 def test_committed_table_runs_and_matches_its_timing(runner, table):
     import cupy as cp
 

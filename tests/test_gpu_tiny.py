@@ -40,6 +40,7 @@ def test_large_shape_keeps_rotating_copies(runner):
     assert m.copies * 2 * 4096 * 4096 >= 3 * runner.l2_bytes
 
 
+@pytest.mark.timing   # asserts on speed: the suite runs it alone, after its shards
 def test_flush_makes_the_weight_cold(runner):
     """A 512 KB weight (64x4096) over 256 copies fits in L2: timed warm (passes over copies already in
     L2, no flush) it reads L2; timed as the runner does (flush, then one pass) it reads HBM, so it
