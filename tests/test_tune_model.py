@@ -385,8 +385,12 @@ def test_a_search_never_runs_past_the_budget_left():
 
     assert search_timeout({"gemv": 100, "mma": 40}, 0.1, 60.0, 6.0) == 15.0     # room for 1.5x its planned trials
     assert search_timeout({"gemv": 10}, 0.1, 60.0, 6.0) == 5.0                  # at least 5 s where the budget has it
-    assert search_timeout({"gemv": 400}, 0.1, 30.0, 6.0) == 24.0                # capped: the budget left, less the
-    assert search_timeout({"gemv": 400}, 0.1, 3.0, 6.0) == 1.0                  # shape's fixed work; 1 s at least
+    assert search_timeout({"gemv": 400}, 0.1, 30.0, 6.0) == pytest.approx(23.9)   # capped: the budget left, less the
+    assert search_timeout({"gemv": 400}, 0.1, 3.0, 6.0) == 1.0                  # shape's fixed work and the trial in
+                                                                                # flight at its end; 1 s at least
+    # the trials compiled ahead end after the search's timeout: their time comes off it (16 in flight at 0.15 s)
+    assert search_timeout({"gemv": 400}, 0.15, 30.0, 6.0, in_flight=16) == pytest.approx(30.0 - 6.0 - 2.4)
+    assert search_timeout({"gemv": 10}, 0.1, 60.0, 6.0, in_flight=16) == 5.0   # (far from the budget's end: unchanged)
 
 
 def test_the_warm_start_is_four_configs_beside_the_seed_even_where_the_model_ranks_the_seed_among_them():

@@ -302,7 +302,7 @@ def reconfirm(table_path: str | Path, shapes: Sequence[Shape], rounds: int = DEF
     finally:
         if timer is not None:
             timer.cancel()
-    drain.join(5)
+    drain.join(0.5 if stopped.is_set() else 5)   # (stopped: its stderr is not read; the budget's end is now)
     if stopped.is_set() and rc != 0:   # (stopped by the time limit, not ended by itself just before it)
         echo(f"the re-confirmation stopped at the budget's end ({timeout_s:.0f} s): {len(rows)} of "
              f"{len(job['entries'])} entries re-confirmed; the rest run on the search's measurements alone")
