@@ -166,17 +166,19 @@ def enqueue_seed(study: optuna.Study, family: str = DEFAULT_FAMILY, domains: dic
 
 
 def enqueue_warm(study: optuna.Study, configs: Any, domains: dict[str, Any] | None = None) -> int:
-    """Warm start: the cost model's predicted-fastest configs (parameter dicts, best first) enqueued after the
+    """Warm start: the cost model's predicted-fastest configs (parameter dicts, best first; a dict's ``_from``, where
+    a tune took it from the table's other batch sizes, ``tuning.neighbours``, is its record) enqueued after the
     seed, each once (a config already in the study, measured or waiting, is not enqueued again). They are trials
     like any other: each one the search measures counts in its budget. Returns how many were enqueued."""
     have = [t.params for t in study.get_trials(deepcopy=False)] + \
            [fixed_params(t) for t in study.get_trials(deepcopy=False)]
-    n = 0
-    for i, params in enumerate(configs):
-        p = {k: v for k, v in params.items() if domains is None or k in domains}
-        if p in have:
-            continue
-        study.enqueue_trial(p, user_attrs={"enqueued": f"cost model #{i + 1}"})
+    n = i = 0
+    for params in configs:
+        i += "_from" not in params   # (the cost model's rank)
+        p = {k: v for k, v in params.items() if k != "_from" and (domains is None or k in domains)}
+        if p in have or (domains is not None and any(v not in domains[k] for k, v in p.items())):
+            continue   # (measured or queued already; or a value outside the space this search covers)
+        study.enqueue_trial(p, user_attrs={"enqueued": str(params.get("_from") or f"cost model #{i}")})
         have.append(p)
         n += 1
     return n

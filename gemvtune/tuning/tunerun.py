@@ -142,6 +142,8 @@ def run_tune(runner: Any, steps: Sequence[Step], budget_s: float, opts: SearchOp
     """Tune ``steps`` within ``budget_s`` seconds (> 0; ``zero_trial`` is the budget of 0). ``measure``: the
     step gain in an independent harness, given the table (None: not measured). ``key``: what makes a tune resumable."""
     from ..runtime.keys import entry_key
+    from ..runtime.table import load_table
+    from .neighbours import merged, other_n_warm
     from .search_run import run_searches
     from .searcher import search_arch, trials_in_flight
 
@@ -212,7 +214,12 @@ def run_tune(runner: Any, steps: Sequence[Step], budget_s: float, opts: SearchOp
             sh = plan.shapes[0]
             fams = plan.families(sh)
             trials = {f: plan.trials[(sh, f)] for f in fams}
-            warm = {f: preds[sh][f].warm for f in fams if preds[sh][f].warm}
+            near = other_n_warm(load_table(table, costmodel=None) if table.is_file() else None, sh, fams,
+                               search_arch(runner))
+            if near:
+                echo(f"{sh}: warm start from the table's other batch sizes: "
+                     + ", ".join(f"{f} {len(v)}" for f, v in near.items()))
+            warm = merged(near, {f: preds[sh][f].warm for f in fams if preds[sh][f].warm})
             trial_s = state.trial_cost(TRIAL_S)
             libs = families_for(sh, library)   # (a library's algorithms read 16-bit weights only)
             sopts = dataclasses.replace(opts, families=(*fams, *libs), family_trials=trials, warm_k=0,
@@ -257,8 +264,6 @@ def run_tune(runner: Any, steps: Sequence[Step], budget_s: float, opts: SearchOp
         state.save(state_path)
         if bar is not None:
             bar.close()
-    from ..runtime.table import load_table
-
     res.predicted_gain = state.predicted_gain
     if table.is_file():
         t = load_table(table, costmodel=None)

@@ -1,0 +1,64 @@
+"""Transfer across batch sizes: a search of one weight (M, d, dtype, weights) at batch size n is warm-started with the
+kernels the table already measured fastest for the same weight at the other n, nearest n first (each one a trial of
+the search's budget). A tune searches a model's shapes at n = 1, 2, 4, 8, 16 one after another. On the H200
+(2026-12-05) the tune of Llama-3-8B searched 4096x4096 at n = 8 before n = 16; the committed n = 16 winner,
+``ring.m16.r1.k4.b512.st3.i1.s1.pf128B`` (10.88 µs), differs from that tune's n = 8 winner only in its k-width, the
+cost model ranked it about 28th of the ring family at n = 16, and the n = 16 search never measured it (its pick: 11.69
+µs). What this transfer changes in a tune on the GPU is not measured yet."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from ..kernels.families import DEFAULT_FAMILY, FAMILIES
+from ..kernels.shapes import Shape
+
+OTHER_N_K = 3   # configs per family taken from the other n (each one a trial of the search's budget)
+
+
+def other_n_warm(table: Any, shape: Shape, families: Sequence[str], arch: str | None = None,
+                 k: int = OTHER_N_K) -> dict[str, list[dict[str, Any]]]:
+    """{family: up to ``k`` parameter dicts} of ``table``'s measured kernels (each entry's winner, its confirmation's
+    candidates, each family's best) for ``shape``'s weight at the other n, nearest n first (by log2 n; ties: the
+    smaller n), each valid for ``shape`` on ``arch`` (None: sm_90) and of a searched template family. A dict's
+    ``_from`` names where it came from (the search's record of the trial; not a parameter)."""
+    if table is None or k <= 0:
+        return {}
+    same = (shape.M, shape.d, shape.dtype, shape.weights)
+    others = sorted((s for s in table.shapes if (s.M, s.d, s.dtype, s.weights) == same and s.n != shape.n),
+                    key=lambda s: (abs(math.log2(s.n / shape.n)), s.n))
+    out: dict[str, list[dict[str, Any]]] = {}
+    seen: set[tuple[str, str]] = set()
+    for s in others:
+        e = table.entry(s)
+        if e is None:
+            continue
+        for rec in (e.winner, *e.candidates, *e.best.values()):
+            fam = rec.family or DEFAULT_FAMILY
+            if fam not in families or FAMILIES[fam].library or len(out.get(fam, ())) >= k:
+                continue
+            try:
+                c = rec.config_object()
+            except Exception:   # (a record without a readable config: nothing to transfer)
+                continue
+            if (fam, c.label) in seen or c == FAMILIES[fam].seed or not c.is_valid(shape, arch):
+                continue
+            seen.add((fam, c.label))
+            out.setdefault(fam, []).append({**c.to_dict(), "_from": f"n = {s.n}: {c.label}"})
+    return out
+
+
+def merged(first: dict[str, list[dict[str, Any]]], then: dict[str, Any]) -> dict[str, tuple[dict[str, Any], ...]]:
+    """Per family, ``first``'s configs, then ``then``'s (the cost model's warm start) not among them."""
+    out: dict[str, tuple[dict[str, Any], ...]] = {}
+    for fam in {*first, *then}:
+        have = list(first.get(fam, ()))
+        keys = [{k: v for k, v in p.items() if k != "_from"} for p in have]
+        for p in then.get(fam, ()):
+            if {k: v for k, v in p.items() if k != "_from"} not in keys:
+                have.append(p)
+        if have:
+            out[fam] = tuple(have)
+    return out
