@@ -179,20 +179,20 @@ part_suite() {
   GEMVTUNE_TEST_CACHE_DIR=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check-suite.XXXXXX") || return 1
   export GEMVTUNE_TEST_CACHE_DIR
   trap 'kill "${pids[@]}" 2>/dev/null; rm -rf "$GEMVTUNE_TEST_CACHE_DIR"; exit 143' TERM
+  pytest_to() {   # pytest_to NAME LIMIT MARKEXPR LABEL [ARGS...]: one pytest process into D/NAME.log (and .xml), rc last
+    local name=$1 lim=$2 mark=$3 label=$4; shift 4
+    cmd=(timeout --kill-after=10 "$lim" python3 -m pytest -q -m "$mark" --runslow -p no:cacheprovider -rfEs
+         --durations=10 "$@" --junitxml="$D/$name.xml" "${extra[@]}")
+    { header "$(shown "${cmd[@]}")"; "${cmd[@]}"; echo "rc=$? ($label)"; } > "$D/$name.log" 2>&1
+  }
   for ((i = 0; i < k; i++)); do
-    cmd=(timeout --kill-after=10 "${SUITE_SHARD_T:-440}" python3 -m pytest -q -m "gpu and not timing" --runslow
-         -p no:cacheprovider -rfEs --durations=10 --shard "$i/$k" --junitxml="$D/shard-$i.xml" "${extra[@]}")
-    { header "$(shown "${cmd[@]}")"; "${cmd[@]}"; echo "rc=$? (shard $i/$k)"; } > "$D/shard-$i.log" 2>&1 &
+    pytest_to "shard-$i" "${SUITE_SHARD_T:-440}" "gpu and not timing" "shard $i/$k" --shard "$i/$k" &
     pids+=($!)
-  done
-  for ((i = 0; i < k; i++)); do
-    wait "${pids[$i]}"
     logs+=("$D/shard-$i.log")
   done
+  wait "${pids[@]}"
   pids=()
-  cmd=(timeout --kill-after=10 "${SUITE_TIMING_T:-120}" python3 -m pytest -q -m "gpu and timing" --runslow
-       -p no:cacheprovider -rfEs --durations=10 --junitxml="$D/timing.xml" "${extra[@]}")
-  { header "$(shown "${cmd[@]}")"; "${cmd[@]}"; echo "rc=$? (timing, alone)"; } > "$D/timing.log" 2>&1
+  pytest_to timing "${SUITE_TIMING_T:-120}" "gpu and timing" "timing, alone"
   logs+=("$D/timing.log")
   for f in "${logs[@]}"; do
     cat "$f"

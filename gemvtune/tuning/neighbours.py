@@ -52,13 +52,13 @@ def other_n_warm(table: Any, shape: Shape, families: Sequence[str], arch: str | 
 
 def merged(first: dict[str, list[dict[str, Any]]], then: dict[str, Any]) -> dict[str, tuple[dict[str, Any], ...]]:
     """Per family, ``first``'s configs, then ``then``'s (the cost model's warm start) not among them."""
+    def params(p: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in p.items() if k != "_from"}
+
     out: dict[str, tuple[dict[str, Any], ...]] = {}
     for fam in {*first, *then}:
         have = list(first.get(fam, ()))
-        keys = [{k: v for k, v in p.items() if k != "_from"} for p in have]
-        for p in then.get(fam, ()):
-            if {k: v for k, v in p.items() if k != "_from"} not in keys:
-                have.append(p)
+        have += [p for p in then.get(fam, ()) if params(p) not in map(params, have)]
         if have:
             out[fam] = tuple(have)
     return out

@@ -223,9 +223,9 @@ def run_tune(runner: Any, steps: Sequence[Step], budget_s: float, opts: SearchOp
             trial_s = state.trial_cost(TRIAL_S)
             libs = families_for(sh, library)   # (a library's algorithms read 16-bit weights only)
             sopts = dataclasses.replace(opts, families=(*fams, *libs), family_trials=trials, warm_k=0,
-                                        warm_start=warm or None)
-            sopts = dataclasses.replace(sopts, timeout=search_timeout(trials, trial_s, left, state.shape_cost(SHAPE_S),
-                                                                      trials_in_flight(sopts, runner)))
+                                        warm_start=warm or None,
+                                        timeout=search_timeout(trials, trial_s, left, state.shape_cost(SHAPE_S),
+                                                               trials_in_flight(opts, runner)))
             echo(f"{sh}: {', '.join(f'{f} {t}' for f, t in trials.items())} trials"
                  f"{' + ' + ', '.join(libs) if libs else ''} ({spent():.0f} of {budget_s:.0f} s spent)")
             t1 = clock()
