@@ -99,3 +99,36 @@ def test_bad_items_are_refused(field, value):
     kw = {"calls": 1.0, "cublas_us": 10.0, "optimum_us": 9.0, field: value}
     with pytest.raises(UsageError, match=field):
         Item(Shape(64, 64), "gemv", **kw)
+
+
+def test_the_expected_saving_is_a_put_on_a_log_normal_best():
+    from gemvtune.tuning.budget import expected_saving
+
+    assert expected_saving(10.0, 8.0) == 2.0 and expected_saving(10.0, 12.0) == 0.0   # sigma 0: the difference
+    assert expected_saving(10.0, math.inf, 0.1) == 0.0
+    rng = __import__("random").Random(7)
+    for c, b, s in ((10.0, 10.5, 0.075), (10.0, 9.0, 0.075), (30.0, 31.1, 0.2)):
+        mc = sum(max(0.0, c - b * math.exp(rng.gauss(0.0, s))) for _ in range(200_000)) / 200_000
+        assert expected_saving(c, b, s) == pytest.approx(mc, rel=0.03, abs=1e-3)
+    # above cuBLAS: positive, falling as the prediction rises; well below it: about the difference
+    vals = [expected_saving(10.0, b, 0.075) for b in (10.2, 10.5, 11.0, 15.0)]
+    assert vals[0] > vals[1] > vals[2] > 0 and vals[3] < 1e-6
+    assert expected_saving(10.0, 5.0, 0.075) == pytest.approx(5.0 - 5.0 * (math.exp(0.075 ** 2 / 2) - 1), rel=1e-6)
+
+
+def test_budget_left_over_buys_a_large_shape_predicted_just_above_cublas():
+    """The H200 8B tune of 2026-12-05 left 14336x4096 at n = 2, 4, 8, 16 on cuBLAS (predicted 1-3% above it) with
+    51 s of its budget unspent, where the committed table's kernels beat cuBLAS by up to 3%: with the predicted
+    optimum's spread priced in, the budget left buys them; a shape predicted 50% above cuBLAS is never bought."""
+    win, near, hopeless = Shape(4096, 4096), Shape(14336, 4096, 2), Shape(1024, 4096, 8)
+    items = (_items(win, 64, 13.8, {"gemv": 9.6})
+             + _items(near, 32, 29.95, {"gemv": 30.49, "ring": 30.6})
+             + _items(hopeless, 32, 7.8, {"gemv": 11.7}))
+    plain = allocate(items, 300.0, CURVE, trial_s=0.15, shape_s=3.0)
+    assert plain.trials[(near, "gemv")] == 0 and plain.trials[(near, "ring")] == 0   # the hard rule: never
+    priced = allocate(items, 300.0, CURVE, trial_s=0.15, shape_s=3.0, sigma=0.075)
+    assert priced.shapes[0] == win                           # the clear win still comes first
+    assert sum(priced.trials[(near, f)] for f in ("gemv", "ring")) > 0
+    assert priced.trials[(hopeless, "gemv")] == 0            # below MIN_GAIN of the step
+    scarce = allocate(items, 8.0, CURVE, trial_s=0.15, shape_s=3.0, sigma=0.075)
+    assert scarce.shapes == [win]                            # a tight budget goes to the clear win alone

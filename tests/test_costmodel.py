@@ -4,6 +4,7 @@ trials are enqueued once and counted in the budget; the leave-one-shape-out eval
 sweeps and never trains on the shape it tests."""
 
 import json
+import math
 import pickle
 import shutil
 
@@ -248,3 +249,36 @@ def test_a_searchs_warm_start_is_k_configs_beside_the_seed(tmp_path, monkeypatch
     warm = warm_start(tmp_path / "costmodel.json", shape, ("ring",), lambda f: space, 3, print)
     assert warm is not None and len(warm["ring"]) == 3
     assert all(RingConfig(**p) != seed for p in warm["ring"])   # before: the seed first, then 2 new ones
+
+
+def test_the_spread_of_the_predicted_optimum_on_the_committed_table():
+    """``costmodel spread``: per entry, the committed model's predicted optimum against the fastest measured; the
+    shapes the H200 8B tune left on cuBLAS are below their prediction (a spread the budget split prices in)."""
+    from gemvtune.cli.main import cli
+    from gemvtune.model.spread import optimum_errors, summary
+    from gemvtune.runtime.table import load_table
+
+    table = load_table(RESULTS / "table.json", costmodel=None)
+    model = cm.load(RESULTS / "costmodel.json.gz")
+    rows = optimum_errors(model, table, shapes=[Shape(14336, 4096, 2), Shape(14336, 4096, 16)])
+    assert [r.key for r in rows] == ["14336x4096x2", "14336x4096x16"]
+    for r in rows:
+        e = table.entry(Shape(*map(int, r.key.split("x"))))
+        assert r.best_us == min(c.us for c in e.candidates if (c.status or "ok") == "ok")
+        assert r.predicted_us > r.cublas_us > r.best_us           # predicted above cuBLAS, measured below it
+    s = summary(rows)
+    assert s["n"] == 2 and s["max"] < 0 and s["rms"] == pytest.approx(math.sqrt(sum(r.log_error ** 2 for r in rows) / 2))
+    r = CliRunner().invoke(cli, ["costmodel", "spread", "--results", str(RESULTS), "--min-mb", "1000"])
+    assert r.exit_code == 0, r.output
+    assert "128256x4096x2" in r.output and "14336x4096" not in r.output
+    assert "entries of at least 1000 MB: log(best / predicted optimum) mean" in r.output
+    r = CliRunner().invoke(cli, ["costmodel", "spread", "--results", str(RESULTS), "--min-mb", "100000"])
+    assert isinstance(r.exception, UsageError) and "no 16-bit entry of at least 100000 MB" in str(r.exception)
+
+
+def test_the_spread_needs_a_table_and_its_model(tmp_path):
+    from conftest import run_cli
+
+    shutil.copy(RESULTS / "table.json", tmp_path / "table.json")
+    p = run_cli("costmodel", "spread", "--results", str(tmp_path))
+    assert p.returncode == 2 and "needs table.json and costmodel.json" in p.stderr and "Traceback" not in p.stderr

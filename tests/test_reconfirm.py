@@ -405,3 +405,19 @@ def load_reconfirmation(rec):
     got = Reconfirmation.from_json({**rec, "date": "2026-12-05T17:43:00Z"})
     assert got.extra.get("takes") == rec["takes"] and got.to_json()["takes"] == rec["takes"]
     return got
+
+
+def test_check_against_takes_a_shape_either_table_holds(tmp_path):
+    """--against compares what each table runs for a shape: one the first table lacks (its route: cuBLAS) passes the
+    parse and reaches the GPU; one neither holds is one line, exit 2."""
+    from gemvtune.device._cupy import cuda_available
+
+    p = _two(tmp_path)
+    other = ROOT / "results" / "nvidia-h200" / "table.json"
+    r = run_cli("check", "--table", str(p), "--against", str(other), "--shape", "7x72")
+    assert r.returncode == 2 and "not in the table" in r.stderr and "nor" in r.stderr, r.stderr
+    if cuda_available() is None:
+        return   # a CUDA device answers here: the next command would measure
+    r = run_cli("check", "--table", str(p), "--against", str(other), "--shape", "128256x4096@n2",
+                "--out", str(tmp_path / "c"))
+    assert r.returncode == 3 and "not in the table" not in r.stderr and "Traceback" not in r.stderr, r.stderr

@@ -218,6 +218,32 @@ def test_two_tables_side_by_side_flag_the_slower_route(tmp_path):
     assert f"(rounds' spreads {100 * rows[0]['table_spread']:.1f}% + {100 * rows[0]['against_spread']:.1f}%)" in lines[0]
 
 
+def test_a_tune_is_compared_on_every_step_shape_either_table_holds(tmp_path):
+    """A shape the tune left on cuBLAS where the other table holds a kernel is measured (the tune's side: cuBLAS), not
+    left out of the comparison (the H200 8B tune of 2026-12-05 compared only the 12 shapes both tables held)."""
+    from fakes import FakeRunner
+
+    from gemvtune.tuning.search_run import run_searches
+    from gemvtune.tuning.tunemodel import compare
+    from gemvtune.workspace import writable_dir
+
+    s1, s2, s3 = Shape(4096, 4096), Shape(1024, 4096), Shape(6144, 4096)
+    paths = {}
+    for name, shapes in (("tune", [s1]), ("other", [s1, s2])):
+        opts = SearchOptions(families=("gemv",), trials=20, progress=False, storage="memory:", warm_k=0)
+        paths[name] = run_searches(FakeRunner(), shapes, opts, str(tmp_path / name), None, echo=lambda s: None,
+                                   writable=writable_dir)
+    echoed: list[str] = []
+    (line,) = compare(FakeRunner(), paths["tune"], paths["other"], [Step(s1, 32.0), Step(s2, 32.0), Step(s3, 32.0)],
+                      echoed.append)
+    assert "the 2 of the step's 3 shapes either table holds" in echoed[0]
+    (row2,) = [ln for ln in echoed if ln.split()[0] == str(s2)]
+    assert row2.split()[1] == "cublas"                      # the tune's route for the shape it lacks
+    assert "those 2 shapes" in line
+    assert compare(FakeRunner(), paths["tune"], paths["other"], [Step(s3, 32.0)], echoed.append) == [
+        f"against {paths['other']}: neither table holds a shape of the step (both run cuBLAS)"]
+
+
 def test_model_steps_of_tensor_parallel_shards():
     steps = {(s.shape.M, s.shape.d, s.shape.n): s for s in model_steps(model="llama-3-70b", batches=[1, 8], tp=8)}
     assert steps[(3584, 8192, 8)].calls == 160      # gate and up: 28672 / 8 rows, 80 layers each

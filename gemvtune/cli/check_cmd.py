@@ -75,7 +75,8 @@ def check(table_path: str, shape_texts: tuple[str, ...], rounds: int | None, fra
     if against_path and (reconfirm or stale_only):
         raise UsageError("--against re-measures two tables side by side: drop --reconfirm/--stale-only")
     table = load_table(table_path)
-    keys = set(table.keys())
+    other = load_table(against_path) if against_path else None
+    keys = set(table.keys()) | (set(other.keys()) if other is not None else set())   # (--against: either table's)
     shapes = []
     for t in shape_texts:
         base, _, n = t.partition("@n")
@@ -84,10 +85,11 @@ def check(table_path: str, shape_texts: tuple[str, ...], rounds: int | None, fra
         shapes.append(parse_shape(base, int(n) if n else 1, dtype))
     missing = [str(s) for s in shapes if (s.M, s.d, s.n, s.dtype) not in keys]
     if missing:
-        raise UsageError(f"not in the table {table_path}: {', '.join(missing)}")
+        raise UsageError(f"not in the table {table_path}{' nor ' + against_path if against_path else ''}: "
+                         f"{', '.join(missing)}")
     from ..kernels.shapes import Shape
 
-    shapes = shapes or [Shape(*k) for k in sorted(keys)]
+    shapes = shapes or [Shape(*k) for k in sorted(table.keys())]
     out = _writable_dir(out_dir or str(Path(table_path).parent / "check"))
     if stale_only:
         rows = [r for r in stale(table, table.costmodel) if any(str(s) == r["shape"] for s in shapes)]
@@ -110,11 +112,6 @@ def check(table_path: str, shape_texts: tuple[str, ...], rounds: int | None, fra
         if strict and lost:
             raise GemvtuneError(f"{len(lost)} entries lost their re-confirmation (--strict)")
         return
-    other = load_table(against_path) if against_path else None
-    if other is not None:
-        shapes = [s for s in shapes if s in {Shape(*k) for k in other.keys()}]
-        if not shapes:
-            raise UsageError(f"{table_path} and {against_path} hold no shape in common")
     rounds = rounds or 2
     _gpu_check()
     from ..bench.kernels import _start

@@ -142,6 +142,35 @@ def loso_cmd(results_dir: str, top_k: int, rounds: int, out_path: str | None, fp
         click.echo(f"wrote {out_path}")
 
 
+@costmodel.command("spread")
+@click.option("--results", "results_dir", default="results/nvidia-h200", show_default=True,
+              help="a GPU's results folder: its table.json and the cost model beside it")
+@click.option("--min-mb", default=16.0, show_default=True, type=click.FloatRange(0, 1e6),
+              help="only entries of at least this many MB of weights (tiny ones are launch-bound)")
+def spread_cmd(results_dir: str, min_mb: float) -> None:
+    """How far the model's predicted optimum of each 16-bit entry (what a whole-model tune plans with) is from the
+    fastest kernel the table measured: log(best / predicted) per entry, then its mean and RMS, the spread the
+    tune's budget split prices in (budget.OPTIMUM_SIGMA)."""
+    from ..model import costmodel as cm
+    from ..model.spread import optimum_errors, summary
+    from ..runtime.table import load_table
+
+    res = Path(results_dir)
+    path = model_beside(res, "")
+    if not (res / "table.json").is_file() or not path.exists():
+        raise UsageError(f"{results_dir}: needs table.json and {MODEL_NAME}[.gz] beside it")
+    rows = optimum_errors(cm.load(path), load_table(res / "table.json", costmodel=None), min_mb * 1e6)
+    for r in rows:
+        cub = f"{r.cublas_us:9.2f}" if r.cublas_us else "        -"
+        click.echo(f"{r.key:>20s}  predicted {r.predicted_us:9.2f}  best {r.best_us:9.2f}  cuBLAS {cub} µs  "
+                   f"log error {r.log_error:+.3f}")
+    s = summary(rows)
+    if not s["n"]:
+        raise UsageError(f"{results_dir}/table.json: no 16-bit entry of at least {min_mb:g} MB with measured candidates")
+    click.echo(f"{s['n']} entries of at least {min_mb:g} MB: log(best / predicted optimum) mean {s['mean']:+.3f}, "
+               f"RMS {s['rms']:.3f}, from {s['min']:+.3f} to {s['max']:+.3f}")
+
+
 @costmodel.command("pack")
 @click.argument("folder")
 def pack_cmd(folder: str) -> None:

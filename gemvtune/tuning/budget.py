@@ -9,7 +9,10 @@ step time they are expected to save against cuBLAS,
     calls × max(0, cuBLAS − min over its families of optimum_f × (1 + gap(t_f))),
 
 so a shape that is a large share of the step's bytes, a family predicted well below cuBLAS, and the first trials
-(where the curve falls fastest) come first. :func:`allocate` hands out trials in chunks, greedily by value per second,
+(where the curve falls fastest) come first. The predicted optimum is uncertain (``sigma``: the spread of log(measured
+best / predicted optimum)); with ``sigma > 0`` the saving is its expectation over a log-normal error, the max above
+an option's payoff, so a large shape predicted a little above cuBLAS is still worth a few trials where budget is left
+(the measured optimum of 14336x4096 at n = 2 on the H200 is 4.8% below its prediction and 3.0% below cuBLAS). :func:`allocate` hands out trials in chunks, greedily by value per second,
 with each shape's fixed cost (its confirmation and re-confirmation) paid when its first chunk is bought. A shape's
 value is zero until its expected best drops below cuBLAS, then concave, so each purchase weighs 1, 2, 4, ... chunks
 at once and buys the one that saves the most per second."""
@@ -28,6 +31,11 @@ CHUNK = 5   # trials bought at a time: the first chunk is the seed and the cost 
 _UNITS = {"s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
 _PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(h|min|m|sec|s)", re.ASCII)
 MAX_BUDGET_S = 7 * 24 * 3600.0
+# the spread (RMS) of log(measured best / predicted optimum) over a table's entries: 0.075 for the committed H200
+# table's 85 16-bit entries of at least 16 MB and its cost model (`gemvtune costmodel spread`, 2026-12-06; mean
+# -0.031, from -0.208 to +0.427: the model, which predicts a sample's best, is slightly pessimistic on large shapes)
+OPTIMUM_SIGMA = 0.075
+MIN_GAIN = 1e-4     # a purchase must be expected to save this share of the step's cuBLAS time at least
 
 
 def parse_budget(text: str | float | int) -> float:
@@ -132,13 +140,27 @@ class Plan:
         return tuple(f for (s, f), t in self.trials.items() if s == shape and t > 0)
 
 
-def shape_value(items: Sequence[Item], trials: dict[str, int], curve: Curve) -> float:
-    """µs per step a shape's searches are expected to save against cuBLAS (``items``: its families)."""
+def expected_saving(cublas_us: float, best_us: float, sigma: float = 0.0) -> float:
+    """E[max(0, cuBLAS - B)] where log B is normal around log ``best_us`` with spread ``sigma`` (0: the plain
+    difference): a put's value at strike cuBLAS on a log-normal best."""
+    if not math.isfinite(best_us):
+        return 0.0
+    if sigma <= 0:
+        return max(0.0, cublas_us - best_us)
+    def phi(z: float) -> float:
+        return 0.5 * math.erfc(-z / math.sqrt(2.0))
+    d2 = math.log(best_us / cublas_us) / sigma
+    return max(0.0, cublas_us * phi(-d2) - best_us * math.exp(sigma * sigma / 2) * phi(-d2 - sigma))
+
+
+def shape_value(items: Sequence[Item], trials: dict[str, int], curve: Curve, sigma: float = 0.0) -> float:
+    """µs per step a shape's searches are expected to save against cuBLAS (``items``: its families), the predicted
+    optimum's error spread ``sigma`` included."""
     if not items:
         return 0.0
     best = min((it.optimum_us * (1.0 + curve.gap(trials.get(it.family, 0))) for it in items), default=math.inf)
     it0 = items[0]
-    return it0.calls * max(0.0, it0.cublas_us - best)
+    return it0.calls * expected_saving(it0.cublas_us, best, sigma)
 
 
 def _steps(chunk: int, room: int) -> list[int]:
@@ -152,11 +174,12 @@ def _steps(chunk: int, room: int) -> list[int]:
 
 
 def allocate(items: Sequence[Item], budget_s: float, curve: Curve, trial_s: float, shape_s: float,
-             chunk: int = CHUNK) -> Plan:
+             chunk: int = CHUNK, sigma: float = 0.0) -> Plan:
     """Trials per item within ``budget_s`` seconds: a trial costs ``trial_s``, a searched shape ``shape_s`` once
-    (its confirmation, its re-confirmation). Greedy by expected µs saved per second; a chunk that saves nothing is
-    never bought (a family predicted no faster than cuBLAS is not searched). Resumed trials (``Item.done``) are
-    counted as already bought and cost nothing."""
+    (its confirmation, its re-confirmation). Greedy by expected µs saved per second (the predicted optimum's error
+    spread ``sigma`` included); a purchase expected to save less than ``MIN_GAIN`` of the step's cuBLAS time is never
+    bought (with ``sigma = 0``: a family predicted no faster than cuBLAS is not searched). Resumed trials
+    (``Item.done``) are counted as already bought and cost nothing."""
     if trial_s <= 0 or shape_s < 0:
         raise UsageError(f"trial cost {trial_s} s and shape cost {shape_s} s must be positive")
     by_shape: dict[Shape, list[Item]] = {}
@@ -164,21 +187,23 @@ def allocate(items: Sequence[Item], budget_s: float, curve: Curve, trial_s: floa
         by_shape.setdefault(it.shape, []).append(it)
     trials: dict[Shape, dict[str, int]] = {s: {it.family: it.done for it in its} for s, its in by_shape.items()}
     opened = {s for s, t in trials.items() if any(t.values())}
+    step = sum(its[0].calls * its[0].cublas_us for its in by_shape.values())
+    floor_gain = MIN_GAIN * step if sigma > 0 else 0.0
     left = float(budget_s) - shape_s * len(opened)   # a resumed shape still has its confirmation ahead
     order: list[Shape] = list(opened)
     while True:
         best: tuple[float, Shape, str, int, float] | None = None
         for s, its in by_shape.items():
-            now = shape_value(its, trials[s], curve)
+            now = shape_value(its, trials[s], curve, sigma)
             for it in its:
                 have = trials[s][it.family]
                 for k in _steps(chunk, it.max_trials - have):
                     cost = k * trial_s + (0.0 if s in opened else shape_s)
                     if cost > left:
                         break
-                    gain = shape_value(its, {**trials[s], it.family: have + k}, curve) - now
+                    gain = shape_value(its, {**trials[s], it.family: have + k}, curve, sigma) - now
                     rate = gain / cost
-                    if gain > 0 and (best is None or rate > best[0]):
+                    if gain > floor_gain and (best is None or rate > best[0]):
                         best = (rate, s, it.family, k, cost)
         if best is None:
             break
@@ -189,6 +214,5 @@ def allocate(items: Sequence[Item], budget_s: float, curve: Curve, trial_s: floa
             opened.add(s)
             order.append(s)
     flat = {(s, f): t for s, fam in trials.items() for f, t in fam.items()}
-    saving = sum(shape_value(its, trials[s], curve) for s, its in by_shape.items())
-    step = sum(its[0].calls * its[0].cublas_us for its in by_shape.values())
+    saving = sum(shape_value(its, trials[s], curve, sigma) for s, its in by_shape.items())
     return Plan(flat, budget_s - left, saving, step, order)

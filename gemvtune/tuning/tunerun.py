@@ -21,7 +21,7 @@ from typing import Any
 from ..kernels.families import FAMILIES, families_for
 from ..kernels.shapes import Shape
 from ..workspace import model_group
-from .budget import Item, Plan, allocate
+from .budget import OPTIMUM_SIGMA, Item, Plan, allocate
 from .search_options import SearchOptions
 from .tuneplan import SHAPE_S, TRIAL_S, cublas_us, items_for, load_curve, predict
 from .tunestate import NAME, TuneState, load_state
@@ -161,6 +161,9 @@ def run_tune(runner: Any, steps: Sequence[Step], budget_s: float, opts: SearchOp
     models = {g: _model(out, dev.get("name", ""), g) for g in {model_group(s.shape.weights) for s in steps}}
     own = _own_entries(table)
     curve = load_curve(_slug(dev), warm=any(m is not None for m in models.values()))
+    # a model's predicted optimum is uncertain (budget.OPTIMUM_SIGMA); the prior without one (the read floor) is a
+    # bound, not an estimate
+    sigma = OPTIMUM_SIGMA if any(m is not None for m in models.values()) else 0.0
     searchable = [f for f in opts.families if not FAMILIES[f].library]
     library = [f for f in opts.families if FAMILIES[f].library]
     spent0 = state.spent_s
@@ -205,7 +208,8 @@ def run_tune(runner: Any, steps: Sequence[Step], budget_s: float, opts: SearchOp
                                  for it in items_for(sh, st.calls, searchable, base[sh], preds[sh])]
             entries = len(res.searched) + len(todo)   # at most this many to re-confirm at the end
             left = budget_s - spent() - (reserve_s(entries) if reconfirm and not runner.replayed else 0.0)
-            plan = allocate(items, max(left, 0.0), curve, state.trial_cost(TRIAL_S), state.shape_cost(SHAPE_S))
+            plan = allocate(items, max(left, 0.0), curve, state.trial_cost(TRIAL_S), state.shape_cost(SHAPE_S),
+                            sigma=sigma)
             if plan_first is None:
                 plan_first = plan
                 state.predicted_gain = state.predicted_gain or _whole_gain(plan, steps, todo, have, base)

@@ -1,0 +1,59 @@
+"""How far the cost model's predicted optimum of a shape is from the fastest kernel a table measured for it (no
+GPU): per 16-bit entry, log(measured best / predicted optimum), the predicted optimum being the one a whole-model
+tune plans with (``tuning.tuneplan.predict``: the model's best over a sample of each family's valid space, at the
+table's read ceiling). The spread (RMS) of that error is ``budget.OPTIMUM_SIGMA``, the uncertainty the tune's budget
+split prices in."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from ..kernels.shapes import Shape
+
+FAMILIES = ("gemv", "mma", "ring", "splitk")
+
+
+@dataclass(frozen=True)
+class Row:
+    key: str
+    predicted_us: float
+    best_us: float
+    cublas_us: float | None
+
+    @property
+    def log_error(self) -> float:
+        return math.log(self.best_us / self.predicted_us)
+
+
+def optimum_errors(model: Any, table: Any, min_bytes: float = 0.0, shapes: list[Shape] | None = None) -> list[Row]:
+    """One row per 16-bit entry of ``table`` (a loaded ``runtime.table.Table``) with measured candidates and at least
+    ``min_bytes`` of weights (``shapes``: only those), in the table's key order."""
+    from ..runtime.keys import entry_key
+    from ..tuning.tuneplan import predict
+
+    read_gbps = float((table.data.get("ceiling") or {}).get("read_gbps") or model.read_gbps)
+    rows = []
+    for shape in table.shapes:
+        if shape.weights or shape.weight_bytes < min_bytes or (shapes is not None and shape not in shapes):
+            continue
+        e = table.entry(shape)
+        times = [float(c.us) for c in (e.candidates if e is not None else ()) if (c.status or "ok") == "ok" and c.us]
+        if not times:
+            continue
+        opts = [p.optimum_us for p in predict(model, shape, FAMILIES, read_gbps).values()]
+        if not opts:
+            continue
+        cub = e.baselines.get("cublas-torch") if e is not None else None
+        rows.append(Row(entry_key(shape), min(opts), min(times), float(cub.us) if cub is not None and cub.us else None))
+    return rows
+
+
+def summary(rows: list[Row]) -> dict[str, float]:
+    """n, mean, RMS, worst of the log errors (NaN where there is no row)."""
+    errs = [r.log_error for r in rows]
+    if not errs:
+        return {"n": 0, "mean": math.nan, "rms": math.nan, "min": math.nan, "max": math.nan}
+    return {"n": len(errs), "mean": sum(errs) / len(errs), "rms": math.sqrt(sum(x * x for x in errs) / len(errs)),
+            "min": min(errs), "max": max(errs)}
