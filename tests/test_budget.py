@@ -132,3 +132,18 @@ def test_budget_left_over_buys_a_large_shape_predicted_just_above_cublas():
     assert priced.trials[(hopeless, "gemv")] == 0            # below MIN_GAIN of the step
     scarce = allocate(items, 8.0, CURVE, trial_s=0.15, shape_s=3.0, sigma=0.075)
     assert scarce.shapes == [win]                            # a tight budget goes to the clear win alone
+
+
+def test_the_plan_trusts_a_model_of_this_gpu_more_than_another_gpus():
+    from types import SimpleNamespace
+
+    from gemvtune.tuning.budget import FOREIGN_SIGMA, OPTIMUM_SIGMA
+    from gemvtune.tuning.tuneplan import plan_basis
+
+    h200 = SimpleNamespace(gpu="NVIDIA H200")
+    own = plan_basis([h200, None], "NVIDIA H200")
+    assert own.warm and own.sigma == OPTIMUM_SIGMA and own.note == ""
+    other = plan_basis([h200], "NVIDIA H100 80GB HBM3")
+    assert not other.warm and other.sigma == FOREIGN_SIGMA > OPTIMUM_SIGMA
+    assert "cost model of NVIDIA H200, none of NVIDIA H100 80GB HBM3" in other.note and "cold search curve" in other.note
+    assert plan_basis([None, None], "NVIDIA H200") == plan_basis([], "x") and not plan_basis([], "x").sigma

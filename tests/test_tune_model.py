@@ -294,7 +294,10 @@ def test_a_budgeted_tune_of_fp8_weights_searches_the_fp8_families_against_dequan
     res = run_tune(runner, steps, 60.0, SearchOptions(progress=False, rounds=2), tmp_path, tmp_path / "table.json",
                    echo=lines.append, reconfirm=False)
     assert set(res.searched) == {s.shape for s in steps} and res.baseline == "dequantize + F.linear"
-    assert res.searched[0] == steps[1].shape                           # the larger share of the step first
+    # the shipped models are the H200's, the fake GPU is not: the plan counts on the cold curve (20%+ after the
+    # first chunk), where 4096x4096's first chunk saves more (32 x (30 - 9.84 x 1.1) against 64 x (30 - 18.88 x 1.1))
+    assert any("cost model of NVIDIA H200, none of Fake GPU" in ln and "cold search curve" in ln for ln in lines)
+    assert res.searched[0] == steps[0].shape
     assert {c.family for c in runner.calls} <= {"fp8gemv", "fp8mma"} and runner.calls
     table = gemvtune.load_table(tmp_path / "table.json", costmodel=None)
     for s in steps:

@@ -35,6 +35,9 @@ MAX_BUDGET_S = 7 * 24 * 3600.0
 # table's 85 16-bit entries of at least 16 MB and its cost model (`gemvtune costmodel spread`, 2026-12-06; mean
 # -0.031, from -0.208 to +0.427: the model, which predicts a sample's best, is slightly pessimistic on large shapes)
 OPTIMUM_SIGMA = 0.075
+# the same for another GPU's model: 0.103 for the H200's model on the committed H100 table's 15 16-bit entries
+# (`gemvtune costmodel spread` on a folder holding both, 2026-12-06; mean -0.035, from -0.161 to +0.206)
+FOREIGN_SIGMA = 0.10
 MIN_GAIN = 1e-4     # a purchase must be expected to save this share of the step's cuBLAS time at least
 
 

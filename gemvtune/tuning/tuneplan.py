@@ -14,7 +14,7 @@ from typing import Any
 from ..errors import UsageError
 from ..kernels.families import FAMILIES
 from ..kernels.shapes import Shape
-from .budget import Curve, Item
+from .budget import FOREIGN_SIGMA, OPTIMUM_SIGMA, Curve, Item
 
 CURVE_FILE = "study-curves.csv.gz"     # what ``gemvtune study`` writes: per sampler, seed and trial, the gap
 # Where a GPU's results keep the curves of each sampler the tune plans with: the search's default (TPE from its seed)
@@ -29,6 +29,32 @@ WARM_K = 4                             # of them, the predicted fastest enqueued
 # from what it measured after every shape (``TuneState``).
 TRIAL_S = 0.127
 SHAPE_S = 6.0
+
+
+@dataclass(frozen=True)
+class Basis:
+    """What a tune's plan trusts its cost models for: the search curve of TPE warm-started by them (``warm``), and the
+    spread of their predicted optimum (``sigma``), with the line that says so (``note``, "" when there is none)."""
+
+    warm: bool
+    sigma: float
+    note: str = ""
+
+
+def plan_basis(models: Sequence[Any], gpu: str) -> Basis:
+    """A model of this GPU: the warm curve (measured with held-out models of the same GPU) and ``OPTIMUM_SIGMA``. Only
+    another GPU's model (the one gemvtune ships, say): it still warm-starts each search, but the plan counts on the
+    cold curve and the wider ``FOREIGN_SIGMA`` (on an H100 with the H200's model, 2026-12-06, 5 warm-started trials
+    left 1024x4096 at n = 2, 4 and 16 3-14% behind the H100 table). No model: the cold curve, the read floor as a
+    bound (no spread)."""
+    have = [m for m in models if m is not None]
+    if not have:
+        return Basis(False, 0.0)
+    if any(str(getattr(m, "gpu", "")) == gpu for m in have):
+        return Basis(True, OPTIMUM_SIGMA)
+    other = ", ".join(sorted({str(getattr(m, "gpu", "") or "an unknown GPU") for m in have}))
+    return Basis(False, FOREIGN_SIGMA, f"cost model of {other}, none of {gpu or 'this GPU'}: it warm-starts the "
+                 f"searches, the plan counts on the cold search curve and a spread of {FOREIGN_SIGMA:g}")
 
 
 def curve_paths(gpu_slug: str, sampler: str) -> list[Path]:

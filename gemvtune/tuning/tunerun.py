@@ -21,9 +21,9 @@ from typing import Any
 from ..kernels.families import FAMILIES, families_for
 from ..kernels.shapes import Shape
 from ..workspace import model_group
-from .budget import OPTIMUM_SIGMA, Item, Plan, allocate
+from .budget import Item, Plan, allocate
 from .search_options import SearchOptions
-from .tuneplan import SHAPE_S, TRIAL_S, cublas_us, items_for, load_curve, predict
+from .tuneplan import SHAPE_S, TRIAL_S, cublas_us, items_for, load_curve, plan_basis, predict
 from .tunestate import NAME, TuneState, load_state
 
 RESERVE_S = 15.0        # the end's fixed work on a GPU: the re-confirmation's process start, the table reloaded
@@ -160,10 +160,10 @@ def run_tune(runner: Any, steps: Sequence[Step], budget_s: float, opts: SearchOp
     have = _tables(out, dev.get("name", ""))
     models = {g: _model(out, dev.get("name", ""), g) for g in {model_group(s.shape.weights) for s in steps}}
     own = _own_entries(table)
-    curve = load_curve(_slug(dev), warm=any(m is not None for m in models.values()))
-    # a model's predicted optimum is uncertain (budget.OPTIMUM_SIGMA); the prior without one (the read floor) is a
-    # bound, not an estimate
-    sigma = OPTIMUM_SIGMA if any(m is not None for m in models.values()) else 0.0
+    basis = plan_basis(list(models.values()), str(dev.get("name", "")))
+    if basis.note:
+        echo(basis.note)
+    curve, sigma = load_curve(_slug(dev), warm=basis.warm), basis.sigma
     searchable = [f for f in opts.families if not FAMILIES[f].library]
     library = [f for f in opts.families if FAMILIES[f].library]
     spent0 = state.spent_s
