@@ -342,7 +342,7 @@ part_tune() {
   against=$(python3 -c 'import sys; from gemvtune.runtime.tables import find_table; print(find_table(sys.argv[1]).path)' \
     "${GPU%%,*}" 2>/dev/null) || against=results/nvidia-h200/table.json
   run tune python3 -m gemvtune tune "${args[@]}" --results "$tmp" --against "${TUNE_AGAINST:-$against}"
-  got=$(grep -E '^(tuned [0-9]+ shapes|decode step|against )' "$LAST" | squeeze | paste -sd ';' -)
+  got=$(grep -E '^(tuned [0-9]+ shapes|decode step|against .* µs against )' "$LAST" | squeeze | paste -sd ';' -)
   cp -r "$tmp"/. "$D"/ 2>/dev/null
   rm -rf "$tmp"
   finish "${got:-no tune summary}"
