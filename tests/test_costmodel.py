@@ -255,8 +255,8 @@ def test_the_spread_of_the_predicted_optimum_on_the_committed_table():
     """``costmodel spread``: per entry, the committed model's predicted optimum against the fastest measured; the
     shapes the H200 8B tune left on cuBLAS are below their prediction (a spread the budget split prices in)."""
     from gemvtune.cli.main import cli
-    from gemvtune.model.spread import optimum_errors, summary
     from gemvtune.runtime.table import load_table
+    from gemvtune.tuning.spread import optimum_errors, summary
 
     table = load_table(RESULTS / "table.json", costmodel=None)
     model = cm.load(RESULTS / "costmodel.json.gz")

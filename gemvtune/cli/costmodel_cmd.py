@@ -152,8 +152,8 @@ def spread_cmd(results_dir: str, min_mb: float) -> None:
     fastest kernel the table measured: log(best / predicted) per entry, then its mean and RMS, the spread the
     tune's budget split prices in (budget.OPTIMUM_SIGMA)."""
     from ..model import costmodel as cm
-    from ..model.spread import optimum_errors, summary
     from ..runtime.table import load_table
+    from ..tuning.spread import optimum_errors, summary
 
     res = Path(results_dir)
     path = model_beside(res, "")

@@ -12,8 +12,6 @@ from typing import Any
 
 from ..kernels.shapes import Shape
 
-FAMILIES = ("gemv", "mma", "ring", "splitk")
-
 
 @dataclass(frozen=True)
 class Row:
@@ -30,10 +28,12 @@ class Row:
 def optimum_errors(model: Any, table: Any, min_bytes: float = 0.0, shapes: list[Shape] | None = None) -> list[Row]:
     """One row per 16-bit entry of ``table`` (a loaded ``runtime.table.Table``) with measured candidates and at least
     ``min_bytes`` of weights (``shapes``: only those), in the table's key order."""
+    from ..kernels.families import FAMILIES
     from ..runtime.keys import entry_key
-    from ..tuning.tuneplan import predict
+    from .tuneplan import predict
 
     read_gbps = float((table.data.get("ceiling") or {}).get("read_gbps") or model.read_gbps)
+    families = [f for f in model.families if f in FAMILIES]   # the model's own (a family it lacks: the read floor)
     rows = []
     for shape in table.shapes:
         if shape.weights or shape.weight_bytes < min_bytes or (shapes is not None and shape not in shapes):
@@ -42,7 +42,7 @@ def optimum_errors(model: Any, table: Any, min_bytes: float = 0.0, shapes: list[
         times = [float(c.us) for c in (e.candidates if e is not None else ()) if (c.status or "ok") == "ok" and c.us]
         if not times:
             continue
-        opts = [p.optimum_us for p in predict(model, shape, FAMILIES, read_gbps).values()]
+        opts = [p.optimum_us for p in predict(model, shape, families, read_gbps).values()]
         if not opts:
             continue
         cub = e.baselines.get("cublas-torch") if e is not None else None
