@@ -12,7 +12,8 @@ so a shape that is a large share of the step's bytes, a family predicted well be
 (where the curve falls fastest) come first. The predicted optimum is uncertain (``sigma``: the spread of log(measured
 best / predicted optimum)); with ``sigma > 0`` the saving is its expectation over a log-normal error, the max above
 an option's payoff, so a large shape predicted a little above cuBLAS is still worth a few trials where budget is left
-(the measured optimum of 14336x4096 at n = 2 on the H200 is 4.8% below its prediction and 3.0% below cuBLAS). :func:`allocate` hands out trials in chunks, greedily by value per second,
+(the measured optimum of 14336x4096 at n = 2 on the H200 is 4.8% below its prediction and 3.0% below cuBLAS).
+:func:`allocate` hands out trials in chunks, greedily by value per second,
 with each shape's fixed cost (its confirmation and re-confirmation) paid when its first chunk is bought. A shape's
 value is zero until its expected best drops below cuBLAS, then concave, so each purchase weighs 1, 2, 4, ... chunks
 at once and buys the one that saves the most per second."""
@@ -23,6 +24,7 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from statistics import NormalDist
 
 from ..errors import UsageError
 from ..kernels.shapes import Shape
@@ -150,8 +152,7 @@ def expected_saving(cublas_us: float, best_us: float, sigma: float = 0.0) -> flo
         return 0.0
     if sigma <= 0:
         return max(0.0, cublas_us - best_us)
-    def phi(z: float) -> float:
-        return 0.5 * math.erfc(-z / math.sqrt(2.0))
+    phi = NormalDist().cdf
     d2 = math.log(best_us / cublas_us) / sigma
     return max(0.0, cublas_us * phi(-d2) - best_us * math.exp(sigma * sigma / 2) * phi(-d2 - sigma))
 

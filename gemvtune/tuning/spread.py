@@ -30,6 +30,7 @@ def optimum_errors(model: Any, table: Any, min_bytes: float = 0.0, shapes: list[
     ``min_bytes`` of weights (``shapes``: only those), in the table's key order."""
     from ..kernels.families import FAMILIES
     from ..runtime.keys import entry_key
+    from ..runtime.route import measured
     from .tuneplan import predict
 
     read_gbps = float((table.data.get("ceiling") or {}).get("read_gbps") or model.read_gbps)
@@ -45,8 +46,8 @@ def optimum_errors(model: Any, table: Any, min_bytes: float = 0.0, shapes: list[
         opts = [p.optimum_us for p in predict(model, shape, families, read_gbps).values()]
         if not opts:
             continue
-        cub = e.baselines.get("cublas-torch") if e is not None else None
-        rows.append(Row(entry_key(shape), min(opts), min(times), float(cub.us) if cub is not None and cub.us else None))
+        cub = measured(e, "torch", shape)[1] if e is not None else None
+        rows.append(Row(entry_key(shape), min(opts), min(times), float(cub) if cub else None))
     return rows
 
 

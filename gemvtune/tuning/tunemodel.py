@@ -106,8 +106,8 @@ def compare(runner: Any, table: Path, against: Path, steps: Sequence[Step], echo
     # every step shape either table holds: one that a table lacks runs its route there (cuBLAS), so a shape the tune
     # left on cuBLAS where the other table has a faster kernel counts against the tune (the H200 8B tune of
     # 2026-12-05 left 9 such shapes out of its comparison); the shapes neither holds run cuBLAS on both sides
-    either = set(mine.keys()) | set(other.keys())
-    common = [s for s in steps if s.shape in {Shape(*k) for k in either}]
+    either = {Shape(*k) for k in {*mine.keys(), *other.keys()}}
+    common = [s for s in steps if s.shape in either]
     if not common:
         return [f"against {against}: neither table holds a shape of the step (both run cuBLAS)"]
     echo(f"against {against}: the {len(common)} of the step's {len(steps)} shapes either table holds, re-measured "
