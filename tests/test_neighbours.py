@@ -12,7 +12,7 @@ from conftest import ROOT
 from gemvtune import Shape
 from gemvtune.kernels.families import FAMILIES
 from gemvtune.runtime.table import load_table
-from gemvtune.tuning.neighbours import merged, other_n_warm
+from gemvtune.tuning.neighbours import merged, other_n_warm, other_shape_warm
 
 TABLE = ROOT / "results" / "nvidia-h200" / "table.json"
 
@@ -42,6 +42,24 @@ def test_fp8_and_16_bit_weights_never_lend_each_other_kernels(table):
     assert not other_n_warm(table, Shape(4096, 4096, 4, "fp16", "e4m3-b128"), ["fp8gemv", "fp8mma"])   # none tuned
     assert not other_n_warm(table, Shape(4096, 4096, 1), ["gemv"], k=0) and not other_n_warm(None, Shape(1, 8), ["gemv"])
     assert not other_n_warm(table, Shape(4104, 4104, 3), ["gemv", "ring"])   # no entry of that weight
+
+
+def test_other_weights_at_the_same_n_lend_their_winners_same_d_first(table):
+    got = other_shape_warm(table, Shape(1024, 4096, 16), ["ring", "gemv"])
+    assert set(got) == {"ring", "gemv"} and all(len(v) <= 2 for v in got.values())
+    first = got["ring"][0]
+    e = table.entry(Shape(4096, 4096, 16))   # the same d, the nearest size: 4x the bytes (6144x4096 is 6x)
+    assert first["_from"] == f"4096x4096: {e.winner_config().label}"
+    assert {k: v for k, v in first.items() if k != "_from"} == e.winner_config().to_dict()
+    for fam, params in got.items():
+        for p in params:
+            assert p["_from"].split(":")[0] in {"4096x4096", "6144x4096", "14336x4096", "4096x14336"}
+            c = FAMILIES[fam].config_cls(**{k: v for k, v in p.items() if k not in ("_from", "family")})
+            assert c.is_valid(Shape(1024, 4096, 16)) and c != FAMILIES[fam].seed
+    assert not other_shape_warm(table, Shape(4096, 4096, 16, "bf16"), ["ring"])           # no other bf16 weight at 16
+    assert not other_shape_warm(table, Shape(1024, 4096, 16, "fp16", "e4m3-row"), ["fp8gemv", "ring"])
+    assert not other_shape_warm(table, Shape(1024, 4096, 16), ["ring"], k=0)
+    assert not other_shape_warm(table, Shape(4096, 4096, 3), ["ring", "gemv"])             # no entry at n = 3
 
 
 def test_merged_keeps_the_siblings_first_and_each_config_once():
@@ -85,3 +103,27 @@ def test_a_tune_warm_starts_each_n_from_the_n_searched_before_it(tmp_path):
     assert sum(t.startswith(f"n = {first.n}: ") for t in tags) == 3 and "cost model #1" in tags   # then the model's
     assert any(ln.startswith(f"{second}: warm start from the table's other batch sizes: gemv 3") for ln in lines), lines
     assert not any(ln.startswith(f"{first}: warm start from the table's other") for ln in lines)
+
+
+def test_a_tune_warm_starts_a_weight_from_the_other_weights_searched_before_it_at_the_same_n(tmp_path):
+    import pandas as pd
+    from fakes import FakeRunner
+
+    from gemvtune.runtime.keys import entry_key
+    from gemvtune.tuning.search_options import SearchOptions
+    from gemvtune.tuning.tunerun import Step, run_tune
+
+    lines: list[str] = []
+    steps = [Step(Shape(4096, 4096, 2), 32.0), Step(Shape(2048, 4096, 2), 32.0)]
+    res = run_tune(FakeRunner(), steps, 60.0, SearchOptions(families=("gemv",), progress=False, rounds=2), tmp_path,
+                   tmp_path / "table.json", echo=lines.append, reconfirm=False)
+    assert len(res.searched) == 2, lines
+    first, second = res.searched
+    won = load_table(tmp_path / "table.json", costmodel=None).entry(first).winner_config()
+    assert won != FAMILIES["gemv"].seed
+    (csv,) = tmp_path.glob(f"search-{entry_key(second)}-*.csv")
+    df = pd.read_csv(csv).sort_values("trial")
+    tags = df.enqueued.fillna("").tolist()
+    assert tags[0] == "llama.cpp" and tags[1] == f"{first.M}x{first.d}: {won.label}", tags[:6]   # after the seed
+    assert any(ln.startswith(f"{second}: warm start from other weights at n = 2: gemv ") for ln in lines), lines
+    assert not any(ln.startswith(f"{first}: warm start from") for ln in lines)

@@ -143,7 +143,7 @@ def run_tune(runner: Any, steps: Sequence[Step], budget_s: float, opts: SearchOp
     step gain in an independent harness, given the table (None: not measured). ``key``: what makes a tune resumable."""
     from ..runtime.keys import entry_key
     from ..runtime.table import load_table
-    from .neighbours import merged, other_n_warm
+    from .neighbours import merged, other_n_warm, other_shape_warm
     from .search_run import run_searches
     from .searcher import search_arch, trials_in_flight
 
@@ -218,12 +218,14 @@ def run_tune(runner: Any, steps: Sequence[Step], budget_s: float, opts: SearchOp
             sh = plan.shapes[0]
             fams = plan.families(sh)
             trials = {f: plan.trials[(sh, f)] for f in fams}
-            near = other_n_warm(load_table(table, costmodel=None) if table.is_file() else None, sh, fams,
-                               search_arch(runner))
-            if near:
-                echo(f"{sh}: warm start from the table's other batch sizes: "
-                     + ", ".join(f"{f} {len(v)}" for f, v in near.items()))
-            warm = merged(near, {f: preds[sh][f].warm for f in fams if preds[sh][f].warm})
+            have_t = load_table(table, costmodel=None) if table.is_file() else None
+            near, like = (f(have_t, sh, fams, search_arch(runner)) for f in (other_n_warm, other_shape_warm))
+            if near or like:
+                echo(f"{sh}: warm start from " + "; ".join(
+                    f"{what}: " + ", ".join(f"{f} {len(v)}" for f, v in got.items())
+                    for what, got in (("the table's other batch sizes", near), (f"other weights at n = {sh.n}", like))
+                    if got))
+            warm = merged(merged(near, like), {f: preds[sh][f].warm for f in fams if preds[sh][f].warm})
             trial_s = state.trial_cost(TRIAL_S)
             libs = families_for(sh, library)   # (a library's algorithms read 16-bit weights only)
             sopts = dataclasses.replace(opts, families=(*fams, *libs), family_trials=trials, warm_k=0,
