@@ -127,3 +127,18 @@ def test_a_tune_warm_starts_a_weight_from_the_other_weights_searched_before_it_a
     assert tags[0] == "llama.cpp" and tags[1] == f"{first.M}x{first.d}: {won.label}", tags[:6]   # after the seed
     assert any(ln.startswith(f"{second}: warm start from other weights at n = 2: gemv ") for ln in lines), lines
     assert not any(ln.startswith(f"{first}: warm start from") for ln in lines)
+
+
+def test_a_tune_runs_a_weights_batch_sizes_upwards_whatever_their_value(tmp_path):
+    """The n = 16 step runs 100x as often (the plan's most valuable shape), yet n = 1 is searched first (so that n = 16
+    can be warm-started from it where they search one family)."""
+    from fakes import FakeRunner
+
+    from gemvtune.tuning.search_options import SearchOptions
+    from gemvtune.tuning.tunerun import Step, run_tune
+
+    lines: list[str] = []
+    steps = [Step(Shape(4096, 4096, 16), 3200.0), Step(Shape(4096, 4096, 1), 32.0)]
+    res = run_tune(FakeRunner(), steps, 60.0, SearchOptions(families=("gemv", "ring"), progress=False, rounds=2),
+                   tmp_path, tmp_path / "table.json", echo=lines.append, reconfirm=False)
+    assert [s.n for s in res.searched] == [1, 16], lines

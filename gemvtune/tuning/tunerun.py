@@ -215,7 +215,7 @@ def run_tune(runner: Any, steps: Sequence[Step], budget_s: float, opts: SearchOp
                 state.predicted_gain = state.predicted_gain or _whole_gain(plan, steps, todo, have, base)
             if not plan.shapes:
                 break
-            sh = plan.shapes[0]
+            sh = _first(plan.shapes)
             fams = plan.families(sh)
             trials = {f: plan.trials[(sh, f)] for f in fams}
             have_t = load_table(table, costmodel=None) if table.is_file() else None
@@ -324,6 +324,14 @@ def zero_trial(table: Path, steps: Sequence[Step], measure: Callable[[Path, Sequ
     if measure is not None:
         res.measured_gain = measure(table, steps)
     return res
+
+
+def _first(shapes: Sequence[Shape]) -> Shape:
+    """The shape to search next: the plan's most valuable one, or its weight's smallest n the plan also searches (a
+    weight's n then run upwards, each warm-started with the nearest n searched before it: ``tuning.neighbours``)."""
+    w = shapes[0]
+    return min((s for s in shapes if (s.M, s.d, s.dtype, s.weights) == (w.M, w.d, w.dtype, w.weights)),
+               key=lambda s: s.n)
 
 
 def baseline_of(steps: Sequence[Step]) -> str:
