@@ -195,7 +195,7 @@ from . import tune_cmd as cli_tune  # noqa: E402
 for _cmd in (cli_search.search, cli_search.worker, cli_replay.sweep, cli_replay.study, cli_replay.study_report,
              cli_replay.plot_study, cli_export.export, cli_bench.bench, cli_percall.percall, cli_transition.transition,
              cli_costmodel.costmodel, cli_costmodel.predict, cli_check.check, cli_reporting.summarize,
-             cli_reporting.report, cli_reporting.which_table, cli_shapes.shapes, cli_tune.tune):
+             cli_reporting.report, cli_reporting.which_table, cli_shapes.shapes, cli_tune.tune, cli_tune.convergence):
     cli.add_command(_cmd)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from ..errors import UsageError
 from ..kernels.shapes import DTYPES, parse_batches
 from ..tuning.search_options import ModelPreset, SearchOptions, parse_families
 from .options import WEIGHTS_DECL, declared
@@ -71,3 +72,39 @@ def tune(model: str | None, hf_configs: tuple[str, ...], shape_texts: tuple[str,
                      key=key, against=against_path, echo=click.echo)
     for line in report_lines(res, budget_s):
         click.echo(line)
+
+
+@click.command("convergence")
+@click.argument("folders", nargs=-1, required=True)
+@click.option("--table", "table_paths", multiple=True, metavar="TABLE",
+              help="a table whose measured kernels count toward the fastest known (e.g. the committed one; repeatable)")
+@click.option("--curve-gpu", default="nvidia-h200", show_default=True,
+              help="the GPU whose search-quality curves to print beside (a results folder's, else the shipped ones)")
+@click.option("--split-mb", default=16.0, show_default=True, type=click.FloatRange(0, 1e6),
+              help="weights below this many MB are summarised apart (tiny ones are launch-bound)")
+def convergence(folders: tuple[str, ...], table_paths: tuple[str, ...], curve_gpu: str, split_mb: float) -> None:
+    """How the searches recorded in FOLDERS (e.g. a tune's results folders) converged: after t trials, how far each
+    family's best found was above the fastest known for its shape (over the folders and --table), by weight size,
+    beside the search-quality curves a tune's budget split plans with."""
+    from ..runtime.table import load_table
+    from ..tuning.convergence import TRIALS, best_known, read_runs, summarize
+    from ..tuning.tuneplan import load_curve
+
+    runs = [r for f in folders for r in read_runs(f)]
+    tables = [load_table(p, costmodel=None) for p in table_paths]
+    s = summarize(runs, best_known(runs, tables), split_mb)
+    head = "  ".join(f"t={t:<3d}" for t in TRIALS)
+    click.echo(f"{len(runs)} searches in {len(folders)} folder(s); gap of the best found over the fastest known, "
+               "after t measured trials")
+    click.echo(f"{'':22s} {'searches':>8s}  {'trials':>6s}  {'final mean/median/max':>22s}   {head}")
+    for row in s:
+        fin = f"{row.final_mean:6.1%} {row.final_median:6.1%} {row.final_max:6.1%}"
+        click.echo(f"{row.label:22s} {row.searches:8d}  {row.trials_median:6.0f}  {fin:>22s}   "
+                   + "  ".join(f"{row.at[t]:5.1%}" for t in TRIALS))
+    for warm, name in ((False, "tpe (cold)"), (True, "tpe-warm")):
+        try:
+            c = load_curve(curve_gpu, warm=warm)
+        except UsageError as e:
+            click.echo(f"{'plan: ' + name:22s} none: {str(e)[:120]}")
+            continue
+        click.echo(f"{'plan: ' + name:22s} {'':8s}  {'':6s}  {'':22s}   " + "  ".join(f"{c.gap(t):5.1%}" for t in TRIALS))
