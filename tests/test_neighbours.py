@@ -80,7 +80,8 @@ def test_enqueued_siblings_say_where_they_came_from_and_values_outside_the_space
     assert [fixed_params(t) for t in study.get_trials(deepcopy=False)] == [{"a": 1, "b": "x"}, {"a": 2, "b": "y"}]
 
 
-def test_a_tune_warm_starts_each_n_from_the_n_searched_before_it(tmp_path):
+def _tune(tmp_path, shapes, families=("gemv",), calls=None):
+    """A FakeRunner tune of ``shapes`` (60 s): (result, echoed lines, the second search's enqueued tags, its frame)."""
     import pandas as pd
     from fakes import FakeRunner
 
@@ -89,15 +90,19 @@ def test_a_tune_warm_starts_each_n_from_the_n_searched_before_it(tmp_path):
     from gemvtune.tuning.tunerun import Step, run_tune
 
     lines: list[str] = []
-    steps = [Step(Shape(4096, 4096, 1), 32.0), Step(Shape(4096, 4096, 2), 32.0)]
-    res = run_tune(FakeRunner(), steps, 60.0, SearchOptions(families=("gemv",), progress=False, rounds=2), tmp_path,
+    steps = [Step(s, c) for s, c in zip(shapes, calls or [32.0] * len(shapes))]
+    res = run_tune(FakeRunner(), steps, 60.0, SearchOptions(families=families, progress=False, rounds=2), tmp_path,
                    tmp_path / "table.json", echo=lines.append, reconfirm=False)
-    assert len(res.searched) == 2, lines
+    assert len(res.searched) == len(shapes), lines
+    (csv,) = tmp_path.glob(f"search-{entry_key(res.searched[1])}-*.csv")
+    df = pd.read_csv(csv).sort_values("trial")
+    return res, lines, df.enqueued.fillna("").tolist(), df
+
+
+def test_a_tune_warm_starts_each_n_from_the_n_searched_before_it(tmp_path):
+    res, lines, tags, df = _tune(tmp_path, [Shape(4096, 4096, 1), Shape(4096, 4096, 2)])
     first, second = res.searched
     won = load_table(tmp_path / "table.json", costmodel=None).entry(first).winner_config().label
-    (csv,) = tmp_path.glob(f"search-{entry_key(second)}-*.csv")
-    df = pd.read_csv(csv).sort_values("trial")
-    tags = df.enqueued.fillna("").tolist()
     assert tags[0] == "llama.cpp" and tags[1] == f"n = {first.n}: {won}", tags[:6]   # right after the seed
     assert bool(df.measured.iloc[1]) and df.label.iloc[1] == won
     assert sum(t.startswith(f"n = {first.n}: ") for t in tags) == 3 and "cost model #1" in tags   # then the model's
@@ -106,24 +111,10 @@ def test_a_tune_warm_starts_each_n_from_the_n_searched_before_it(tmp_path):
 
 
 def test_a_tune_warm_starts_a_weight_from_the_other_weights_searched_before_it_at_the_same_n(tmp_path):
-    import pandas as pd
-    from fakes import FakeRunner
-
-    from gemvtune.runtime.keys import entry_key
-    from gemvtune.tuning.search_options import SearchOptions
-    from gemvtune.tuning.tunerun import Step, run_tune
-
-    lines: list[str] = []
-    steps = [Step(Shape(4096, 4096, 2), 32.0), Step(Shape(2048, 4096, 2), 32.0)]
-    res = run_tune(FakeRunner(), steps, 60.0, SearchOptions(families=("gemv",), progress=False, rounds=2), tmp_path,
-                   tmp_path / "table.json", echo=lines.append, reconfirm=False)
-    assert len(res.searched) == 2, lines
+    res, lines, tags, _ = _tune(tmp_path, [Shape(4096, 4096, 2), Shape(2048, 4096, 2)])
     first, second = res.searched
     won = load_table(tmp_path / "table.json", costmodel=None).entry(first).winner_config()
     assert won != FAMILIES["gemv"].seed
-    (csv,) = tmp_path.glob(f"search-{entry_key(second)}-*.csv")
-    df = pd.read_csv(csv).sort_values("trial")
-    tags = df.enqueued.fillna("").tolist()
     assert tags[0] == "llama.cpp" and tags[1] == f"{first.M}x{first.d}: {won.label}", tags[:6]   # after the seed
     assert any(ln.startswith(f"{second}: warm start from other weights at n = 2: gemv ") for ln in lines), lines
     assert not any(ln.startswith(f"{first}: warm start from") for ln in lines)
@@ -132,13 +123,6 @@ def test_a_tune_warm_starts_a_weight_from_the_other_weights_searched_before_it_a
 def test_a_tune_runs_a_weights_batch_sizes_upwards_whatever_their_value(tmp_path):
     """The n = 16 step runs 100x as often (the plan's most valuable shape), yet n = 1 is searched first (so that n = 16
     can be warm-started from it where they search one family)."""
-    from fakes import FakeRunner
-
-    from gemvtune.tuning.search_options import SearchOptions
-    from gemvtune.tuning.tunerun import Step, run_tune
-
-    lines: list[str] = []
-    steps = [Step(Shape(4096, 4096, 16), 3200.0), Step(Shape(4096, 4096, 1), 32.0)]
-    res = run_tune(FakeRunner(), steps, 60.0, SearchOptions(families=("gemv", "ring"), progress=False, rounds=2),
-                   tmp_path, tmp_path / "table.json", echo=lines.append, reconfirm=False)
+    res, lines, _, _ = _tune(tmp_path, [Shape(4096, 4096, 16), Shape(4096, 4096, 1)], ("gemv", "ring"),
+                             calls=[3200.0, 32.0])
     assert [s.n for s in res.searched] == [1, 16], lines
