@@ -94,3 +94,28 @@ def test_a_results_folders_packed_searches_are_read_and_the_first_searches_csvs_
         "trial,state,measured,status,us_median\n0,COMPLETE,True,ok,12.0\n1,COMPLETE,True,ok,11.0\n")
     (run,) = read_runs(tmp_path)
     assert (run.family, run.us) == ("gemv", (12.0, 11.0))
+
+
+def test_what_only_a_models_chain_may_choose_is_not_the_fastest_known(tmp_path):
+    """A PDL config's isolated timing overlaps launches and no per-shape search proposes it: neither a search's PDL
+    trial nor a table's PDL record sets the fastest known."""
+    (tmp_path / "search-1024x4096x1-20261206-050037.csv").write_text(
+        "family,trial,measured,status,us_median,p_pdl\n"
+        "gemv,0,True,ok,5.0,off\ngemv,1,True,ok,3.3,on\ngemv,2,True,ok,4.5,off\n")
+    (run,) = read_runs(tmp_path)
+    assert run.us == (5.0, 4.5)
+    from gemvtune.runtime.entry import Measured
+
+    class OneEntry:   # a table whose only record of the shape is a PDL kernel at 3.3 µs
+        shapes = [Shape(1024, 4096)]
+
+        def entry(self, s):
+            from types import SimpleNamespace
+
+            pdl = Measured.from_json({"config": {"block": 256, "vec": "half8", "acc": "fp32", "tpr": 128, "unroll": 1,
+                                                 "split_k": 1, "hint": "nc", "x_load": "ldg", "pdl": "on",
+                                                 "occ": "auto"}, "us": 3.3}, "gemv")
+            assert pdl.config_object().chain_only()
+            return SimpleNamespace(best={"gemv": pdl}, winner=pdl)
+
+    assert best_known([run], [OneEntry()]) == {(Shape(1024, 4096), "gemv"): 4.5}

@@ -2,7 +2,8 @@
 any), the excess of the best config found after t measured trials over the fastest known for that shape and family
 (the best any of the searches read, or the given tables' entries, measured), beside the search-quality curve a tune
 plans its budget with (``tuning.budget.Curve``). A tune's split trusts that curve for every shape; this says where it
-holds. Library families (a handful of candidates, all measured) are left out."""
+holds. Library families (a handful of candidates, all measured) and configs only a model's chain may choose are left
+out."""
 
 from __future__ import annotations
 
@@ -92,6 +93,9 @@ def _runs(where: str, name: str, raw: bytes) -> list[Run]:
         for fam, g in df.groupby("_family", sort=True):
             if fam not in FAMILIES or FAMILIES[fam].library:
                 continue
+            for k, vals in FAMILIES[fam].config_cls.CHAIN_ONLY.items():   # (a model's chain chooses those)
+                if f"p_{k}" in g.columns:
+                    g = g[~g[f"p_{k}"].astype(str).isin([str(v) for v in vals])]
             us = tuple(float(u) if s == "ok" and math.isfinite(float(u)) and float(u) > 0 else math.inf
                        for u, s in zip(g["us_median"], g["status"]))
             if us:
@@ -103,7 +107,10 @@ def _runs(where: str, name: str, raw: bytes) -> list[Run]:
 
 def best_known(runs: Iterable[Run], tables: Sequence[Any] = ()) -> dict[tuple[Shape, str], float]:
     """The fastest measured time per (shape, family): over the runs, and the tables' entries (their winner and each
-    family's best)."""
+    family's best), leaving out what only a model's chain may choose (``ConfigBase.chain_only``: PDL, whose isolated
+    timing overlaps launches, and which no per-shape search proposes)."""
+    from ..kernels.families import DEFAULT_FAMILY
+
     best: dict[tuple[Shape, str], float] = {}
 
     def see(k: tuple[Shape, str], us: Any) -> None:
@@ -117,7 +124,12 @@ def best_known(runs: Iterable[Run], tables: Sequence[Any] = ()) -> dict[tuple[Sh
             e = t.entry(s)
             if e is None:
                 continue
-            for fam, rec in (*e.best.items(), (e.winner.family or "", e.winner)):
+            for fam, rec in (*e.best.items(), (e.winner.family or DEFAULT_FAMILY, e.winner)):
+                try:
+                    if rec.config_object().chain_only():
+                        continue
+                except Exception:   # (a record without a readable config: its time still counts)
+                    pass
                 see((s, fam), rec.us)
     return best
 

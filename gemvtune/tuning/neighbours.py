@@ -11,8 +11,9 @@
   1024x4096 at n = 16 ended on cuBLAS at 8.36 µs, where the committed entry's ring kernel, 7.34 µs, differs from
   that tune's 4096x4096 n = 16 winner in its split only.
 
-Each transferred config is a trial of the search's budget. What either transfer changes in a tune on the GPU is not
-isolated by a measurement."""
+Each transferred config is a trial of the search's budget. In the H100's 8B tune at 6c83f49 (2026-12-06), 8 of its 23
+searches measured their fastest config among the transferred ones (14336x4096 at n = 1: 4096x4096's kernel, the
+third trial). What either transfer changes in the tune's result is not isolated by a measurement."""
 
 from __future__ import annotations
 
