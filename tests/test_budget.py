@@ -147,3 +147,48 @@ def test_the_plan_trusts_a_model_of_this_gpu_more_than_another_gpus():
     assert not other.warm and other.sigma == FOREIGN_SIGMA > OPTIMUM_SIGMA
     assert "cost model of NVIDIA H200, none of NVIDIA H100 80GB HBM3" in other.note and "cold search curve" in other.note
     assert plan_basis([None, None], "NVIDIA H200") == plan_basis([], "x") and not plan_basis([], "x").sigma
+
+
+def test_small_weights_are_valued_on_their_own_curve():
+    """Weights under 16 MB converge slower than the curves measured on 32 MB and more (`gemvtune convergence`): with
+    ``small_curve`` their trials are worth more where the budget is tight; weights of 16 MB and more are unaffected."""
+    from gemvtune.tuning.budget import SMALL_WEIGHT_BYTES
+
+    fast = Curve(tuple(0.01 * 0.9 ** t for t in range(60)))                  # 1% after the first trial
+    slow = Curve(tuple(0.12 * 0.93 ** t for t in range(60)))                 # 12%, then about 5% after 12 trials
+    small, big = Shape(1024, 4096, 4), Shape(14336, 4096, 4)
+    assert small.weight_bytes < SMALL_WEIGHT_BYTES <= big.weight_bytes
+    items = _items(small, 64, 8.3, {"gemv": 5.0}) + _items(big, 64, 31.4, {"ring": 29.0})
+    one = allocate(items, 12.0, fast, trial_s=0.15, shape_s=3.0, sigma=0.075)
+    two = allocate(items, 12.0, fast, trial_s=0.15, shape_s=3.0, sigma=0.075, small_curve=slow)
+    assert two.trials[(small, "gemv")] > one.trials[(small, "gemv")] and two.trials[(big, "ring")] < one.trials[(big, "ring")]
+    assert two.cost_s <= 12.0 + 1e-9
+    big_only = _items(big, 64, 31.4, {"ring": 29.0})
+    assert allocate(big_only, 12.0, fast, 0.15, 3.0, sigma=0.075, small_curve=slow).trials == \
+        allocate(big_only, 12.0, fast, 0.15, 3.0, sigma=0.075).trials
+
+
+def test_a_tune_with_a_model_of_its_gpu_plans_small_weights_on_the_cold_curve(tmp_path, monkeypatch):
+    from fakes import FakeRunner
+
+    from gemvtune.tuning import tunerun
+    from gemvtune.tuning.search_options import SearchOptions
+    from gemvtune.tuning.tuneplan import Basis, load_curve
+
+    seen: list[tuple] = []
+    real = tunerun.allocate
+
+    def spy(*a, **kw):
+        seen.append((a[2], kw.get("small_curve")))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(tunerun, "allocate", spy)
+    for warm in (True, False):
+        seen.clear()
+        monkeypatch.setattr(tunerun, "plan_basis", lambda models, gpu, w=warm: Basis(w, 0.075))
+        tunerun.run_tune(FakeRunner(), [tunerun.Step(Shape(1024, 4096), 64.0)], 20.0,
+                         SearchOptions(families=("gemv",), progress=False, rounds=2), tmp_path / str(warm),
+                         tmp_path / str(warm) / "table.json", echo=lambda s: None, reconfirm=False)
+        curve, small = seen[0]
+        assert curve.gaps == load_curve("fake-gpu", warm=warm).gaps
+        assert (small.gaps == load_curve("fake-gpu", warm=False).gaps) if warm else small is None

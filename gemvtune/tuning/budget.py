@@ -41,6 +41,11 @@ OPTIMUM_SIGMA = 0.075
 # (`gemvtune costmodel spread` on a folder holding both, 2026-12-06; mean -0.035, from -0.161 to +0.206)
 FOREIGN_SIGMA = 0.10
 MIN_GAIN = 1e-4     # a purchase must be expected to save this share of the step's cuBLAS time at least
+# weights below this plan with ``allocate``'s ``small_curve``: the curves were measured on weights of 32 MB and more,
+# and the searches of 8 MB weights stay several % above them (`gemvtune convergence` over the H100's searches,
+# 2026-12-06: 6.6% above the fastest known after 25 trials, 4.7% after 35, where the warm curve says 0.7% and 0.5%,
+# the cold one 2.0% and 1.1%; 0.7% and 0.6% for the weights of 16 MB and more)
+SMALL_WEIGHT_BYTES = 16e6
 
 
 def parse_budget(text: str | float | int) -> float:
@@ -178,18 +183,21 @@ def _steps(chunk: int, room: int) -> list[int]:
 
 
 def allocate(items: Sequence[Item], budget_s: float, curve: Curve, trial_s: float, shape_s: float,
-             chunk: int = CHUNK, sigma: float = 0.0) -> Plan:
+             chunk: int = CHUNK, sigma: float = 0.0, small_curve: Curve | None = None) -> Plan:
     """Trials per item within ``budget_s`` seconds: a trial costs ``trial_s``, a searched shape ``shape_s`` once
     (its confirmation, its re-confirmation). Greedy by expected µs saved per second (the predicted optimum's error
     spread ``sigma`` included); a purchase expected to save less than ``MIN_GAIN`` of the step's cuBLAS time is never
     bought (with ``sigma = 0``: a family predicted no faster than cuBLAS is not searched). Resumed trials
-    (``Item.done``) are counted as already bought and cost nothing."""
+    (``Item.done``) are counted as already bought and cost nothing. A shape whose weights are under
+    ``SMALL_WEIGHT_BYTES`` is valued on ``small_curve`` where one is given, every other on ``curve``."""
     if trial_s <= 0 or shape_s < 0:
         raise UsageError(f"trial cost {trial_s} s and shape cost {shape_s} s must be positive")
     by_shape: dict[Shape, list[Item]] = {}
     for it in items:
         by_shape.setdefault(it.shape, []).append(it)
     trials: dict[Shape, dict[str, int]] = {s: {it.family: it.done for it in its} for s, its in by_shape.items()}
+    curves = {s: small_curve if small_curve is not None and s.weight_bytes < SMALL_WEIGHT_BYTES else curve
+              for s in by_shape}
     opened = {s for s, t in trials.items() if any(t.values())}
     step = sum(its[0].calls * its[0].cublas_us for its in by_shape.values())
     floor_gain = MIN_GAIN * step if sigma > 0 else 0.0
@@ -198,14 +206,14 @@ def allocate(items: Sequence[Item], budget_s: float, curve: Curve, trial_s: floa
     while True:
         best: tuple[float, Shape, str, int, float] | None = None
         for s, its in by_shape.items():
-            now = shape_value(its, trials[s], curve, sigma)
+            now = shape_value(its, trials[s], curves[s], sigma)
             for it in its:
                 have = trials[s][it.family]
                 for k in _steps(chunk, it.max_trials - have):
                     cost = k * trial_s + (0.0 if s in opened else shape_s)
                     if cost > left:
                         break
-                    gain = shape_value(its, {**trials[s], it.family: have + k}, curve, sigma) - now
+                    gain = shape_value(its, {**trials[s], it.family: have + k}, curves[s], sigma) - now
                     rate = gain / cost
                     if gain > floor_gain and (best is None or rate > best[0]):
                         best = (rate, s, it.family, k, cost)
@@ -218,5 +226,5 @@ def allocate(items: Sequence[Item], budget_s: float, curve: Curve, trial_s: floa
             opened.add(s)
             order.append(s)
     flat = {(s, f): t for s, fam in trials.items() for f, t in fam.items()}
-    saving = sum(shape_value(its, trials[s], curve, sigma) for s, its in by_shape.items())
+    saving = sum(shape_value(its, trials[s], curves[s], sigma) for s, its in by_shape.items())
     return Plan(flat, budget_s - left, saving, step, order)

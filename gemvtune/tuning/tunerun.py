@@ -164,6 +164,7 @@ def run_tune(runner: Any, steps: Sequence[Step], budget_s: float, opts: SearchOp
     if basis.note:
         echo(basis.note)
     curve, sigma = load_curve(_slug(dev), warm=basis.warm), basis.sigma
+    small = load_curve(_slug(dev), warm=False) if basis.warm else None   # (budget.SMALL_WEIGHT_BYTES says why)
     searchable = [f for f in opts.families if not FAMILIES[f].library]
     library = [f for f in opts.families if FAMILIES[f].library]
     spent0 = state.spent_s
@@ -209,7 +210,7 @@ def run_tune(runner: Any, steps: Sequence[Step], budget_s: float, opts: SearchOp
             entries = len(res.searched) + len(todo)   # at most this many to re-confirm at the end
             left = budget_s - spent() - (reserve_s(entries) if reconfirm and not runner.replayed else 0.0)
             plan = allocate(items, max(left, 0.0), curve, state.trial_cost(TRIAL_S), state.shape_cost(SHAPE_S),
-                            sigma=sigma)
+                            sigma=sigma, small_curve=small)
             if plan_first is None:
                 plan_first = plan
                 state.predicted_gain = state.predicted_gain or _whole_gain(plan, steps, todo, have, base)
