@@ -30,8 +30,10 @@ def _search(folder, key, rows, gz=False):
 
 def test_a_search_files_name_gives_its_shape_and_nothing_else_does():
     assert shape_of("search-1024x4096x2-20261206-050037.csv") == Shape(1024, 4096, 2)
-    assert shape_of("search-4096x4096x16.bf16-20261206-050037.csv.gz") == Shape(4096, 4096, 16, "bf16")
-    assert shape_of("search-4096x4096x1.e4m3-row-20261206-050037.csv") == Shape(4096, 4096, 1, "fp16", "e4m3-row")
+    # (the names search_run writes: the dtype and the weight format joined by "-")
+    assert shape_of("search-4096x4096x16-bf16-20261206-050037.csv.gz") == Shape(4096, 4096, 16, "bf16")
+    assert shape_of("search-4096x4096x1-e4m3-row-20261206-050037.csv") == Shape(4096, 4096, 1, "fp16", "e4m3-row")
+    assert shape_of("sweep-4096x4096x1.csv.gz") is None
     for bad in ("search-1024x4096x2-20261206-050037.json", "search-0x4096x2-20261206-050037.csv",
                 "search-1024x4096x2;rm-20261206-050037.csv", "search-1024x4096x2-2026.csv", "table.json"):
         assert shape_of(bad) is None, bad

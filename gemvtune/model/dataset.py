@@ -45,17 +45,33 @@ class Dataset:
         return sorted(set(self.frame["shape"]), key=lambda s: (s.n, s.M, s.d))
 
 
-def _rows(name: str, raw: bytes, kind: str) -> list[dict[str, Any]]:
+def name_shape(name: str) -> Shape | None:
+    """The shape a sweep's or search's file name names (``search-MxDxN[-bf16][-e4m3-row]-<stamp>.csv[.gz]``, as
+    ``tuning.search_run`` writes it); None for any other name, or a shape that is not valid."""
     m = _NAME.match(name)
     if m is None:
-        raise ValueError("not a sweep or search CSV name")
-    shape = Shape(int(m.group(1)), int(m.group(2)), int(m.group(3)), m.group(4) or "fp16", m.group(5) or "")
+        return None
+    try:
+        return Shape(int(m.group(1)), int(m.group(2)), int(m.group(3)), m.group(4) or "fp16", m.group(5) or "")
+    except ValueError:   # (a UsageError is a ValueError)
+        return None
+
+
+def family_column(columns: Any) -> str | None:
+    """The column naming each trial's family: ``family``, or ``p_family``; None in the first searches (GEMV only)."""
+    return "family" if "family" in columns else ("p_family" if "p_family" in columns else None)
+
+
+def _rows(name: str, raw: bytes, kind: str) -> list[dict[str, Any]]:
+    shape = name_shape(name)
+    if shape is None:
+        raise ValueError("not a sweep or search CSV name, or not a valid shape")
     df = pd.read_csv(io.BytesIO(raw), low_memory=False)
     if "status" not in df or "pct_ceiling" not in df or "us_median" not in df:
         raise ValueError("no status, us_median or pct_ceiling column")
     df = df[(df["status"] == "ok") & (df["pct_ceiling"] > 0) & (df["us_median"] > 0)]
     pcols = [c for c in df.columns if c.startswith("p_") and c != "p_family"]
-    fam_col = "family" if "family" in df.columns else ("p_family" if "p_family" in df.columns else None)
+    fam_col = family_column(df.columns)
     out = []
     for rec in df.to_dict("records"):
         fam = rec.get(fam_col, DEFAULT_FAMILY) if fam_col else DEFAULT_FAMILY

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import io
 import math
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,8 +18,6 @@ from ..errors import UsageError
 from ..kernels.shapes import Shape
 
 TRIALS = (5, 10, 25, 35, 55, 95)   # where the curves are compared
-_NAME = re.compile(r"search-([0-9]{1,7})x([0-9]{1,7})x([0-9]{1,3})(\.bf16|\.fp16)?(\.e4m3-row|\.e4m3-b128)?-"
-                   r"[0-9]{8}-[0-9]{6}\.csv(\.gz)?", re.ASCII)
 _CAP = 64 * 2**20
 
 
@@ -43,14 +40,11 @@ class Run:
 
 
 def shape_of(name: str) -> Shape | None:
-    """The shape a search file's name (``search-<key>-<stamp>.csv[.gz]``) names; None for any other name."""
-    m = _NAME.fullmatch(name)
-    if m is None:
-        return None
-    try:
-        return Shape(int(m[1]), int(m[2]), int(m[3]), (m[4] or ".fp16")[1:], (m[5] or ".")[1:])
-    except (UsageError, ValueError):
-        return None
+    """The shape a search file's name (``search-MxDxN[-bf16][-e4m3-row]-<stamp>.csv[.gz]``) names; None for any
+    other name (a sweep's included)."""
+    from ..model.dataset import name_shape
+
+    return name_shape(name) if name.startswith("search-") else None
 
 
 def read_runs(folder: str | Path) -> list[Run]:
@@ -80,6 +74,7 @@ def _runs(where: str, name: str, raw: bytes) -> list[Run]:
     import pandas as pd
 
     from ..kernels.families import DEFAULT_FAMILY, FAMILIES
+    from ..model.dataset import family_column
 
     shape = shape_of(name)
     if shape is None:   # (an archive's JSON record of a search, or another file)
@@ -88,7 +83,7 @@ def _runs(where: str, name: str, raw: bytes) -> list[Run]:
     try:
         df = pd.read_csv(io.BytesIO(raw))
         df = df[df["measured"].astype(str).str.lower() == "true"].sort_values("trial")
-        fam_col = next((c for c in ("family", "p_family") if c in df.columns), None)
+        fam_col = family_column(df.columns)
         df = df.assign(_family=df[fam_col] if fam_col else DEFAULT_FAMILY)   # (the first searches: GEMV only)
         for fam, g in df.groupby("_family", sort=True):
             if fam not in FAMILIES or FAMILIES[fam].library:

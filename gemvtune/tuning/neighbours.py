@@ -28,6 +28,11 @@ OTHER_N_K = 3       # configs per family taken from the other n (each one a tria
 OTHER_SHAPE_K = 2   # configs per family taken from the other weights at the same n (each one a trial too)
 
 
+def weight_of(shape: Shape) -> tuple[int, int, str, str]:
+    """What a shape's weight is, whatever its n: (M, d, dtype, weight format)."""
+    return shape.M, shape.d, shape.dtype, shape.weights
+
+
 def other_n_warm(table: Any, shape: Shape, families: Sequence[str], arch: str | None = None,
                  k: int = OTHER_N_K) -> dict[str, list[dict[str, Any]]]:
     """{family: up to ``k`` parameter dicts} of ``table``'s measured kernels (each entry's winner, its confirmation's
@@ -36,8 +41,7 @@ def other_n_warm(table: Any, shape: Shape, families: Sequence[str], arch: str | 
     ``_from`` names where it came from (the search's record of the trial; not a parameter)."""
     if table is None or k <= 0:
         return {}
-    same = (shape.M, shape.d, shape.dtype, shape.weights)
-    others = sorted((s for s in table.shapes if (s.M, s.d, s.dtype, s.weights) == same and s.n != shape.n),
+    others = sorted((s for s in table.shapes if weight_of(s) == weight_of(shape) and s.n != shape.n),
                     key=lambda s: (abs(math.log2(s.n / shape.n)), s.n))
     return _take(table, others, shape, families, arch, k, lambda s: f"n = {s.n}", everything=True)
 

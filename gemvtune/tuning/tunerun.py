@@ -163,8 +163,9 @@ def run_tune(runner: Any, steps: Sequence[Step], budget_s: float, opts: SearchOp
     basis = plan_basis(list(models.values()), str(dev.get("name", "")))
     if basis.note:
         echo(basis.note)
-    curve, sigma = load_curve(_slug(dev), warm=basis.warm), basis.sigma
-    small = load_curve(_slug(dev), warm=False) if basis.warm else None   # (budget.SMALL_WEIGHT_BYTES says why)
+    slug = _slug(dev)
+    curve, sigma = load_curve(slug, warm=basis.warm), basis.sigma
+    small = load_curve(slug, warm=False) if basis.warm else None   # (budget.SMALL_WEIGHT_BYTES says why)
     searchable = [f for f in opts.families if not FAMILIES[f].library]
     library = [f for f in opts.families if FAMILIES[f].library]
     spent0 = state.spent_s
@@ -330,9 +331,9 @@ def zero_trial(table: Path, steps: Sequence[Step], measure: Callable[[Path, Sequ
 def _first(shapes: Sequence[Shape]) -> Shape:
     """The shape to search next: the plan's most valuable one, or its weight's smallest n the plan also searches (a
     weight's n then run upwards, each warm-started with the nearest n searched before it: ``tuning.neighbours``)."""
-    w = shapes[0]
-    return min((s for s in shapes if (s.M, s.d, s.dtype, s.weights) == (w.M, w.d, w.dtype, w.weights)),
-               key=lambda s: s.n)
+    from .neighbours import weight_of
+
+    return min((s for s in shapes if weight_of(s) == weight_of(shapes[0])), key=lambda s: s.n)
 
 
 def baseline_of(steps: Sequence[Step]) -> str:
