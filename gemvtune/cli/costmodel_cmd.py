@@ -47,16 +47,24 @@ FP8_OPT = click.option("--fp8", is_flag=True, default=False,
                             "from the 16-bit one")
 
 
+PRIOR_OPT = click.option("--prior", "prior_path", default=None, metavar="MODEL",
+                         help="another GPU's cost model file (e.g. results/nvidia-h200/costmodel.json.gz) whose trees "
+                              "the fit continues on this GPU's data")
+
+
 @costmodel.command("fit")
 @click.option("--results", "results_dir", default="results/nvidia-h200", show_default=True,
               help="a GPU's results folder: its measurements/, sweeps/ and searches/ are the training data")
 @click.option("--out", "out_path", default=None, help=f"model file (default RESULTS/{MODEL_NAME}, or the {MODEL_NAME}.gz there; a name ending in .gz is written compressed)")
-@click.option("--rounds", default=400, show_default=True, type=click.IntRange(10, 5000), help="boosting rounds")
+@click.option("--rounds", default=None, type=click.IntRange(10, 5000),
+              help="boosting rounds (default 400; with --prior, 50 more over the prior's)")
 @FP8_OPT
-def fit_cmd(results_dir: str, out_path: str | None, rounds: int, fp8: bool) -> None:
+@PRIOR_OPT
+def fit_cmd(results_dir: str, out_path: str | None, rounds: int | None, fp8: bool, prior_path: str | None) -> None:
     """Fit the cost model on every verified measurement under RESULTS (sweeps and searches, every template
     family and batch) and write it as JSON (LightGBM's text format inside; never serialized Python objects).
-    --fp8 fits the FP8 weights' model on their searches into costmodel-fp8.json (or its .gz there)."""
+    --fp8 fits the FP8 weights' model on their searches into costmodel-fp8.json (or its .gz there). --prior: a GPU
+    with few searches of its own (one model's tune) continues another GPU's model of the same SM count on them."""
     import time
 
     from ..model import costmodel as cm
@@ -72,19 +80,37 @@ def fit_cmd(results_dir: str, out_path: str | None, rounds: int, fp8: bool) -> N
     output_target(out, "--out")   # a FIFO, a device, a link to one: refused before the fit, never renamed over
     if not out.parent.is_dir():
         raise UsageError(f"--out {out}: no folder {out.parent}")
+    prior = _prior(prior_path, group, out)
     ds = _dataset(res, group)
     for line in ds.skipped:
         click.echo(f"skipped {line}")
     t = time.time()
     files = sorted(set(ds.frame["source"]))
     model = cm.fit(list(zip(ds.frame["config"], ds.frame["shape"])), ds.frame["rel"].to_numpy(), ds.sm_count,
-                   ds.gpu, ds.read_gbps, rounds=rounds, group=group,
+                   ds.gpu, ds.read_gbps, rounds=rounds or (cm.PRIOR_ROUNDS if prior else cm.ROUNDS), group=group,
                    meta={"results": str(res), "files": len(files), "shapes": len(ds.shapes),
-                         "families": sorted(set(ds.frame["family"]))})
+                         "families": sorted(set(ds.frame["family"]))}, prior=prior)
     model.save(out)
     counts = ds.frame.groupby("family").size().to_dict()
     click.echo(f"fitted on {len(ds.frame)} measurements ({', '.join(f'{k} {v}' for k, v in sorted(counts.items()))}) "
-               f"of {len(ds.shapes)} shapes from {len(files)} files in {time.time() - t:.1f} s; wrote {out}")
+               f"of {len(ds.shapes)} shapes from {len(files)} files in {time.time() - t:.1f} s"
+               + (f", over {prior.gpu}'s model ({prior.booster.num_trees()} trees)" if prior else "") + f"; wrote {out}")
+
+
+def _prior(path: str | None, group: str, out: Path | None = None) -> Any:
+    """The model of ``--prior`` (None without one): of ``group``'s weights, never the file being written."""
+    if path is None:
+        return None
+    from ..model import costmodel as cm
+
+    p = Path(path)
+    if out is not None and p.exists() and out.exists() and p.resolve() == out.resolve():
+        raise UsageError(f"--prior {path} is the model this fit writes: give another GPU's model")
+    prior = cm.load(p)
+    if prior.group != group:
+        raise UsageError(f"--prior {path}: a model of {prior.group or '16-bit'} weights, this fit is of "
+                         f"{group or '16-bit'} ones")
+    return prior
 
 
 def _dataset(res: Path, group: str) -> Any:
@@ -106,16 +132,20 @@ def _dataset(res: Path, group: str) -> Any:
               help="a GPU's results folder (its training data)")
 @click.option("--top", "top_k", default=5, show_default=True, type=click.IntRange(1, 100),
               help="k of the best-of-top-k column (what a warm-started search enqueues)")
-@click.option("--rounds", default=400, show_default=True, type=click.IntRange(10, 5000), help="boosting rounds")
+@click.option("--rounds", default=None, type=click.IntRange(10, 5000),
+              help="boosting rounds (default 400; with --prior, 50 more over the prior's)")
 @click.option("--out", "out_path", default=None, help="CSV of the per-shape rows (default: only printed)")
 @FP8_OPT
 @click.option("--strict", is_flag=True, default=False,
               help="with --fp8: hold out the M x d's 16-bit measurements too (a shape never measured in any format)")
-def loso_cmd(results_dir: str, top_k: int, rounds: int, out_path: str | None, fp8: bool, strict: bool) -> None:
+@PRIOR_OPT
+def loso_cmd(results_dir: str, top_k: int, rounds: int | None, out_path: str | None, fp8: bool, strict: bool,
+             prior_path: str | None) -> None:
     """Leave one shape out: for each measured M x d, a model fitted without it (at any n) ranks that shape's
     measured configs; its first pick is judged by its measured time against the fastest measured. The 16-bit
-    model is judged on the sweeps (every config of a grid); the FP8 one, without sweeps, on the FP8 searches,
-    holding out their M x d's FP8 measurements (--strict: its 16-bit ones too)."""
+    model is judged on the sweeps (every config of a grid; on the searches where the GPU has no sweep); the FP8
+    one, without sweeps, on the FP8 searches, holding out their M x d's FP8 measurements (--strict: its 16-bit
+    ones too). --prior: the held-out models continue another GPU's, as costmodel fit --prior fits them."""
     from ..cells import write_csv
     from ..model import loso
     from ..model.features import FP8
@@ -126,10 +156,14 @@ def loso_cmd(results_dir: str, top_k: int, rounds: int, out_path: str | None, fp
     group = FP8 if fp8 else ""
     if out_path is not None:
         output_target(Path(out_path), "--out")
+    prior = _prior(prior_path, group)
     ds = _dataset(Path(results_dir), group)
-    # the 16-bit model on its sweeps (every config of a grid); the FP8 one on its searches (it has no sweeps)
-    kind = "search" if group else "sweep"
-    table, _ = loso.evaluate(ds, k=top_k, rounds=rounds, kind=kind, group=group, strict=strict, echo=click.echo)
+    # the 16-bit model on its sweeps (every config of a grid); the FP8 one, and a GPU without sweeps, on its searches
+    kind = "search" if group or not loso.sweep_shapes(ds, "sweep") else "sweep"
+    from ..model.costmodel import PRIOR_ROUNDS, ROUNDS
+
+    table, _ = loso.evaluate(ds, k=top_k, rounds=rounds or (PRIOR_ROUNDS if prior else ROUNDS), kind=kind,
+                             group=group, strict=strict, echo=click.echo, prior=prior)
     if table.empty:
         raise UsageError(f"no {kind} of two shapes or more to hold out under {results_dir}")
     held = "every measurement of its M x d" if strict or not group else "its M x d's FP8 measurements"

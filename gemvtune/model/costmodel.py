@@ -33,6 +33,8 @@ PARAMS: dict[str, Any] = {
     "seed": 0, "deterministic": True, "force_row_wise": True, "num_threads": 2,
 }
 ROUNDS = 400
+PRIOR_ROUNDS = 50   # boosting rounds over another GPU's model (the H100 on the H200's, held out by size, 2026-12-06:
+                    # 50 rounds kept every pick of weights >= 16 MB within 2.9% of the fastest measured; 150 reached 21%)
 
 
 def _lgb() -> Any:
@@ -55,6 +57,18 @@ class CostModel:
     read_gbps: float
     meta: dict[str, Any]
     group: str = ""   # the weights it predicts: "" (the input dtype) or "fp8" (features.GROUPS)
+
+    @property
+    def min_weight_bytes(self) -> int:
+        """The smallest weight it was fitted on (0: a file written before this was recorded)."""
+        v = self.meta.get("min_weight_bytes", 0)
+        return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else 0
+
+    @property
+    def prior_gpu(self) -> str | None:
+        """The GPU whose model this one continues (``fit``'s ``prior``), or None."""
+        p = self.meta.get("prior")
+        return str(p.get("gpu", "") or "another GPU")[:200] if isinstance(p, dict) else None
 
     @property
     def families(self) -> tuple[str, ...]:
@@ -107,16 +121,29 @@ class CostModel:
 
 
 def fit(points: list[tuple[Any, Shape]], rel: np.ndarray, sm_count: int, gpu: str, read_gbps: float,
-        meta: dict[str, Any] | None = None, rounds: int = ROUNDS, group: str = "") -> CostModel:
-    """Fit the model of ``group`` on (config, shape) points and their measured time / read floor."""
+        meta: dict[str, Any] | None = None, rounds: int = ROUNDS, group: str = "",
+        prior: CostModel | None = None) -> CostModel:
+    """Fit the model of ``group`` on (config, shape) points and their measured time / read floor. ``prior``: another
+    GPU's model of the same group and SM count, whose trees this fit continues (``rounds`` more, boosted on what it
+    mispredicts here): a GPU with few measurements of its own keeps what the other GPU's data taught about configs
+    it never measured, corrected where it did (``PRIOR_ROUNDS``; docs/design-notes.md#a-cost-model-for-another-gpu).
+    The file records the smallest weight it was fitted on (``min_weight_bytes``): no zero-trial pick below it."""
     lgb = _lgb()
     if len(points) != len(rel) or not len(points):
         raise UsageError(f"cost model: {len(points)} points and {len(rel)} times: nothing to fit")
+    if prior is not None and (prior.group != group or prior.sm_count != sm_count):
+        raise UsageError(f"--prior: a model of {prior.gpu or 'another GPU'} with {prior.sm_count} SMs and weights "
+                         f"{prior.group or '16-bit'}; this fit is of {sm_count} SMs and {group or '16-bit'} weights")
     X = features.frame(points, sm_count, group).to_numpy()
     data = lgb.Dataset(X, label=np.log(np.asarray(rel, dtype=np.float64)), feature_name=_safe_names(group),
                        free_raw_data=True)
-    booster = lgb.train(PARAMS, data, num_boost_round=rounds)
-    return CostModel(booster, gpu, sm_count, float(read_gbps), dict(meta or {}, rows=len(points)), group)
+    booster = lgb.train(PARAMS, data, num_boost_round=rounds,
+                        init_model=prior.booster if prior is not None else None)
+    info: dict[str, Any] = dict(meta or {}, rows=len(points), min_weight_bytes=min(s.weight_bytes for _, s in points))
+    if prior is not None:
+        info["prior"] = {"gpu": prior.gpu, "read_gbps": prior.read_gbps, "trees": prior.booster.num_trees(),
+                         **{k: prior.meta[k] for k in ("rows", "shapes") if k in prior.meta}}
+    return CostModel(booster, gpu, sm_count, float(read_gbps), info, group)
 
 
 def _safe_names(group: str = "") -> list[str]:

@@ -24,9 +24,11 @@ def sweep_shapes(ds: Dataset, kind: str = "sweep", group: str = "") -> list[Shap
     return sorted({s for s in fr["shape"] if model_group(s.weights) == group}, key=lambda s: (s.M, s.d, s.n))
 
 
-def holdout_model(ds: Dataset, shape: Shape, rounds: int = ROUNDS, strict: bool = True) -> CostModel:
+def holdout_model(ds: Dataset, shape: Shape, rounds: int = ROUNDS, strict: bool = True,
+                  prior: CostModel | None = None) -> CostModel:
     """A model of ``shape``'s weights that never saw its M x d (at any n): no measurement of it at all (``strict``),
-    or none of its weights' group (the FP8 model keeping the M x d's 16-bit measurements)."""
+    or none of its weights' group (the FP8 model keeping the M x d's 16-bit measurements); with ``prior`` (another
+    GPU's model), that model continued on the rest of this GPU's data, as ``gemvtune costmodel fit --prior`` fits."""
     group = model_group(shape.weights)
     keep = [not (s.M == shape.M and s.d == shape.d and (strict or model_group(s.weights) == group))
             for s in ds.frame["shape"]]
@@ -34,12 +36,12 @@ def holdout_model(ds: Dataset, shape: Shape, rounds: int = ROUNDS, strict: bool 
     if train.empty:
         raise ValueError(f"nothing left to fit without {shape.M}x{shape.d}")
     return fit(list(zip(train["config"], train["shape"])), train["rel"].to_numpy(), ds.sm_count, ds.gpu,
-               ds.read_gbps, meta={"held_out": str(shape)}, rounds=rounds, group=group)
+               ds.read_gbps, meta={"held_out": str(shape)}, rounds=rounds, group=group, prior=prior)
 
 
 def evaluate(ds: Dataset, k: int = 5, rounds: int = ROUNDS, shapes: list[Shape] | None = None,
-             echo: Callable[[str], None] = print, kind: str = "sweep", group: str = "", strict: bool = True
-             ) -> tuple[pd.DataFrame, dict[str, list[dict[str, Any]]]]:
+             echo: Callable[[str], None] = print, kind: str = "sweep", group: str = "", strict: bool = True,
+             prior: CostModel | None = None) -> tuple[pd.DataFrame, dict[str, list[dict[str, Any]]]]:
     """(one row per held-out shape of ``group``'s ``kind`` measurements, {shape: the held-out model's top-k configs
     as parameter dicts}); a shape whose M x d is all the group's data is not held out (nothing would be left)."""
     rows, warm = [], {}
@@ -54,7 +56,7 @@ def evaluate(ds: Dataset, k: int = 5, rounds: int = ROUNDS, shapes: list[Shape] 
                 by_label[c.label] = (c, float(us))
         configs = [c for c, _ in by_label.values()]
         true = np.array([us for _, us in by_label.values()])
-        model = holdout_model(ds, shape, rounds, strict)
+        model = holdout_model(ds, shape, rounds, strict, prior)
         pred = model.predict_us([(c, shape) for c in configs])
         order = np.argsort(pred, kind="stable")   # (CostModel.rank's order, from the one prediction)
         opt = float(true.min())
@@ -64,7 +66,9 @@ def evaluate(ds: Dataset, k: int = 5, rounds: int = ROUNDS, shapes: list[Shape] 
         best_top = min(by_label[c.label][1] for c in top)
         rows.append({"shape": str(shape), "configs": len(configs), "train_rows": int(model.meta["rows"]),
                      "optimum_us": opt, "optimum": configs[int(true.argmin())].label,
+                     "weight_mb": shape.weight_bytes / 1e6,
                      "pick": pick.label, "pick_predicted_us": pred_us, "pick_us": pick_us,
+                     "pick_error_pct": 100 * (pred_us / pick_us - 1),
                      "pick_gap_pct": 100 * (pick_us / opt - 1), "pick_rank": int(1 + (true < pick_us).sum()),
                      f"best_of_top{k}_gap_pct": 100 * (best_top / opt - 1),
                      "spearman": float(pd.Series(pred).rank().corr(pd.Series(true).rank()))})

@@ -195,6 +195,10 @@ def _zero_trial(table: Any, shape: Any, framework: str, out: str) -> Route | Non
         return None
     from ..model.zerotrial import MARGIN as ZMARGIN
 
+    floor_b = int(getattr(model, "min_weight_bytes", 0) or 0)
+    if shape.weight_bytes < floor_b:   # below its data, a held-out model mispredicted by up to 63% (design notes)
+        return Route("cublas", None, f"not in the table: its {shape.weight_bytes / 1e6:.1f} MB of weights are fewer "
+                     f"than the smallest the cost model was fitted on ({floor_b / 1e6:.1f} MB): no zero-trial pick")
     zero = table.predicted(shape, out)
     if zero is None:
         return None

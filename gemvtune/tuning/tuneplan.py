@@ -45,16 +45,22 @@ def plan_basis(models: Sequence[Any], gpu: str) -> Basis:
     """A model of this GPU: the warm curve (measured with held-out models of the same GPU) and ``OPTIMUM_SIGMA``. Only
     another GPU's model (the one gemvtune ships, say): it still warm-starts each search, but the plan counts on the
     cold curve and the wider ``FOREIGN_SIGMA`` (on an H100 with the H200's model, 2026-12-06, 5 warm-started trials
-    left 1024x4096 at n = 2, 4 and 16 3-14% behind the H100 table). No model: the cold curve, the read floor as a
-    bound (no spread)."""
+    left 1024x4096 at n = 2, 4 and 16 3-14% behind the H100 table). A model of this GPU continued from another's
+    (``costmodel fit --prior``: one tune's searches over the other GPU's trees) counts as the other's: the warm curve
+    was measured with models fitted on a GPU's whole data. No model: the cold curve, the read floor as a bound (no
+    spread)."""
     have = [m for m in models if m is not None]
     if not have:
         return Basis(False, 0.0)
-    if any(str(getattr(m, "gpu", "")) == gpu for m in have):
+    if any(str(getattr(m, "gpu", "")) == gpu and getattr(m, "prior_gpu", None) is None for m in have):
         return Basis(True, OPTIMUM_SIGMA)
-    other = ", ".join(sorted({str(getattr(m, "gpu", "") or "an unknown GPU") for m in have}))
-    return Basis(False, FOREIGN_SIGMA, f"cost model of {other}, none of {gpu or 'this GPU'}: it warm-starts the "
-                 f"searches, the plan counts on the cold search curve and a spread of {FOREIGN_SIGMA:g}")
+    other = ", ".join(sorted({str(getattr(m, "gpu", "") or "an unknown GPU")
+                              + (f" (continued from {m.prior_gpu}'s)" if getattr(m, "prior_gpu", None) else "")
+                              for m in have}))
+    mine = any(str(getattr(m, "gpu", "")) == gpu for m in have)
+    none = "" if mine else f", none of {gpu or 'this GPU'}"
+    return Basis(False, FOREIGN_SIGMA, f"cost model of {other}{none}: it warm-starts the searches, the plan counts on "
+                 f"the cold search curve and a spread of {FOREIGN_SIGMA:g}")
 
 
 def curve_paths(gpu_slug: str, sampler: str) -> list[Path]:
