@@ -50,6 +50,7 @@ parts (run in the order given):
   unseen      gemvtune tune --budget 0 (the zero-trial picks: nothing searched) of each UNSEEN_MODELS entry, models the
               table never saw, at UNSEEN_BATCH, each measured in bench guard's harness, on a copy (OUT/unseen/) of
               UNSEEN_TABLE with the cost models beside it; fails where no cost model loads (no picks: nothing tested)
+              or a row is slower than stock beyond the noise (bench guard's FAIL) or wrong
               and is not run on a GPU other than the table's; the summary: each model's routes and its step
   fp8         FP8 weights: gemvtune tune of FP8_SHAPES (--weights FP8_WEIGHTS, under FP8_BUDGET, --retune) into a
               copy of the committed table on an H200, else (or FP8_FRESH=1) a new one (OUT/fp8/table.json), then gemvtune bench fp8 of them (the FP8 kernel against the 16-bit tuned
@@ -367,6 +368,9 @@ part_unseen() {
       --table "$D/table.json"
     if grep -q "no cost model loaded" "$LAST"; then   # no zero-trial picks: the check would test nothing
       RCS+=("zero-trial picks=1"); [ "$FIRST_RC" -ne 0 ] || FIRST_RC=1
+    fi
+    if grep -qE ' (FAIL|ERROR)$' "$LAST"; then   # a routed row slower than stock beyond the noise (or wrong)
+      RCS+=("slower than stock=1"); [ "$FIRST_RC" -ne 0 ] || FIRST_RC=1
     fi
     got+="${got:+; }${args[*]}: $(grep -E '^routes' "$LAST" | squeeze), $(grep -E '^decode step' "$LAST" \
       | sed 's/^decode step (linears) against //' | squeeze)"

@@ -147,6 +147,11 @@ def test_the_plan_trusts_a_model_of_this_gpu_more_than_another_gpus():
     assert not other.warm and other.sigma == FOREIGN_SIGMA > OPTIMUM_SIGMA
     assert "cost model of NVIDIA H200, none of NVIDIA H100 80GB HBM3" in other.note and "cold search curve" in other.note
     assert plan_basis([None, None], "NVIDIA H200") == plan_basis([], "x") and not plan_basis([], "x").sigma
+    # a model of this GPU continued from another's (costmodel fit --prior): planned as the other's, and said
+    h100 = SimpleNamespace(gpu="NVIDIA H100 80GB HBM3", prior_gpu="NVIDIA H200")
+    cont = plan_basis([h100], "NVIDIA H100 80GB HBM3")
+    assert not cont.warm and cont.sigma == FOREIGN_SIGMA and "continued from NVIDIA H200's" in cont.note
+    assert "none of" not in cont.note
 
 
 def test_small_weights_are_valued_on_their_own_curve():

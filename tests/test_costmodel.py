@@ -282,3 +282,59 @@ def test_the_spread_needs_a_table_and_its_model(tmp_path):
     shutil.copy(RESULTS / "table.json", tmp_path / "table.json")
     p = run_cli("costmodel", "spread", "--results", str(tmp_path))
     assert p.returncode == 2 and "needs table.json and costmodel.json" in p.stderr and "Traceback" not in p.stderr
+
+
+H100 = ROOT / "results" / "nvidia-h100-80gb-hbm3"
+
+
+def test_a_fit_over_another_gpus_model_continues_its_trees_and_says_so(small, tmp_path):
+    """`costmodel fit --prior`: the H100's few searches (one 8B tune) continue the H200's model; the file keeps every
+    prior tree, names the prior's GPU, and records the smallest weight fitted (no zero-trial pick below it)."""
+    from gemvtune.cli.main import cli
+
+    _, ds, prior = small
+    h100 = dataset.load(H100)
+    pts = list(zip(h100.frame["config"], h100.frame["shape"]))
+    m = cm.fit(pts, h100.frame["rel"].to_numpy(), h100.sm_count, h100.gpu, h100.read_gbps, rounds=12, prior=prior)
+    assert m.booster.num_trees() == prior.booster.num_trees() + 12 and m.prior_gpu == prior.gpu
+    assert m.min_weight_bytes == min(s.weight_bytes for _, s in pts) == 1024 * 4096 * 2
+    plain = cm.fit(pts, h100.frame["rel"].to_numpy(), h100.sm_count, h100.gpu, h100.read_gbps, rounds=12)
+    assert plain.prior_gpu is None and not np.allclose(m.predict_rel(pts[:20]), plain.predict_rel(pts[:20]))
+    # the continued model is nearer the H100's measurements than the prior alone
+    rel = h100.frame["rel"].to_numpy()
+    err = {k: float(np.median(np.abs(np.log(x.predict_rel(pts) / rel)))) for k, x in (("prior", prior), ("fit", m))}
+    assert err["fit"] < err["prior"], err
+    with pytest.raises(UsageError, match="SMs"):
+        cm.fit(pts, h100.frame["rel"].to_numpy(), 114, h100.gpu, h100.read_gbps, rounds=12, prior=prior)
+    # the command: --prior, written beside, read back; a prior of the other weights' group, or the output itself, refused
+    prior.save(tmp_path / "prior.json")
+    out = tmp_path / "h100.json"
+    r = CliRunner().invoke(cli, ["costmodel", "fit", "--results", str(H100), "--out", str(out), "--prior",
+                                 str(tmp_path / "prior.json"), "--rounds", "10"])
+    assert r.exit_code == 0 and f"over {prior.gpu}'s model" in r.output, r.output
+    back = cm.load(out)
+    assert back.prior_gpu == prior.gpu and back.meta["prior"]["trees"] == prior.booster.num_trees()
+    r = CliRunner().invoke(cli, ["costmodel", "fit", "--results", str(H100), "--out", str(out), "--prior", str(out)])
+    assert r.exit_code != 0 and "the model this fit writes" in str(r.exception)
+    r = CliRunner().invoke(cli, ["costmodel", "fit", "--results", str(H100), "--fp8", "--prior",
+                                 str(tmp_path / "prior.json")])
+    assert r.exit_code != 0 and "16-bit weights" in str(r.exception)
+
+
+def test_loso_on_a_gpu_without_sweeps_holds_out_its_searches(tmp_path):
+    from gemvtune.cli.main import cli
+
+    out = tmp_path / "loso.csv"
+    r = CliRunner().invoke(cli, ["costmodel", "loso", "--results", str(H100), "--rounds", "10", "--out", str(out),
+                                 "--prior", str(RESULTS / "costmodel.json.gz")])
+    assert r.exit_code == 0 and "held out (searches" in r.output, r.output[-1500:]
+    import pandas as pd
+
+    t = pd.read_csv(out)
+    assert {"1024x4096", "4096x4096", "128256x4096"} <= set(t["shape"]) and (t["train_rows"] > 0).all()
+    assert {"weight_mb", "pick_error_pct"} <= set(t.columns)
+
+
+def test_the_shipped_h100_model_continues_the_h200s():
+    m = cm.load(H100 / "costmodel.json.gz")
+    assert m.gpu == "NVIDIA H100 80GB HBM3" and m.prior_gpu == "NVIDIA H200" and m.min_weight_bytes == 8 * 2**20

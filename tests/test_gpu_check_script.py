@@ -15,14 +15,15 @@ from conftest import ROOT
 COMMITTED = ROOT / "results" / "nvidia-h200" / "table.json"
 
 
-def _part(tmp_path, gpu, part="fp8", **env):
+def _part(tmp_path, gpu, part="fp8", tune_says=None, **env):
     bin_ = tmp_path / "bin"
     bin_.mkdir(parents=True)
     smi = bin_ / "nvidia-smi"
     smi.write_text(f"#!/bin/sh\necho '{gpu}, 580.159.04'\n")
     smi.chmod(0o755)
     py = bin_ / "python3"   # (the part runs python3 -m gemvtune: this interpreter, its environment kept)
-    py.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    fake = "" if tune_says is None else f'[ "$3" = tune ] && {{ printf "%s\\n" "{tune_says}"; exit 0; }}\n'
+    py.write_text(f'#!/bin/sh\n{fake}exec "{sys.executable}" "$@"\n')
     py.chmod(0o755)
     out = tmp_path / "out"
     run_env = {**os.environ, "PATH": f"{bin_}{os.pathsep}{os.environ['PATH']}", "OUT": str(out),
@@ -63,6 +64,19 @@ def test_the_unseen_part_weighs_zero_trial_picks_from_the_table_with_its_cost_mo
     # another GPU than the table's: its kernels never run there; not run, one line
     r, _, log = _part(tmp_path / "h100", "NVIDIA H100 80GB HBM3", "unseen", UNSEEN_MODELS=models)
     assert r.returncode != 0 and "not run: results/nvidia-h200/table.json was made on NVIDIA H200" in log, log[-2000:]
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="bash script")
+def test_the_unseen_part_fails_where_a_routed_row_is_slower_than_stock(tmp_path):
+    """bench guard's FAIL row in a model's measurement fails the part (on the H100, 2026-12-06, four zero-trial routes
+    ran 4-12% slower than cuBLAS, and the part still said rc=0)."""
+    models = "--model mistral-nemo-12b --tp 2"
+    row = "  n=8  tuned   stock     9.88 µs  gemvtune    11.01 µs  ×1.114  FAIL"
+    r, _, log = _part(tmp_path / "fail", "NVIDIA H200", "unseen", tune_says=row, UNSEEN_MODELS=models)
+    assert r.returncode != 0 and "slower than stock=1" in log, log[-2000:]
+    row = "  n=8  tuned   stock     9.88 µs  gemvtune     9.01 µs  ×0.912  PASS"
+    r, _, log = _part(tmp_path / "pass", "NVIDIA H200", "unseen", tune_says=row, UNSEEN_MODELS=models)
+    assert r.returncode == 0 and "slower than stock" not in log, log[-2000:]
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="bash script")

@@ -143,3 +143,31 @@ def test_zero_trial_dispatch_on_an_unseen_shape_is_verified():
             m = runner.measure(r.config, s)
             assert m.ok, (m.status, m.error)
     runner.release()
+
+
+def test_no_pick_below_the_smallest_weight_the_model_was_fitted_on():
+    """A model fitted on weights of 8 MB and more (the H100's, 2026-12-06): held out, 1024x4096's picks ran up to 2.7x
+    the fastest measured; below its smallest weight the route runs cuBLAS, saying why."""
+    best = GemvConfig(block=128, vec="half8", tpr=64)
+    model = HandModel(best, 0.3)
+    model.min_weight_bytes = UNSEEN.weight_bytes + 1
+    r = _table(model).route(UNSEEN.M, UNSEEN.d, 1, "torch", "fp16")
+    assert not r.tuned and "fewer than the smallest the cost model was fitted on" in r.why
+    model.min_weight_bytes = UNSEEN.weight_bytes
+    assert _table(model).route(UNSEEN.M, UNSEEN.d, 1, "torch", "fp16").tuned
+
+
+def test_a_pick_is_weighed_only_against_cublas_measured_on_near_shapes_at_its_n():
+    """cuBLAS predicted from far shapes (an 8 MB and a 1 GB weight for a 21 MB one, on the H100's 8B-only table) ran
+    4-12% faster than the picks it let through; with no tabled shape within 2x in M and d at the same n, cuBLAS."""
+    from gemvtune.runtime import route
+
+    best = GemvConfig(block=128, vec="half8", tpr=64)
+    t = _table(HandModel(best, 0.3))
+    far = Shape(1536, 1536)   # no tabled shape within 2x in both M and d
+    r = t.route(far.M, far.d, 1, "torch", "fp16")
+    assert not r.tuned and "near enough in M and d" in r.why and "at n=1" in r.why
+    near = Shape(12288, 4096)   # 14336x4096 is tabled at n = 1
+    assert t.route(near.M, near.d, 1, "torch", "fp16").tuned
+    # the prediction the tune plans with (no ``within``) still reaches for any neighbour
+    assert route.predicted_cublas_us(t, far, HandModel(None, 1).floor_us) is not None

@@ -33,8 +33,28 @@ def default_model(weights: str = "") -> Path:
         raise UsageError(f"no cost model under results/*/{name}[.gz]: fit one (gemvtune costmodel fit"
                          f"{' --fp8' if weights else ''}) or pass --model")
     if len(found) > 1:
+        found = _preferred(found)
+    if len(found) > 1:
         raise UsageError(f"several cost models ({', '.join(map(str, found))}): pick one with --model")
     return found[0]
+
+
+def _preferred(found: list[Path]) -> list[Path]:
+    """Of several GPUs' models: the one of the GPU this runs on, else those fitted on their GPU's own data (not
+    continued from another GPU's: ``costmodel fit --prior``)."""
+    from ..errors import NoDeviceError
+    from ..model import costmodel as cm
+    from ..runtime.tables import current_gpu_name
+    from ..workspace import gpu_slug
+
+    try:
+        mine = [p for p in found if p.parent.name == gpu_slug(current_gpu_name())]
+    except (NoDeviceError, UsageError):
+        mine = []
+    if len(mine) == 1:
+        return mine
+    own = [p for p in found if cm.load(p).prior_gpu is None]
+    return own or found
 
 
 @click.group("costmodel")

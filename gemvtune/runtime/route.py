@@ -160,8 +160,16 @@ def predicted_cublas_us(table: Any, shape: Any, floor_of: Any, framework: str = 
     return None if p is None else p[0]
 
 
-def _predicted_cublas(table: Any, shape: Any, floor_of: Any, framework: str, k: int = 3) -> tuple[float, float] | None:
-    """(``predicted_cublas_us``, the largest tuned + cuBLAS spread of the ``k`` neighbours it is predicted from)."""
+NEAR = 2.0   # a zero-trial route weighs its pick against cuBLAS predicted from tabled weights within this factor
+
+
+def _predicted_cublas(table: Any, shape: Any, floor_of: Any, framework: str, k: int = 3,
+                      within: float | None = None) -> tuple[float, float] | None:
+    """(``predicted_cublas_us``, the largest tuned + cuBLAS spread of the ``k`` neighbours it is predicted from).
+    ``within``: only neighbours whose M and d are that near the shape's (the Euclidean distance of their logs at most
+    log ``within``, at the same n; none: no prediction). On the H100's 8B-only table, 2026-12-06, a 21 MB shape at n = 8 was
+    predicted from an 8 MB and a 1 GB weight, cuBLAS at 14.1 µs where it ran 9.9, and its zero-trial pick ran 11%
+    slower than cuBLAS; cuBLAS ran 8192x2048 18% faster than 4096x4096, the same bytes (docs/design-notes.md)."""
     import math
     import statistics
 
@@ -176,10 +184,11 @@ def _predicted_cublas(table: Any, shape: Any, floor_of: Any, framework: str, k: 
         s = Shape(*key)
         e = table.entry(s)
         m = contest(e, framework, s) if e else None
-        if m is not None and m.cublas_us:
-            pts.setdefault(s.n, []).append((abs(math.log(s.weight_bytes / shape.weight_bytes)),
-                                            m.cublas_us / floor_of(s), m.spreads))
-    pool = pts.get(shape.n) or [p for v in pts.values() for p in v]
+        dist = abs(math.log(s.weight_bytes / shape.weight_bytes))
+        if m is not None and m.cublas_us and (within is None or math.hypot(math.log(s.M / shape.M),
+                                                                           math.log(s.d / shape.d)) <= math.log(within)):
+            pts.setdefault(s.n, []).append((dist, m.cublas_us / floor_of(s), m.spreads))
+    pool = pts.get(shape.n) or ([] if within is not None else [p for v in pts.values() for p in v])
     if not pool:
         return None
     near = sorted(pool)[:k]
@@ -203,9 +212,10 @@ def _zero_trial(table: Any, shape: Any, framework: str, out: str) -> Route | Non
     if zero is None:
         return None
     cfg, us = zero
-    p = _predicted_cublas(table, shape, model.floor_us, framework)
-    if p is None:   # nothing to weigh the prediction against: cuBLAS, as without a model
-        return None
+    p = _predicted_cublas(table, shape, model.floor_us, framework, within=NEAR)
+    if p is None:   # nothing near enough to weigh the prediction against: cuBLAS, said
+        return Route("cublas", None, f"not in the table: no tabled shape near enough in M and d (within {NEAR:g}x) "
+                     f"measured cuBLAS at n={shape.n}, to weigh the cost model's pick against")
     c, noisy = p
     need = max(ZMARGIN, noisy)
     pct = f"{need:.0%}" if noisy <= ZMARGIN else f"{need:.1%}"
