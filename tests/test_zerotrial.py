@@ -171,3 +171,23 @@ def test_a_pick_is_weighed_only_against_cublas_measured_on_near_shapes_at_its_n(
     assert t.route(near.M, near.d, 1, "torch", "fp16").tuned
     # the prediction the tune plans with (no ``within``) still reaches for any neighbour
     assert route.predicted_cublas_us(t, far, HandModel(None, 1).floor_us) is not None
+
+
+def test_the_near_rule_only_ever_takes_zero_trial_routes_away(monkeypatch):
+    """On the H200 table, over shapes of unseen models at n = 1..16: the routes with the rule are a subset of those
+    weighed against every tabled shape at the same n (each pick predicted at 1.2x the read floor, so that both have
+    routes to give)."""
+    from gemvtune.runtime import route
+
+    best = GemvConfig(block=128, vec="half8", tpr=64)
+    shapes = [Shape(M, d, n) for M, d in ((2048, 5120), (5120, 7168), (7168, 5120), (8192, 2048), (65536, 5120),
+                                          (1536, 1536), (7392, 8192)) for n in (1, 2, 8, 16)]
+
+    def tuned():
+        t = _table(HandModel(best, 1.2))
+        return {s for s in shapes if t.route(s.M, s.d, s.n, "torch", "fp16").tuned}
+
+    near = tuned()
+    monkeypatch.setattr(route, "NEAR", 1e9)   # every tabled shape at the same n counts as near
+    wide = tuned()
+    assert near < wide, (near, wide)

@@ -217,6 +217,9 @@ def _zero_trial(table: Any, shape: Any, framework: str, out: str) -> Route | Non
         return Route("cublas", None, f"not in the table: no tabled shape near enough in M and d (within {NEAR:g}x) "
                      f"measured cuBLAS at n={shape.n}, to weigh the cost model's pick against")
     c, noisy = p
+    wide = _predicted_cublas(table, shape, model.floor_us, framework)   # (the nearest by bytes, any aspect)
+    if wide is not None and wide[0] < c:   # the lower of the two: the near rule only ever takes routes away
+        c, noisy = wide[0], max(noisy, wide[1])
     need = max(ZMARGIN, noisy)
     pct = f"{need:.0%}" if noisy <= ZMARGIN else f"{need:.1%}"
     why = "" if noisy <= ZMARGIN else f" (the noise of the tabled neighbours it is predicted from: {noisy:.1%})"
