@@ -53,7 +53,8 @@ parts (run in the order given):
               or a row is slower than stock beyond the noise (bench guard's FAIL) or wrong
               and is not run on a GPU other than the table's; the summary: each model's routes and its step
   fp8         FP8 weights: gemvtune tune of FP8_SHAPES (--weights FP8_WEIGHTS, under FP8_BUDGET, --retune) into a
-              copy of the committed table on an H200, else (or FP8_FRESH=1) a new one (OUT/fp8/table.json), then gemvtune bench fp8 of them (the FP8 kernel against the 16-bit tuned
+              copy of this GPU's committed table (results/<gpu>/table.json), else (none, or FP8_FRESH=1) a new one
+              (OUT/fp8/table.json), then gemvtune bench fp8 of them (the FP8 kernel against the 16-bit tuned
               kernel, cuBLAS on 16-bit weights, dequantize + F.linear and gemlite's A16W8_FP8, carried in
               .peers/gemlite: the device's carry list names it); the summary: the targets' lines
 
@@ -381,9 +382,13 @@ part_unseen() {
 part_fp8() {
   local shapes=() s got
   for s in ${FP8_SHAPES:-4096x4096 1024x4096 14336x4096 4096x14336 128256x4096}; do shapes+=(--shape "$s"); done
-  # into a copy of the committed table on its GPU; elsewhere (FP8_FRESH=1, or not an H200) into a new table
-  if [ "${FP8_FRESH:-0}" != 1 ] && [[ "$GPU" == *H200* ]]; then
-    cp results/nvidia-h200/table.json "$D/table.json" || return 1
+  # into a copy of this GPU's committed table (results/<gpu>/table.json: the new FP8 entries beside its others);
+  # on a GPU with none (or FP8_FRESH=1) into a new table: another GPU's table is not this one's to write
+  local mine
+  mine=$(python3 -c 'import sys; from gemvtune.runtime.tables import find_table; print(find_table(sys.argv[1]).path)' \
+    "${GPU%%,*}" 2>/dev/null)
+  if [ "${FP8_FRESH:-0}" != 1 ] && [ -n "$mine" ]; then
+    cp "$mine" "$D/table.json" || return 1
   fi
   # a budgeted tune (not a fixed number of trials): its wall time is known before it starts
   run "tune fp8" python3 -m gemvtune tune "${shapes[@]}" --weights "${FP8_WEIGHTS:-e4m3-row}" \

@@ -1,8 +1,8 @@
 """scripts/gpu-check.sh's fp8 and unseen parts on the CPU. The unseen part weighs the zero-trial picks of models the
 table never saw (a GPU then measures them), from the table with its cost models beside it. The fp8 part: where its
-FP8 tune writes. On the H200 the committed table was made
-on, a copy of it (OUT/fp8/table.json), so the new FP8 entries sit beside the committed ones; on any other GPU, or
-with FP8_FRESH=1, a new table (a copy of the H200's is not that GPU's to write: the H100 run of 2026-12-05). A
+FP8 tune writes. On a GPU with a committed table (the H200, the H100), a copy of that GPU's (OUT/fp8/table.json), so
+the new FP8 entries sit beside the committed ones; on any other GPU, or with FP8_FRESH=1, a new table (another GPU's
+is not that GPU's to write: the H100 run of 2026-12-05). A
 stand-in nvidia-smi names the GPU; the tune then stops for want of a CUDA device, which the part reports."""
 
 import os
@@ -39,7 +39,10 @@ def test_the_fp8_part_tunes_into_a_copy_of_the_committed_table_only_on_its_gpu(t
     r, table, log = _part(tmp_path / "h200", "NVIDIA H200")
     assert table.read_bytes() == COMMITTED.read_bytes(), log[-2000:]
     assert r.returncode != 0 and "rc=3 (tune fp8)" in log and "Traceback" not in log   # (no CUDA device here)
-    r, table, log = _part(tmp_path / "h100", "NVIDIA H100 80GB HBM3")
+    r, table, log = _part(tmp_path / "h100", "NVIDIA H100 80GB HBM3")   # its own committed table since 2026-12-05
+    h100 = ROOT / "results" / "nvidia-h100-80gb-hbm3" / "table.json"
+    assert table.read_bytes() == h100.read_bytes() and "tune fp8" in log, log[-2000:]
+    r, table, log = _part(tmp_path / "a100", "NVIDIA A100-SXM4-80GB")   # none of its own: never another GPU's
     assert not table.exists() and "tune fp8" in log, log[-2000:]
     r, table, log = _part(tmp_path / "fresh", "NVIDIA H200", FP8_FRESH="1")
     assert not table.exists() and "tune fp8" in log, log[-2000:]
