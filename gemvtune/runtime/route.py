@@ -160,7 +160,7 @@ def predicted_cublas_us(table: Any, shape: Any, floor_of: Any, framework: str = 
     return None if p is None else p[0]
 
 
-NEAR = 2.0   # a zero-trial route weighs its pick against cuBLAS predicted from tabled weights within this factor
+NEAR = 2.0   # a zero-trial route weighs its pick against cuBLAS predicted from tabled shapes this near in M and d
 
 
 def _predicted_cublas(table: Any, shape: Any, floor_of: Any, framework: str, k: int = 3,
