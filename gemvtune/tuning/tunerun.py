@@ -76,26 +76,28 @@ def _tables(out: Path, gpu: str) -> list[Any]:
 def _model(out: Path, gpu: str, group: str = "") -> Any:
     """The cost model of ``group``'s weights ("" or "fp8"): the results folder's, else the one shipped for this GPU,
     else one shipped for another GPU (its predictions are relative to the read floor, which the plan takes at this
-    GPU's measured ceiling); None where there is none or LightGBM is missing."""
+    GPU's measured ceiling: one fitted on its GPU's own data before one continued from another's, fit --prior);
+    None where there is none or LightGBM is missing."""
     from ..errors import UsageError
+    from ..model import costmodel as cm
     from ..runtime.tables import shipped_root
     from ..workspace import gpu_slug, model_beside
 
     root = shipped_root()
+    mine = (out, (root / gpu_slug(gpu)) if root else None)
     others = sorted({p.parent for p in root.glob("*/costmodel*.json*")}) if root else []
-    for folder in (out, (root / gpu_slug(gpu)) if root else None, *others):   # another GPU's: the prior
+    found = []
+    for folder in (*mine, *others):   # another GPU's: the prior
         path = model_beside(folder, group) if folder is not None else None
-        if path is None or not path.exists():
-            continue
         try:
-            from ..model import costmodel as cm
-
-            model = cm.load(path)
+            model = cm.load(path) if path is not None and path.exists() else None
         except UsageError:
             continue
-        if model.group == group:   # (a file of the group's name holding the other group's model: not this one)
-            return model
-    return None
+        if model is not None and model.group == group:   # (a file of the group's name may hold the other group's)
+            if folder in mine:
+                return model
+            found.append(model)
+    return next((m for m in found if m.prior_gpu is None), found[0] if found else None)
 
 
 def route_gain(table: Any, steps: Sequence[Step], cublas: dict[Shape, float] | None = None) -> float | None:
