@@ -107,7 +107,7 @@ def fit_cmd(results_dir: str, out_path: str | None, rounds: int | None, fp8: boo
     t = time.time()
     files = sorted(set(ds.frame["source"]))
     model = cm.fit(list(zip(ds.frame["config"], ds.frame["shape"])), ds.frame["rel"].to_numpy(), ds.sm_count,
-                   ds.gpu, ds.read_gbps, rounds=rounds or (cm.PRIOR_ROUNDS if prior else cm.ROUNDS), group=group,
+                   ds.gpu, ds.read_gbps, rounds=cm.rounds_for(rounds, prior), group=group,
                    meta={"results": str(res), "files": len(files), "shapes": len(ds.shapes),
                          "families": sorted(set(ds.frame["family"]))}, prior=prior)
     model.save(out)
@@ -180,9 +180,9 @@ def loso_cmd(results_dir: str, top_k: int, rounds: int | None, out_path: str | N
     ds = _dataset(Path(results_dir), group)
     # the 16-bit model on its sweeps (every config of a grid); the FP8 one, and a GPU without sweeps, on its searches
     kind = "search" if group or not loso.sweep_shapes(ds, "sweep") else "sweep"
-    from ..model.costmodel import PRIOR_ROUNDS, ROUNDS
+    from ..model.costmodel import rounds_for
 
-    table, _ = loso.evaluate(ds, k=top_k, rounds=rounds or (PRIOR_ROUNDS if prior else ROUNDS), kind=kind,
+    table, _ = loso.evaluate(ds, k=top_k, rounds=rounds_for(rounds, prior), kind=kind,
                              group=group, strict=strict, echo=click.echo, prior=prior)
     if table.empty:
         raise UsageError(f"no {kind} of two shapes or more to hold out under {results_dir}")

@@ -6,6 +6,7 @@ import click
 
 from ..errors import UsageError
 from ..kernels.shapes import DTYPES, parse_batches
+from ..tuning.budget import SMALL_WEIGHT_BYTES
 from ..tuning.search_options import ModelPreset, SearchOptions, parse_families
 from .options import WEIGHTS_DECL, declared
 
@@ -80,7 +81,7 @@ def tune(model: str | None, hf_configs: tuple[str, ...], shape_texts: tuple[str,
               help="a table whose measured kernels count toward the fastest known (e.g. the committed one; repeatable)")
 @click.option("--curve-gpu", default="nvidia-h200", show_default=True,
               help="the GPU whose search-quality curves to print beside (a results folder's, else the shipped ones)")
-@click.option("--split-mb", default=16.0, show_default=True, type=click.FloatRange(0, 1e6),
+@click.option("--split-mb", default=SMALL_WEIGHT_BYTES / 1e6, show_default=True, type=click.FloatRange(0, 1e6),
               help="weights below this many MB are summarised apart (tiny ones are launch-bound)")
 def convergence(folders: tuple[str, ...], table_paths: tuple[str, ...], curve_gpu: str, split_mb: float) -> None:
     """How the searches recorded in FOLDERS (e.g. a tune's results folders) converged: after t trials, how far each

@@ -37,6 +37,11 @@ PRIOR_ROUNDS = 50   # boosting rounds over another GPU's model (the H100 on the 
                     # 50 rounds kept every pick of weights >= 16 MB within 2.9% of the fastest measured; 150 reached 21%)
 
 
+def rounds_for(rounds: int | None, prior: Any) -> int:
+    """Boosting rounds of a fit: those asked for, else ``PRIOR_ROUNDS`` over a prior and ``ROUNDS`` without one."""
+    return rounds or (PRIOR_ROUNDS if prior is not None else ROUNDS)
+
+
 def _lgb() -> Any:
     try:
         import lightgbm

@@ -167,27 +167,39 @@ def _predicted_cublas(table: Any, shape: Any, floor_of: Any, framework: str, k: 
                       within: float | None = None) -> tuple[float, float] | None:
     """(``predicted_cublas_us``, the largest tuned + cuBLAS spread of the ``k`` neighbours it is predicted from).
     ``within``: only neighbours whose M and d are that near the shape's (the Euclidean distance of their logs at most
-    log ``within``, at the same n; none: no prediction). On the H100's 8B-only table, 2026-12-06, a 21 MB shape at n = 8 was
-    predicted from an 8 MB and a 1 GB weight, cuBLAS at 14.1 µs where it ran 9.9, and its zero-trial pick ran 11%
-    slower than cuBLAS; cuBLAS ran 8192x2048 18% faster than 4096x4096, the same bytes (docs/design-notes.md)."""
-    import math
-    import statistics
+    log ``within``, at the same n; none: no prediction). On the H100's 8B-only table, 2026-12-06, a 21 MB shape at
+    n = 8 was predicted from an 8 MB and a 1 GB weight, cuBLAS at 14.1 µs where it ran 9.9, and its zero-trial pick
+    ran 11% slower than cuBLAS; cuBLAS ran 8192x2048 18% faster than 4096x4096, the same bytes (design notes)."""
+    return _predict(_cublas_points(table, shape, floor_of, framework), shape, floor_of, k, within)
 
+
+def _cublas_points(table: Any, shape: Any, floor_of: Any, framework: str) -> list[tuple[Any, float, float]]:
+    """(tabled shape, its cuBLAS time / read floor, its tuned + cuBLAS spread) of every entry that measured cuBLAS:
+    of the same dtype where there are any, and always of the same weights (an FP8 entry's baseline is dequantize +
+    F.linear, no cuBLAS time: mixed in, 4096x4096's 107 µs would make cuBLAS look 10x slower than it is)."""
     from ..kernels.shapes import Shape
 
-    pts: dict[int, list[tuple[float, float, float]]] = {}
-    # the same dtype where measured, and always the same weights: an FP8 entry's baseline is dequantize + F.linear,
-    # no cuBLAS time (mixed in, 4096x4096's 107 µs would make cuBLAS look 10x slower than it is)
     same_w = [k for k in table.keys() if Shape(*k).weights == shape.weights]
-    keys = [k for k in same_w if k[3] == shape.dtype] or same_w
-    for key in keys:
+    out = []
+    for key in [k for k in same_w if k[3] == shape.dtype] or same_w:
         s = Shape(*key)
         e = table.entry(s)
         m = contest(e, framework, s) if e else None
-        dist = abs(math.log(s.weight_bytes / shape.weight_bytes))
-        if m is not None and m.cublas_us and (within is None or math.hypot(math.log(s.M / shape.M),
-                                                                           math.log(s.d / shape.d)) <= math.log(within)):
-            pts.setdefault(s.n, []).append((dist, m.cublas_us / floor_of(s), m.spreads))
+        if m is not None and m.cublas_us:
+            out.append((s, m.cublas_us / floor_of(s), m.spreads))
+    return out
+
+
+def _predict(points: list[tuple[Any, float, float]], shape: Any, floor_of: Any, k: int = 3,
+             within: float | None = None) -> tuple[float, float] | None:
+    """``_predicted_cublas`` from the points ``_cublas_points`` gathered."""
+    import math
+    import statistics
+
+    pts: dict[int, list[tuple[float, float, float]]] = {}
+    for s, ratio, z in points:
+        if within is None or math.hypot(math.log(s.M / shape.M), math.log(s.d / shape.d)) <= math.log(within):
+            pts.setdefault(s.n, []).append((abs(math.log(s.weight_bytes / shape.weight_bytes)), ratio, z))
     pool = pts.get(shape.n) or ([] if within is not None else [p for v in pts.values() for p in v])
     if not pool:
         return None
@@ -212,12 +224,13 @@ def _zero_trial(table: Any, shape: Any, framework: str, out: str) -> Route | Non
     if zero is None:
         return None
     cfg, us = zero
-    p = _predicted_cublas(table, shape, model.floor_us, framework, within=NEAR)
+    points = _cublas_points(table, shape, model.floor_us, framework)
+    p = _predict(points, shape, model.floor_us, within=NEAR)
     if p is None:   # nothing near enough to weigh the prediction against: cuBLAS, said
         return Route("cublas", None, f"not in the table: no tabled shape near enough in M and d (within {NEAR:g}x) "
                      f"measured cuBLAS at n={shape.n}, to weigh the cost model's pick against")
     c, noisy = p
-    wide = _predicted_cublas(table, shape, model.floor_us, framework)   # (the nearest by bytes, any aspect)
+    wide = _predict(points, shape, model.floor_us)   # (the nearest by bytes, any aspect)
     if wide is not None and wide[0] < c:   # the lower of the two: the near rule only ever takes routes away
         c, noisy = wide[0], max(noisy, wide[1])
     need = max(ZMARGIN, noisy)
