@@ -222,3 +222,37 @@ def test_check_layout_sizes_and_types():
     assert "the layer is 256x128" in fp8torch.check(codes, scales, "row", M=256, d=128)
     with pytest.raises(TypeError):
         fp8torch.check(codes.numpy(), scales, "row")  # type: ignore[arg-type]
+
+
+def test_check_once_scans_a_pair_once_until_its_scales_change(monkeypatch):
+    """Table.gemv's per-call check: the scan of the scales runs once per live, unchanged pair of tensors; an in-place
+    write to the scales (or a view of them), another tensor, or another shape or layout asks check again."""
+    calls = []
+    real = fp8torch.check
+    monkeypatch.setattr(fp8torch, "check", lambda *a, **k: calls.append(a) or real(*a, **k))
+    codes, scales = good(M=256, d=160, layout="row")
+    for _ in range(3):   # as Table.gemv passes it: the flat view, a new tensor each call, checked
+        assert fp8torch.check_once(codes, scales, "row", 256, 160, checked=scales.reshape(-1)) == ""
+    assert len(calls) == 1
+    assert "the layer is 256x128" in fp8torch.check_once(codes, scales, "row", 256, 128)   # another shape: checked
+    assert len(calls) == 2
+    scales.view(-1)[7] = float("nan")   # in place, through a view: the version counter moves
+    assert "(7,) is NaN" in fp8torch.check_once(codes, scales, "row", 256, 160)
+    assert "(7,) is NaN" in fp8torch.check_once(codes, scales, "row", 256, 160)   # a failure is never remembered
+    assert len(calls) == 4
+    scales.view(-1)[7] = 1.0
+    other = scales.clone()
+    other.view(-1)[0] = 0.0   # another scales tensor: checked on its own
+    assert "(0,) is zero" in fp8torch.check_once(codes, other, "row", 256, 160)
+    assert fp8torch.check_once(codes, scales, "row", 256, 160) == ""
+    assert fp8torch.check_once(codes, scales, "row", 256, 160) == ""
+    assert len(calls) == 6
+
+
+def test_check_once_forgets_a_pair_when_a_tensor_dies():
+    codes, scales = good(M=256, d=160, layout="row")
+    assert fp8torch.check_once(codes, scales, "row") == ""
+    key = (id(codes), id(scales))
+    assert key in fp8torch._PASSED
+    del scales
+    assert key not in fp8torch._PASSED

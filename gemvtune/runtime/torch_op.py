@@ -313,7 +313,7 @@ def table_gemv_fp8(table: Any, W: torch.Tensor, scales: torch.Tensor, x: torch.T
     ``scales`` ([M] or [M, 1]: per row; [ceil(M/128), ceil(d/128)]: per 128x128 block); x [d] or [n, d] FP16 or BF16;
     y of ``out_dtype`` (the inputs' dtype, or fp32: computed in x's dtype, then cast). Every input is checked: one
     UsageError naming what is wrong (``fp8torch.check``), never a wrong answer."""
-    from .fp8torch import check
+    from .fp8torch import check_once
 
     check_cuda_tensors(scales, x, out, bias)
     if W.dim() != 2:
@@ -326,7 +326,7 @@ def table_gemv_fp8(table: Any, W: torch.Tensor, scales: torch.Tensor, x: torch.T
     from ..kernels.shapes import FP8_LAYOUTS
 
     flat = scales.reshape(-1) if weights == "e4m3-row" else scales
-    why = check(W, flat, FP8_LAYOUTS[weights], M, d)
+    why = check_once(W, scales, FP8_LAYOUTS[weights], M, d, checked=flat)   # per pair of tensors, not per call
     if why:
         raise UsageError(f"FP8 weights: {why}")
     dt = DTYPES.get(x.dtype)
