@@ -210,7 +210,7 @@ def check_once(codes: torch.Tensor, scales: torch.Tensor, layout: str, M: int | 
                checked: torch.Tensor | None = None) -> str:
     """``check`` of (codes, ``checked`` or scales), remembered while both tensors live unchanged: a loop calling
     ``Table.gemv`` with the same weights pays check's scan of the scales (four reductions, each read back to the
-    host: about 140 µs a call on an H100, 2026-12-06) once, not per call. ``checked``: the view of ``scales`` that
+    host, each waiting for the GPU) once, not per call. ``checked``: the view of ``scales`` that
     is checked (e.g. its flat [M] view, a new tensor each call); the memory is keyed on the caller's ``scales``,
     whose version counter the view shares. A pair that failed is checked again on every call."""
     target = scales if checked is None else checked
