@@ -197,3 +197,32 @@ def test_a_tune_with_a_model_of_its_gpu_plans_small_weights_on_the_cold_curve(tm
         curve, small = seen[0]
         assert curve.gaps == load_curve("fake-gpu", warm=warm).gaps
         assert (small.gaps == load_curve("fake-gpu", warm=False).gaps) if warm else small is None
+
+
+def test_each_familys_error_is_its_own_so_the_min_is_inside_the_expectation():
+    from gemvtune.tuning.budget import expected_saving, expected_saving_min
+
+    # one family, or sigma 0: the put on the lowest, as before
+    assert expected_saving_min(10.0, [8.0, math.inf], 0.1) == expected_saving(10.0, 8.0, 0.1)
+    assert expected_saving_min(10.0, [8.0, 8.1], 0.0) == 2.0
+    assert expected_saving_min(10.0, [math.inf, math.inf], 0.1) == 0.0
+    rng = __import__("random").Random(11)
+    for c, bests, s in ((110.0, (14.7, 15.2), 0.10), (10.0, (10.2, 10.4, 11.0), 0.075), (10.0, (9.0, 9.0), 0.2)):
+        mc = sum(max(0.0, c - min(b * math.exp(rng.gauss(0.0, s)) for b in bests)) for _ in range(200_000)) / 200_000
+        assert expected_saving_min(c, bests, s) == pytest.approx(mc, rel=0.01, abs=2e-3)
+    # a second family adds the chance that it is faster: more where it is predicted close, nothing where it is far
+    one = expected_saving_min(110.0, [14.7], 0.1)
+    close, far = expected_saving_min(110.0, [14.7, 15.2], 0.1), expected_saving_min(110.0, [14.7, 40.0], 0.1)
+    assert close - one > 0.3 and 0 <= far - one < 1e-9
+
+
+def test_a_family_predicted_a_little_slower_still_gets_trials():
+    """On an H100 (2026-12-06) the H200's FP8 model put fp8gemv at 14.7 µs and fp8mma at 15.2 for 4096x4096 n = 8;
+    the plan bought fp8gemv alone (best 20.2 µs) where fp8mma's best was 9.7. With each family's error its own, a
+    spread of 0.1 buys both; with no spread (the read floor as a bound), the lower one alone."""
+    s = Shape(4096, 4096, 8, "fp16", "e4m3-row")
+    items = _items(s, 1, 110.0, {"fp8gemv": 14.7, "fp8mma": 15.2})
+    spread = allocate(items, 60.0, CURVE, trial_s=0.1, shape_s=5.0, sigma=0.1)
+    assert spread.trials[(s, "fp8gemv")] > 0 and spread.trials[(s, "fp8mma")] > 0
+    bound = allocate(items, 60.0, CURVE, trial_s=0.1, shape_s=5.0, sigma=0.0)
+    assert bound.trials[(s, "fp8gemv")] > 0 and bound.trials[(s, "fp8mma")] == 0

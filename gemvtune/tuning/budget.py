@@ -12,7 +12,12 @@ so a shape that is a large share of the step's bytes, a family predicted well be
 (where the curve falls fastest) come first. The predicted optimum is uncertain (``sigma``: the spread of log(measured
 best / predicted optimum)); with ``sigma > 0`` the saving is its expectation over a log-normal error, the max above
 an option's payoff, so a large shape predicted a little above cuBLAS is still worth a few trials where budget is left
-(the measured optimum of 14336x4096 at n = 2 on the H200 is 4.8% below its prediction and 3.0% below cuBLAS).
+(the measured optimum of 14336x4096 at n = 2 on the H200 is 4.8% below its prediction and 3.0% below cuBLAS). Each
+searched family's error is its own (independent), so the min over families is taken inside the expectation: a
+family predicted a little slower than another is still worth a few trials, for the chance that it is the faster
+one. (On an H100, 2026-12-06, the H200's FP8 model predicted fp8gemv 14.7 µs and fp8mma 15.2 µs for 4096x4096 at
+n = 8; with the min outside the expectation the plan bought fp8gemv alone, whose best measured 20.2 µs, and no fp8mma
+trial; fp8mma's best, searched alone afterwards, was 9.7 µs.)
 :func:`allocate` hands out trials in chunks, greedily by value per second,
 with each shape's fixed cost (its confirmation and re-confirmation) paid when its first chunk is bought. A shape's
 value is zero until its expected best drops below cuBLAS, then concave, so each purchase weighs 1, 2, 4, ... chunks
@@ -162,14 +167,40 @@ def expected_saving(cublas_us: float, best_us: float, sigma: float = 0.0) -> flo
     return max(0.0, cublas_us * phi(-d2) - best_us * math.exp(sigma * sigma / 2) * phi(-d2 - sigma))
 
 
+def expected_saving_min(cublas_us: float, bests: Sequence[float], sigma: float = 0.0, points: int = 48) -> float:
+    """E[max(0, cuBLAS - min_f B_f)] where each log B_f is normal around log ``bests[f]`` with spread ``sigma``,
+    independently (inf: a family not searched). One family, or ``sigma = 0``: ``expected_saving`` of the lowest. More:
+    that, plus the integral over t in (0, cuBLAS) of P(min B <= t) - P(B_1 <= t) = P(B_1 > t) (1 - prod over the
+    others of P(B_f > t)) (family 1 the lowest), which is never negative and vanishes for families far above it:
+    the chance that another family beats it (midpoint rule on log t, ``points`` points, over ±6 sigma)."""
+    finite = sorted(b for b in bests if math.isfinite(b))
+    if not finite:
+        return 0.0
+    base = expected_saving(cublas_us, finite[0], sigma)
+    if sigma <= 0 or len(finite) == 1:
+        return base
+    lb = [math.log(b / cublas_us) for b in finite]
+    lo, hi = lb[1] - 6 * sigma, min(0.0, lb[0] + 6 * sigma)
+    if lo >= hi:
+        return base
+    step, root2 = (hi - lo) / points, math.sqrt(2.0) * sigma
+    extra = 0.0
+    for k in range(points):
+        u = lo + (k + 0.5) * step   # log(t / cuBLAS)
+        above = [0.5 * math.erfc((u - m) / root2) for m in lb]   # P(B_f > t)
+        rest = math.prod(above[1:])
+        extra += math.exp(u) * above[0] * (1.0 - rest)
+    return base + cublas_us * extra * step
+
+
 def shape_value(items: Sequence[Item], trials: dict[str, int], curve: Curve, sigma: float = 0.0) -> float:
     """µs per step a shape's searches are expected to save against cuBLAS (``items``: its families), the predicted
-    optimum's error spread ``sigma`` included."""
+    optimum's error spread ``sigma`` included, each family's error its own (``expected_saving_min``)."""
     if not items:
         return 0.0
-    best = min((it.optimum_us * (1.0 + curve.gap(trials.get(it.family, 0))) for it in items), default=math.inf)
+    bests = [it.optimum_us * (1.0 + curve.gap(trials.get(it.family, 0))) for it in items]
     it0 = items[0]
-    return it0.calls * expected_saving(it0.cublas_us, best, sigma)
+    return it0.calls * expected_saving_min(it0.cublas_us, bests, sigma)
 
 
 def _steps(chunk: int, room: int) -> list[int]:
@@ -203,17 +234,25 @@ def allocate(items: Sequence[Item], budget_s: float, curve: Curve, trial_s: floa
     floor_gain = MIN_GAIN * step if sigma > 0 else 0.0
     left = float(budget_s) - shape_s * len(opened)   # a resumed shape still has its confirmation ahead
     order: list[Shape] = list(opened)
+    memo: dict[tuple[Shape, tuple[tuple[str, int], ...]], float] = {}
+
+    def value(s: Shape, t: dict[str, int]) -> float:   # (each purchase changes one shape: the others' values repeat)
+        key = (s, tuple(sorted(t.items())))
+        if key not in memo:
+            memo[key] = shape_value(by_shape[s], t, curves[s], sigma)
+        return memo[key]
+
     while True:
         best: tuple[float, Shape, str, int, float] | None = None
         for s, its in by_shape.items():
-            now = shape_value(its, trials[s], curves[s], sigma)
+            now = value(s, trials[s])
             for it in its:
                 have = trials[s][it.family]
                 for k in _steps(chunk, it.max_trials - have):
                     cost = k * trial_s + (0.0 if s in opened else shape_s)
                     if cost > left:
                         break
-                    gain = shape_value(its, {**trials[s], it.family: have + k}, curves[s], sigma) - now
+                    gain = value(s, {**trials[s], it.family: have + k}) - now
                     rate = gain / cost
                     if gain > floor_gain and (best is None or rate > best[0]):
                         best = (rate, s, it.family, k, cost)
