@@ -7,6 +7,8 @@ keeps its own forward, with ``explain`` saying why; the route of an FP8 layer re
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed")
@@ -192,3 +194,42 @@ def test_the_fallback_dequantises_as_transformers_does():
             exact = fp8torch.dequantize(codes, scales, layout, torch.float64)
             u = 2.0**-11 if dt == torch.float16 else 2.0**-8
             assert got.dtype == dt and torch.all((got.double() - exact).abs() <= 2 * u * exact.abs() + 1e-30)
+
+
+def test_the_float64_reference_runs_on_the_host_where_the_gpu_lacks_room():
+    """bench hf --weights' accuracy check (gemvtune.hf.fp8check): its float64 copy of the quantised model is built
+    where it fits (on an H100 of 80 GB the GPU copy of Llama-3-8B ran out of memory, 2026-12-06), each FP8 linear an
+    exact dequantisation, and the host copy's logits are the float64 product of the same weights."""
+    from gemvtune.hf.fp8check import _first_step, float64_bytes, float64_reference, reference_device
+
+    model = tiny_llama()
+    quantize_fp8(model)
+    need = float64_bytes(model)
+    params = sum(t.numel() for t in {id(t): t for t in [*model.parameters(), *model.buffers()]}.values())
+    assert need == 8 * params
+    assert reference_device(model, None) == "cpu"             # a host model: the host
+    assert reference_device(model, 10 * need) == "cpu"        # (free bytes of a GPU it is not on: still the host)
+    ref = float64_reference(model, "cpu")
+    assert all(p.dtype == torch.float64 for p in ref.parameters())
+    q = model.model.layers[1].mlp.down_proj
+    r = ref.model.layers[1].mlp.down_proj
+    assert torch.equal(r.weight, fp8torch.dequantize(q.weight, q.scales, "row", torch.float64))
+    assert torch.equal(ref.model.norm.weight, model.model.norm.weight.double())
+    ids = torch.tensor([[1, 5, 9, 2]])
+    nxt, logits = _first_step(ref, ids, None, torch)
+    _, again = _first_step(model, ids, nxt, torch)
+    assert logits.dtype == torch.float64 and torch.allclose(logits, again, rtol=1e-3, atol=1e-3)
+
+
+
+def test_the_float64_reference_stays_on_the_gpu_where_it_fits(monkeypatch):
+    from gemvtune.hf import fp8check
+
+    model = tiny_llama()
+    quantize_fp8(model)
+    need = fp8check.float64_bytes(model)
+    monkeypatch.setattr(fp8check, "_device_of", lambda m, t: torch.device("cuda", 0))   # as if on the first GPU
+    room = math.ceil(need * fp8check.HEADROOM + fp8check.SPARE)
+    assert fp8check.reference_device(model, room) == "cuda:0"
+    assert fp8check.reference_device(model, room - 1) == "cpu"
+    assert fp8check.reference_device(model, None) == "cpu"

@@ -11,8 +11,10 @@ The stated tolerance: the kernel's first-step logits are within ``FACTOR`` x the
 float64 reference (max |a - ref| / max |ref|), or within ``FLOOR`` where the fallback happens to be closer than that.
 Both run the same weights in 16-bit activations through ``layers`` layers; only the order and precision of the
 linears' sums differ (the kernels add in FP32, cuBLAS in FP32 with 16-bit inputs and output), so the kernel's error
-is the 16-bit model's own error, not the quantisation's. The float64 copy needs 8 bytes per parameter on the device
-(64 GB for Llama-3-8B): where it does not fit, the check says so and the bench goes on."""
+is the 16-bit model's own error, not the quantisation's. The float64 copy needs 8 bytes per parameter (64 GB for
+Llama-3-8B): it is built on the model's GPU where that much is free beside what the bench holds, else in host
+memory and run there (on an H100 of 80 GB, 2026-12-06, the GPU copy ran out of memory beside the stock model, the
+FP8 model and the kept 16-bit weights). Where neither holds it, the check says so and the bench goes on."""
 
 from __future__ import annotations
 
@@ -45,15 +47,50 @@ def fallback_only(model: Any) -> Iterator[None]:
             m._tuned, m._compiled = t, c
 
 
-def float64_reference(model: Any) -> Any:
+def float64_bytes(model: Any) -> int:
+    """Bytes of ``float64_reference(model)``: 8 per element of every parameter and buffer (an FP8 linear's codes
+    become float64 weights of as many elements), each tensor once."""
+    seen: set[int] = set()
+    total = 0
+    for m in model.modules():
+        for _, t in [*m.named_parameters(recurse=False), *m.named_buffers(recurse=False)]:
+            if id(t) not in seen:
+                seen.add(id(t))
+                total += t.numel()
+    return 8 * total
+
+
+HEADROOM = 1.15            # the float64 copy's bytes times this, plus SPARE, must be free on the GPU
+SPARE = 2 * 2**30          # (activations, the dequantisation's temporaries)
+
+
+def reference_device(model: Any, free_bytes: int | None) -> str:
+    """Where ``float64_reference`` builds its copy: the model's device where ``free_bytes`` (free on it; None: not a
+    GPU) hold the copy with headroom, else the host ("cpu")."""
+    import torch
+
+    dev = _device_of(model, torch)
+    if dev.type != "cuda" or free_bytes is None:
+        return "cpu"
+    return str(dev) if float64_bytes(model) * HEADROOM + SPARE <= free_bytes else "cpu"
+
+
+def _device_of(model: Any, torch: Any) -> Any:
+    for t in [*model.parameters(), *model.buffers()]:
+        return t.device
+    return torch.device("cpu")
+
+
+def float64_reference(model: Any, device: Any = None) -> Any:
     """A float64 copy of ``model`` (FP8 linears swapped in): the same architecture built on the meta device and
-    filled on the model's device, each ``GemvFp8Linear`` an ``nn.Linear`` of its exactly dequantised weights."""
+    filled on ``device`` (None: the model's), each ``GemvFp8Linear`` an ``nn.Linear`` of its exactly dequantised
+    weights (dequantised where the copy lives: a host copy never needs its float64 weights on the GPU)."""
     import torch
 
     from ..runtime.fp8torch import dequantize
     from ..runtime.torch_fp8 import GemvFp8Linear
 
-    dev = next(model.parameters()).device
+    dev = torch.device(device) if device is not None else _device_of(model, torch)
     with torch.device("meta"):
         ref = type(model)(model.config)
     ref.to_empty(device=dev)
@@ -61,15 +98,17 @@ def float64_reference(model: Any) -> Any:
     for name, m in model.named_modules():
         r = mods[name]
         if isinstance(m, GemvFp8Linear):
-            r.weight = torch.nn.Parameter(dequantize(m.weight, m.scales, m.layout, torch.float64), requires_grad=False)
+            w = dequantize(m.weight.to(dev), m.scales.to(dev), m.layout, torch.float64)
+            r.weight = torch.nn.Parameter(w, requires_grad=False)
             b = m.bias_tensor
             if b is not None:
-                r.bias = torch.nn.Parameter(b.detach().to(torch.float64), requires_grad=False)
+                r.bias = torch.nn.Parameter(b.detach().to(device=dev, dtype=torch.float64), requires_grad=False)
             continue
         for k, v in [*m.named_parameters(recurse=False), *m.named_buffers(recurse=False)]:
             t = getattr(r, k, None)
             if isinstance(t, torch.Tensor):
-                t.data = v.detach().to(torch.float64) if v.is_floating_point() else v.detach().clone()
+                t.data = (v.detach().to(device=dev, dtype=torch.float64) if v.is_floating_point()
+                          else v.detach().to(dev, copy=True))
     return ref.to(torch.float64).eval().requires_grad_(False)
 
 
@@ -96,9 +135,14 @@ def fp8_accuracy(b: Bench) -> dict[str, Any]:
         nxt, kern = _first_step(model, b.ids, None, torch)
         with fallback_only(model):
             _, fall = _first_step(model, b.ids, nxt, torch)
-        ref_model = float64_reference(model)
+        dev = _device_of(model, torch)
+        torch.cuda.empty_cache()
+        where = reference_device(model, torch.cuda.mem_get_info(dev)[0] if dev.type == "cuda" else None)
+        res["reference_device"] = where
+        ref_model = float64_reference(model, where)
         try:
-            _, ref = _first_step(ref_model, b.ids, nxt, torch)
+            _, ref = _first_step(ref_model, b.ids.to(where), nxt.to(where), torch)
+            ref = ref.to(kern.device)
         finally:
             del ref_model
             torch.cuda.empty_cache()

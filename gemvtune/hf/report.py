@@ -377,4 +377,5 @@ def fp8_line(r: dict[str, Any]) -> str:
     return (f"FP8 first-step logits vs float64 of the dequantised model: kernels {r['kernel_rel']:.2e}, dequantize + "
             f"F.linear {r['fallback_rel']:.2e} (max|diff| / max|ref|); tolerance {r['tolerance']:.2e} "
             f"(max({r['factor']:g} x the fallback's, {r['floor']:g})): {'held' if r['held'] else 'NOT held'}; "
-            f"argmax {'equal' if r['argmax_equal'] else 'differs'}")
+            f"argmax {'equal' if r['argmax_equal'] else 'differs'}"
+            + (f"; the float64 copy ran on {r['reference_device']}" if r.get("reference_device") else ""))
