@@ -58,7 +58,8 @@ parts (run in the order given):
               kernel, cuBLAS on 16-bit weights, dequantize + F.linear and gemlite's A16W8_FP8, carried in
               .peers/gemlite: the device's carry list names it); the summary: the targets' lines
 
-output: OUT/PART.log, OUT/PART/, OUT/summary.txt   (OUT: \$OUT if set, else ./gpu-check-out)
+output: OUT/PART.log, OUT/PART/, OUT/summary.txt   (OUT: \$OUT if set, else ./gpu-check-out); GPU_CHECK_PACK=1: the
+        logs and folders of the parts run packed into OUT/gpu-check.tgz, beside summary.txt
 
 environment (defaults in brackets):
   SUITE_SHARDS     [6]   SUITE_SHARD_T [440] (each shard's own timeout)   SUITE_TIMING_T [120] (the timing
@@ -483,4 +484,13 @@ done
   printf '%-10s %4s %7s  %s\n' part rc wall_s summary
   printf '%s\n' "${rows[@]}"
 } | tee "$OUTDIR/summary.txt"
+# GPU_CHECK_PACK=1: every part's log and folder into one archive beside summary.txt (the device tool brings back at
+# most 8 files from OUT: on 2026-12-06 a tune's table.json was among the files left behind)
+if [ "${GPU_CHECK_PACK:-0}" = 1 ]; then
+  ( cd "$OUTDIR" && names=() && for p in "$@"; do
+      for f in "$p.log" "$p"; do [ -e "$f" ] && names+=("$f"); done
+    done
+    [ "${#names[@]}" -eq 0 ] || { tar czf gpu-check.tgz "${names[@]}" && rm -rf "${names[@]}"; } ) \
+    || echo "gpu-check: packing $OUTDIR/gpu-check.tgz failed: the files stay as they are" >&2
+fi
 exit "$failed"
