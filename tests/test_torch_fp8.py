@@ -233,3 +233,27 @@ def test_the_float64_reference_stays_on_the_gpu_where_it_fits(monkeypatch):
     assert fp8check.reference_device(model, room) == "cuda:0"
     assert fp8check.reference_device(model, room - 1) == "cpu"
     assert fp8check.reference_device(model, None) == "cpu"
+
+
+def test_percall_times_the_fp8_paths_of_one_layer():
+    """percall ops' FP8 rows (gemvtune.bench.percall._fp8_paths): a copy of the layer quantised per row, table.gemv
+    with its codes and scales, dequantize + F.linear of the same; the layer it was given is left as it was."""
+    from gemvtune.bench.percall import PATHS, RATIOS, _fp8_paths, percall_markdown
+
+    lin = torch.nn.Linear(256, 512, bias=False)
+    before = lin.weight.detach().clone()
+    x = torch.randn(2, 256)
+    out32 = torch.empty(2, 512)
+    fns = _fp8_paths(fp8_table(), lin, x, x, out32)
+    assert set(fns) == {"GemvFp8Linear", "table.gemv fp8", "dequant + F.linear"} and set(fns) <= set(PATHS)
+    assert torch.equal(fns["GemvFp8Linear"](), fns["dequant + F.linear"]())   # (on the CPU: the same fallback)
+    with pytest.raises(gemvtune.UsageError, match="CUDA"):
+        fns["table.gemv fp8"]()    # (Table.gemv with scales takes CUDA tensors only)
+    assert type(lin) is torch.nn.Linear and torch.equal(lin.weight, before)
+    row = {"M": 512, "d": 256, "n": 2, "dtype": "fp16", "route": "tuned", "route_why": "w",
+           **{k: v for p in ("GemvFp8Linear", "dequant + F.linear") for k, v in ((p, 3.0), (p + "_min", 2.0),
+                                                                                   (p + "_max", 4.0))},
+           "GemvFp8Linear / dequant + F.linear": 1.0}
+    text = percall_markdown([row], {"name": "X"}, "cmd")
+    assert "| GemvFp8Linear | 3.00 (2.00..4.00) |" in text and "**GemvFp8Linear / dequant + F.linear** | **1.000**" in text
+    assert "GemvFp8Linear / dequant + F.linear" in RATIOS

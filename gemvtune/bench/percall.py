@@ -7,7 +7,9 @@ loop of calls (GPU synchronized before and after, medians over interleaved repea
 - torch: ``F.linear``; an ``nn.Linear`` module; the same layer as ``GemvLinear`` (eager: the direct
   launch path); ``torch.ops.gemvtune.linear`` (the custom op, as eager code would call it);
   ``table.gemv`` on tensors; the bare ``LaunchPlan.launch`` of the tuned kernel;
-- CuPy: ``table.gemv(W, x, out=out)``, the bare launch of the same plan, and ``cupy.matmul``.
+- CuPy: ``table.gemv(W, x, out=out)``, the bare launch of the same plan, and ``cupy.matmul``;
+- FP8 weights (sm_89 on): the layer quantised per row as ``GemvFp8Linear`` (the table's FP8 route), ``table.gemv``
+  with its codes and scales, and dequantize + ``F.linear`` (what an FP8 layer runs without a kernel).
 
 The GPU work of each call is far shorter than its CPU cost at these sizes (the kernels take 2-10 µs),
 so the loop times the CPU. The tuned kernel runs on every tuned path whatever the table's route, so
@@ -80,6 +82,8 @@ def measure_percall(table: Any, shape: Shape, calls: int = 300, repeats: int = 7
             "bare launch": lambda: plan.launch(wp, xp, yp, 0, sp),
         }
         res = _time(fns, torch.cuda.synchronize, calls, repeats)
+        if torch.cuda.get_device_capability(dev) >= (8, 9):   # (E4M3 conversion: sm_89 on)
+            res.update(_time(_fp8_paths(tuned, lin, x, xv, out32), torch.cuda.synchronize, calls, repeats))
     row: dict[str, Any] = {"M": shape.M, "d": shape.d, "n": shape.n, "dtype": dt, "route": route.kind,
                            "route_why": route.why, "config": _plan_config(plan).label, **res}
     cupy = cupy and dt == "fp16"   # (CuPy has no bfloat16 arrays)
@@ -108,13 +112,39 @@ def measure_percall(table: Any, shape: Shape, calls: int = 300, repeats: int = 7
     if "cupy RawKernel launch" in row:
         row["table.gemv cupy / RawKernel"] = row["table.gemv cupy"] / row["cupy RawKernel launch"]
     row["GemvLinear / nn.Linear"] = row["GemvLinear"] / row["nn.Linear"]
+    if "GemvFp8Linear" in row:
+        row["GemvFp8Linear / dequant + F.linear"] = row["GemvFp8Linear"] / row["dequant + F.linear"]
+        row["table.gemv fp8 / GemvFp8Linear"] = row["table.gemv fp8"] / row["GemvFp8Linear"]
     if cupy:
         row["table.gemv cupy / bare"] = row["table.gemv cupy"] / row["bare launch cupy"]
     return row
 
 
 PATHS = ("F.linear", "nn.Linear", "GemvLinear", "GemvLinear (route)", "gemvtune::linear op", "table.gemv torch",
-         "bare launch", "table.gemv cupy", "bare launch cupy", "cupy RawKernel launch", "cupy.matmul")
+         "bare launch", "table.gemv cupy", "bare launch cupy", "cupy RawKernel launch", "cupy.matmul",
+         "GemvFp8Linear", "table.gemv fp8", "dequant + F.linear")
+RATIOS = ("GemvLinear / F.linear", "GemvLinear / nn.Linear", "table.gemv cupy / bare", "table.gemv cupy / RawKernel",
+          "GemvFp8Linear / dequant + F.linear", "table.gemv fp8 / GemvFp8Linear")
+
+
+def _fp8_paths(tuned: Any, lin: Any, x: Any, xv: Any, out32: Any) -> dict[str, Callable[[], Any]]:
+    """The FP8 paths of one layer: a copy of ``lin`` quantised per row (``quantize_fp8`` with ``tuned``: its FP8
+    route, the table's FP8 kernel or the lookup's pick), ``tuned.gemv`` with its codes and scales (checked once per
+    pair of tensors: ``fp8torch.check_once``), and dequantize + ``F.linear`` of the same codes and scales."""
+    import copy
+
+    import torch
+
+    from ..runtime.fp8linear import fallback_linear
+    from ..runtime.torch_fp8 import quantize_fp8
+
+    holder = torch.nn.Sequential(copy.deepcopy(lin))
+    quantize_fp8(holder, tuned)
+    q = holder[0]
+    codes, scales = q.weight, q.scales
+    return {"GemvFp8Linear": lambda: q(x),
+            "table.gemv fp8": lambda: tuned.gemv(codes, xv, out=out32, scales=scales),
+            "dequant + F.linear": lambda: fallback_linear(x, codes, scales, q.layout)}
 
 
 def percall_markdown(rows: list[dict[str, Any]], device: dict[str, Any], command: str) -> str:
@@ -131,8 +161,7 @@ def percall_markdown(rows: list[dict[str, Any]], device: dict[str, Any], command
         if all(p in r for r in rows):
             lines.append(f"| {p} | " + " | ".join(f"{r[p]:.2f} ({r[p + '_min']:.2f}..{r[p + '_max']:.2f})"
                                                    for r in rows) + " |")
-    for ratio in ("GemvLinear / F.linear", "GemvLinear / nn.Linear", "table.gemv cupy / bare",
-                  "table.gemv cupy / RawKernel"):
+    for ratio in RATIOS:
         if all(ratio in r for r in rows):
             lines.append(f"| **{ratio}** | " + " | ".join(f"**{r[ratio]:.3f}**" for r in rows) + " |")
     lines += ["", "Route a user gets per shape: " + "; ".join(f"{col(r)}: {r['route']} ({r['route_why']})"
