@@ -140,11 +140,11 @@ def _fp8_paths(tuned: Any, lin: Any, x: Any, xv: Any, out32: Any) -> dict[str, C
 
     holder = torch.nn.Sequential(copy.deepcopy(lin))
     quantize_fp8(holder, tuned)
-    q = holder[0]
-    codes, scales = q.weight, q.scales
+    q: Any = holder[0]   # (the GemvFp8Linear quantize_fp8 put there)
+    codes, scales, layout = q.weight, q.scales, q.layout
     return {"GemvFp8Linear": lambda: q(x),
             "table.gemv fp8": lambda: tuned.gemv(codes, xv, out=out32, scales=scales),
-            "dequant + F.linear": lambda: fallback_linear(x, codes, scales, q.layout)}
+            "dequant + F.linear": lambda: fallback_linear(x, codes, scales, layout)}
 
 
 def percall_markdown(rows: list[dict[str, Any]], device: dict[str, Any], command: str) -> str:
