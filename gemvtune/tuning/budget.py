@@ -265,5 +265,5 @@ def allocate(items: Sequence[Item], budget_s: float, curve: Curve, trial_s: floa
             opened.add(s)
             order.append(s)
     flat = {(s, f): t for s, fam in trials.items() for f, t in fam.items()}
-    saving = sum(shape_value(its, trials[s], curves[s], sigma) for s, its in by_shape.items())
+    saving = sum(value(s, trials[s]) for s in by_shape)
     return Plan(flat, budget_s - left, saving, step, order)

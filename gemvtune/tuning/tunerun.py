@@ -84,20 +84,20 @@ def _model(out: Path, gpu: str, group: str = "") -> Any:
     from ..workspace import gpu_slug, model_beside
 
     root = shipped_root()
-    mine = (out, (root / gpu_slug(gpu)) if root else None)
-    others = sorted({p.parent for p in root.glob("*/costmodel*.json*")}) if root else []
-    found = []
+    mine = [f for f in (out, (root / gpu_slug(gpu)) if root else None) if f is not None]
+    others = sorted({p.parent for p in root.glob("*/costmodel*.json*")} - set(mine)) if root else []
+    continued = None
     for folder in (*mine, *others):   # another GPU's: the prior
-        path = model_beside(folder, group) if folder is not None else None
+        path = model_beside(folder, group)
         try:
-            model = cm.load(path) if path is not None and path.exists() else None
+            model = cm.load(path) if path.exists() else None
         except UsageError:
             continue
         if model is not None and model.group == group:   # (a file of the group's name may hold the other group's)
-            if folder in mine:
+            if folder in mine or model.prior_gpu is None:
                 return model
-            found.append(model)
-    return next((m for m in found if m.prior_gpu is None), found[0] if found else None)
+            continued = continued or model
+    return continued
 
 
 def route_gain(table: Any, steps: Sequence[Step], cublas: dict[Shape, float] | None = None) -> float | None:
