@@ -338,3 +338,29 @@ def test_loso_on_a_gpu_without_sweeps_holds_out_its_searches(tmp_path):
 def test_the_shipped_h100_model_continues_the_h200s():
     m = cm.load(H100 / "costmodel.json.gz")
     assert m.gpu == "NVIDIA H100 80GB HBM3" and m.prior_gpu == "NVIDIA H200" and m.min_weight_bytes == 8 * 2**20
+
+
+def test_the_fp8_spread_is_per_entry_and_family():
+    """``costmodel spread --fp8``: each FP8 entry's families, each measured best against its own predicted optimum
+    (the error the tune's plan prices per family, ``budget.FP8_SIGMA``); on the H100, fp8gemv at 1024x4096 n = 16 is
+    predicted 4.95 µs and measured 11.54 (log error +0.85), far beyond the 16-bit spread."""
+    from gemvtune.cli.main import cli
+    from gemvtune.runtime.table import load_table
+    from gemvtune.tuning.budget import FP8_SIGMA, OPTIMUM_SIGMA
+    from gemvtune.tuning.spread import optimum_errors, summary
+
+    table = load_table(H100 / "table.json", costmodel=None)
+    model = cm.load(H100 / "costmodel-fp8.json.gz")
+    s = Shape(1024, 4096, 16, "fp16", "e4m3-row")
+    rows = optimum_errors(model, table, shapes=[s, Shape(4096, 4096, 8, "fp16", "e4m3-row")], fp8=True)
+    keys = [r.key for r in rows]
+    assert "1024x4096x16.e4m3-row fp8gemv" in keys and "4096x4096x8.e4m3-row fp8mma" in keys
+    assert "4096x4096x8.e4m3-row fp8gemv" in keys   # both families measured there: a row each
+    e = table.entry(s)
+    r = rows[keys.index("1024x4096x16.e4m3-row fp8gemv")]
+    assert r.best_us == min(c.us for c in e.candidates if (c.status or "ok") == "ok") and r.log_error > 0.5
+    assert not optimum_errors(model, table, shapes=[s], fp8=False)   # the 16-bit rows skip FP8 entries
+    assert summary(rows)["rms"] > OPTIMUM_SIGMA and FP8_SIGMA > OPTIMUM_SIGMA
+    out = CliRunner().invoke(cli, ["costmodel", "spread", "--results", str(H100), "--fp8", "--min-mb", "0"])
+    assert out.exit_code == 0, out.output
+    assert "1024x4096x16.e4m3-row fp8gemv" in out.output and "FP8 (entry, family) pairs of at least 0 MB" in out.output

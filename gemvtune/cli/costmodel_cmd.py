@@ -201,27 +201,30 @@ def loso_cmd(results_dir: str, top_k: int, rounds: int | None, out_path: str | N
               help="a GPU's results folder: its table.json and the cost model beside it")
 @click.option("--min-mb", default=16.0, show_default=True, type=click.FloatRange(0, 1e6),
               help="only entries of at least this many MB of weights (tiny ones are launch-bound)")
-def spread_cmd(results_dir: str, min_mb: float) -> None:
+@click.option("--fp8", is_flag=True, default=False,
+              help="the FP8 entries and the FP8 model (costmodel-fp8), each family's best against its own prediction")
+def spread_cmd(results_dir: str, min_mb: float, fp8: bool) -> None:
     """How far the model's predicted optimum of each 16-bit entry (what a whole-model tune plans with) is from the
     fastest kernel the table measured: log(best / predicted) per entry, then its mean and RMS, the spread the
-    tune's budget split prices in (budget.OPTIMUM_SIGMA)."""
+    tune's budget split prices in (budget.OPTIMUM_SIGMA; with --fp8, per FP8 entry and family: budget.FP8_SIGMA)."""
     from ..model import costmodel as cm
     from ..runtime.table import load_table
     from ..tuning.spread import optimum_errors, summary
 
     res = Path(results_dir)
-    path = model_beside(res, "")
+    path = model_beside(res, "fp8" if fp8 else "")
     if not (res / "table.json").is_file() or not path.exists():
-        raise UsageError(f"{results_dir}: needs table.json and {MODEL_NAME}[.gz] beside it")
-    rows = optimum_errors(cm.load(path), load_table(res / "table.json", costmodel=None), min_mb * 1e6)
+        raise UsageError(f"{results_dir}: needs table.json and {path.name}[.gz] beside it")
+    rows = optimum_errors(cm.load(path), load_table(res / "table.json", costmodel=None), min_mb * 1e6, fp8=fp8)
     for r in rows:
         cub = f"{r.cublas_us:9.2f}" if r.cublas_us else "        -"
-        click.echo(f"{r.key:>20s}  predicted {r.predicted_us:9.2f}  best {r.best_us:9.2f}  cuBLAS {cub} µs  "
-                   f"log error {r.log_error:+.3f}")
+        click.echo(f"{r.key:>28s}  predicted {r.predicted_us:9.2f}  best {r.best_us:9.2f}  "
+                   f"{'dequant' if fp8 else 'cuBLAS'} {cub} µs  log error {r.log_error:+.3f}")
     s = summary(rows)
+    what, many = ("FP8 (entry, family) pair", "FP8 (entry, family) pairs") if fp8 else ("16-bit entry", "16-bit entries")
     if not s["n"]:
-        raise UsageError(f"{results_dir}/table.json: no 16-bit entry of at least {min_mb:g} MB with measured candidates")
-    click.echo(f"{s['n']} entries of at least {min_mb:g} MB: log(best / predicted optimum) mean {s['mean']:+.3f}, "
+        raise UsageError(f"{results_dir}/table.json: no {what} of at least {min_mb:g} MB with measured candidates")
+    click.echo(f"{s['n']} {many} of at least {min_mb:g} MB: log(best / predicted optimum) mean {s['mean']:+.3f}, "
                f"RMS {s['rms']:.3f}, from {s['min']:+.3f} to {s['max']:+.3f}")
 
 

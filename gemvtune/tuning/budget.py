@@ -45,6 +45,13 @@ OPTIMUM_SIGMA = 0.075
 # the same for another GPU's model: 0.103 for the H200's model on the committed H100 table's 15 16-bit entries
 # (`gemvtune costmodel spread` on a folder holding both, 2026-12-06; mean -0.035, from -0.161 to +0.206)
 FOREIGN_SIGMA = 0.10
+# the spread for FP8 weights, per (entry, family): each family's measured best against its own predicted optimum, the
+# error expected_saving_min prices per family. `gemvtune costmodel spread --fp8 --min-mb 0` (2026-12-06): RMS 0.402 on
+# the H200's 20 pairs with its own FP8 model (mean +0.136, from -0.436 to +0.805: fp8gemv at n = 8 predicted near the
+# read floor, measured FMA-bound at 2x that), 0.258 on the H100's 27 with its model (continued on those very
+# searches). With 0.10, the H100's plan bought fp8gemv alone at 1024x4096 n = 16 (predicted 4.95 µs, measured 11.54;
+# fp8mma's best searched was 6.36)
+FP8_SIGMA = 0.40
 MIN_GAIN = 1e-4     # a purchase must be expected to save this share of the step's cuBLAS time at least
 # weights below this plan with ``allocate``'s ``small_curve``: the curves were measured on weights of 32 MB and more,
 # and the searches of 8 MB weights stay several % above them (`gemvtune convergence` over the H100's searches,
@@ -128,6 +135,7 @@ class Item:
     optimum_us: float          # the family's predicted optimum for the shape
     max_trials: int = 10_000   # the family's space (a library's candidates: a handful)
     done: int = 0              # trials already measured (a resumed study)
+    sigma: float | None = None  # the spread of this shape's predicted optima (None: the plan's; e.g. FP8_SIGMA)
 
     def __post_init__(self) -> None:
         for name in ("calls", "cublas_us", "optimum_us"):
@@ -217,7 +225,7 @@ def allocate(items: Sequence[Item], budget_s: float, curve: Curve, trial_s: floa
              chunk: int = CHUNK, sigma: float = 0.0, small_curve: Curve | None = None) -> Plan:
     """Trials per item within ``budget_s`` seconds: a trial costs ``trial_s``, a searched shape ``shape_s`` once
     (its confirmation, its re-confirmation). Greedy by expected µs saved per second (the predicted optimum's error
-    spread ``sigma`` included); a purchase expected to save less than ``MIN_GAIN`` of the step's cuBLAS time is never
+    spread ``sigma`` included, or a shape's own, ``Item.sigma``); a purchase expected to save less than ``MIN_GAIN`` of the step's cuBLAS time is never
     bought (with ``sigma = 0``: a family predicted no faster than cuBLAS is not searched). Resumed trials
     (``Item.done``) are counted as already bought and cost nothing. A shape whose weights are under
     ``SMALL_WEIGHT_BYTES`` is valued on ``small_curve`` where one is given, every other on ``curve``."""
@@ -229,9 +237,10 @@ def allocate(items: Sequence[Item], budget_s: float, curve: Curve, trial_s: floa
     trials: dict[Shape, dict[str, int]] = {s: {it.family: it.done for it in its} for s, its in by_shape.items()}
     curves = {s: small_curve if small_curve is not None and s.weight_bytes < SMALL_WEIGHT_BYTES else curve
               for s in by_shape}
+    sig = {s: its[0].sigma if its[0].sigma is not None else sigma for s, its in by_shape.items()}
     opened = {s for s, t in trials.items() if any(t.values())}
     step = sum(its[0].calls * its[0].cublas_us for its in by_shape.values())
-    floor_gain = MIN_GAIN * step if sigma > 0 else 0.0
+    floor_gain = MIN_GAIN * step if max(sig.values(), default=sigma) > 0 else 0.0
     left = float(budget_s) - shape_s * len(opened)   # a resumed shape still has its confirmation ahead
     order: list[Shape] = list(opened)
     memo: dict[tuple[Shape, tuple[tuple[str, int], ...]], float] = {}
@@ -239,7 +248,7 @@ def allocate(items: Sequence[Item], budget_s: float, curve: Curve, trial_s: floa
     def value(s: Shape, t: dict[str, int]) -> float:   # (each purchase changes one shape: the others' values repeat)
         key = (s, tuple(sorted(t.items())))
         if key not in memo:
-            memo[key] = shape_value(by_shape[s], t, curves[s], sigma)
+            memo[key] = shape_value(by_shape[s], t, curves[s], sig[s])
         return memo[key]
 
     while True:

@@ -25,9 +25,12 @@ class Row:
         return math.log(self.best_us / self.predicted_us)
 
 
-def optimum_errors(model: Any, table: Any, min_bytes: float = 0.0, shapes: list[Shape] | None = None) -> list[Row]:
+def optimum_errors(model: Any, table: Any, min_bytes: float = 0.0, shapes: list[Shape] | None = None,
+                   fp8: bool = False) -> list[Row]:
     """One row per 16-bit entry of ``table`` (a loaded ``runtime.table.Table``) with measured candidates and at least
-    ``min_bytes`` of weights (``shapes``: only those), in the table's key order."""
+    ``min_bytes`` of weights (``shapes``: only those), in the table's key order. ``fp8``: the FP8 entries instead, one
+    row per (entry, family) with measured candidates, each family's best against its own predicted optimum (the
+    error the plan prices per family: ``budget.expected_saving_min``)."""
     from ..kernels.families import FAMILIES
     from ..runtime.keys import entry_key
     from ..runtime.route import measured
@@ -37,17 +40,25 @@ def optimum_errors(model: Any, table: Any, min_bytes: float = 0.0, shapes: list[
     families = [f for f in model.families if f in FAMILIES]   # the model's own (a family it lacks: the read floor)
     rows = []
     for shape in table.shapes:
-        if shape.weights or shape.weight_bytes < min_bytes or (shapes is not None and shape not in shapes):
+        if bool(shape.weights) != fp8 or shape.weight_bytes < min_bytes or (shapes is not None and shape not in shapes):
             continue
         e = table.entry(shape)
-        times = [float(c.us) for c in (e.candidates if e is not None else ()) if (c.status or "ok") == "ok" and c.us]
-        if not times:
+        best: dict[str, float] = {}
+        for c in (e.candidates if e is not None else ()):
+            if (c.status or "ok") == "ok" and c.us:
+                f = c.config_object().family if fp8 else ""
+                best[f] = min(best.get(f, math.inf), float(c.us))
+        if not best:
             continue
-        opts = [p.optimum_us for p in predict(model, shape, families, read_gbps).values()]
-        if not opts:
-            continue
+        preds = predict(model, shape, families, read_gbps)
         cub = measured(e, "torch", shape)[1] if e is not None else None
-        rows.append(Row(entry_key(shape), min(opts), min(times), float(cub) if cub else None))
+        cub = float(cub) if cub else None
+        if not fp8:
+            if preds:
+                rows.append(Row(entry_key(shape), min(p.optimum_us for p in preds.values()), best[""], cub))
+            continue
+        rows += [Row(f"{entry_key(shape)} {f}", preds[f].optimum_us, t, cub) for f, t in sorted(best.items())
+                 if f in preds]
     return rows
 
 

@@ -14,7 +14,7 @@ from typing import Any
 from ..errors import UsageError
 from ..kernels.families import FAMILIES
 from ..kernels.shapes import Shape
-from .budget import FOREIGN_SIGMA, OPTIMUM_SIGMA, Curve, Item
+from .budget import FOREIGN_SIGMA, FP8_SIGMA, OPTIMUM_SIGMA, Curve, Item
 
 CURVE_FILE = "study-curves.csv.gz"     # what ``gemvtune study`` writes: per sampler, seed and trial, the gap
 # Where a GPU's results keep the curves of each sampler the tune plans with: the search's default (TPE from its seed)
@@ -196,9 +196,11 @@ def cublas_us(tables: Sequence[Any], shape: Shape, read_gbps: float, runner: Any
 
 
 def items_for(shape: Shape, calls: float, families: Sequence[str], cublas: float, predictions: dict[str, Prediction],
-              done: dict[str, int] | None = None) -> list[Item]:
+              done: dict[str, int] | None = None, sigma: float = 0.0) -> list[Item]:
     """The searchable (shape, family) items: every template family with a prediction (none predicted: cuBLAS's time
-    is the only guess, and nothing is expected from a search of it)."""
+    is the only guess, and nothing is expected from a search of it). FP8 weights, where the plan has a spread
+    (``sigma`` > 0: a model predicted them): at least ``FP8_SIGMA``, the FP8 model's wider error per family."""
     done = done or {}
-    return [Item(shape, f, calls, cublas, predictions[f].optimum_us, done=done.get(f, 0))
+    own = max(sigma, FP8_SIGMA) if shape.weights and sigma > 0 else None
+    return [Item(shape, f, calls, cublas, predictions[f].optimum_us, done=done.get(f, 0), sigma=own)
             for f in families if f in predictions]

@@ -209,7 +209,7 @@ def run_tune(runner: Any, steps: Sequence[Step], budget_s: float, opts: SearchOp
         while todo:
             tick()
             items: list[Item] = [it for sh, st in todo.items()
-                                 for it in items_for(sh, st.calls, searchable, base[sh], preds[sh])]
+                                 for it in items_for(sh, st.calls, searchable, base[sh], preds[sh], sigma=sigma)]
             entries = len(res.searched) + len(todo)   # at most this many to re-confirm at the end
             left = budget_s - spent() - (reserve_s(entries) if reconfirm and not runner.replayed else 0.0)
             plan = allocate(items, max(left, 0.0), curve, state.trial_cost(TRIAL_S), state.shape_cost(SHAPE_S),
