@@ -49,15 +49,9 @@ def fallback_only(model: Any) -> Iterator[None]:
 
 def float64_bytes(model: Any) -> int:
     """Bytes of ``float64_reference(model)``: 8 per element of every parameter and buffer (an FP8 linear's codes
-    become float64 weights of as many elements), each tensor once."""
-    seen: set[int] = set()
-    total = 0
-    for m in model.modules():
-        for _, t in [*m.named_parameters(recurse=False), *m.named_buffers(recurse=False)]:
-            if id(t) not in seen:
-                seen.add(id(t))
-                total += t.numel()
-    return 8 * total
+    become float64 weights of as many elements), each tensor once (``parameters()`` and ``buffers()`` skip shared
+    ones)."""
+    return 8 * sum(t.numel() for t in [*model.parameters(), *model.buffers()])
 
 
 HEADROOM = 1.15            # the float64 copy's bytes times this, plus SPARE, must be free on the GPU
