@@ -152,6 +152,10 @@ def test_the_plan_trusts_a_model_of_this_gpu_more_than_another_gpus():
     cont = plan_basis([h100], "NVIDIA H100 80GB HBM3")
     assert not cont.warm and cont.sigma == FOREIGN_SIGMA and "continued from NVIDIA H200's" in cont.note
     assert "none of" not in cont.note
+    # FP8 shapes plan with FP8_SIGMA (items_for): the note names it where the steps hold them
+    from gemvtune.tuning.budget import FP8_SIGMA
+    assert f"({FP8_SIGMA:g} for the FP8 shapes)" in plan_basis([h100], "NVIDIA H100 80GB HBM3", fp8=True).note
+    assert "FP8" not in cont.note
 
 
 def test_small_weights_are_valued_on_their_own_curve():
@@ -190,7 +194,7 @@ def test_a_tune_with_a_model_of_its_gpu_plans_small_weights_on_the_cold_curve(tm
     monkeypatch.setattr(tunerun, "allocate", spy)
     for warm in (True, False):
         seen.clear()
-        monkeypatch.setattr(tunerun, "plan_basis", lambda models, gpu, w=warm: Basis(w, 0.075))
+        monkeypatch.setattr(tunerun, "plan_basis", lambda models, gpu, fp8=False, w=warm: Basis(w, 0.075))
         tunerun.run_tune(FakeRunner(), [tunerun.Step(Shape(1024, 4096), 64.0)], 20.0,
                          SearchOptions(families=("gemv",), progress=False, rounds=2), tmp_path / str(warm),
                          tmp_path / str(warm) / "table.json", echo=lambda s: None, reconfirm=False)

@@ -22,6 +22,7 @@ def test_summary_row_takes_medians_and_ratios():
     r = summary_row(S, ms, 4000.0, "b128 (tuned)", "b256 (tuned)")
     assert r["fp8_us"] == 16.0 and r["fp8_over_16bit"] == 16.0 / 30.0 and r["x_dequant"] == 5.0
     assert r["x_gemlite"] == 1.25 and math.isclose(r["fp8_spread"], 2 / 16)
+    assert math.isclose(r["x_gemlite_cap"], 20.0 / (S.bytes_moved / 4000e3))   # gemlite / the read floor
     assert math.isclose(r["pct_ceiling"], 100 * S.bytes_moved / 4000e3 / 16.0)
     assert r["weight_mb_16bit"] == S.M * S.d * 2 / 1e6 and r["errors"] == "gemlite-fp8: planted"
 
@@ -32,7 +33,17 @@ def test_markdown_states_the_targets_and_a_missing_contender():
     md = fp8_markdown(df)
     assert "FP8/16-bit tuned 0.533 at worst" in md and "(target <= 0.55)" in md
     assert "x gemlite: not measured" in md and "x dequantize + F.linear: 5.000 at worst" in md
-    assert "| 14336x4096 | 1 | fp16 | 16.00 |" in md
+    assert "| 14336x4096 | 1 | fp16 | 16.00 |" in md and "at the read ceiling" not in md
+
+
+def test_markdown_counts_the_rows_where_1_2x_gemlite_is_beyond_the_read_ceiling():
+    """The H100 of 2026-12-06: gemlite ran 128256x4096 n = 1 at 173.3 µs against a read floor of 165.0 µs, so no kernel
+    can run it 1.2x faster than gemlite; the summary counts such rows from each row's gemlite time and floor."""
+    floor = S.bytes_moved / 4000e3
+    rows = [summary_row(S, [m("fp8", floor * 1.1), m("gemlite-fp8", g * floor), m("tuned-16bit", 30.0),
+                            m("cublas-16bit", 31.0), m("dequant-torch", 80.0)], 4000.0, "a", "b") for g in (1.05, 1.5)]
+    md = fp8_markdown(pd.DataFrame(rows))
+    assert "1 of 2 rows below 1.2" in md and f"{math.sqrt(1.05 * 1.5):.3f} geomean" in md
 
 
 def test_a_run_cut_short_keeps_the_rows_it_measured(tmp_path, monkeypatch):

@@ -283,6 +283,34 @@ def test_a_search_in_one_dtype_weighs_what_the_other_dtype_found(tmp_path):
     assert res.entry["winner"]["label"] == twin.label
 
 
+def test_an_fp8_re_tune_weighs_the_fp8_entry_it_would_replace(tmp_path):
+    """The H100 re-tune of 4096x4096 n = 16 e4m3-row (2026-12-06) wrote fp8mma d2 at 11.31 µs over the entry's d4 at
+    10.32: the incumbents were read from the 16-bit key, so the FP8 winner was never re-measured. An FP8 shape's
+    incumbents are its own weights' entries (each dtype of x), never the 16-bit entry's, and the 16-bit shape's
+    never the FP8 entry's."""
+    import json
+
+    from gemvtune.kernels.families import config_to_dict
+    from gemvtune.kernels.fp8mma import Fp8MmaConfig
+    from gemvtune.kernels.mma import MmaConfig
+    from gemvtune.runtime.table import entry_key
+    from gemvtune.tuning.search_run import incumbents
+
+    row = Shape(4096, 4096, 16, "fp16", "e4m3-row")
+    plain = Shape(4096, 4096, 16, "fp16")
+    held, other = Fp8MmaConfig(rw=1, kw=8, depth=4), Fp8MmaConfig(rw=1, kw=8, depth=2)
+    sixteen = MmaConfig(rw=1, kw=8, depth=4)
+    table = tmp_path / "table.json"
+    entries = {entry_key(row): {"winner": {"family": "fp8mma", "config": config_to_dict(held), "us": 10.32}},
+               entry_key(Shape(4096, 4096, 16, "bf16", "e4m3-row")): {
+                   "winner": {"family": "fp8mma", "config": config_to_dict(other), "us": 10.5}},
+               entry_key(plain): {"winner": {"family": "mma", "config": config_to_dict(sixteen), "us": 13.0}}}
+    table.write_text(json.dumps({"entries": entries}))
+    assert incumbents(table, row) == (held, other)
+    assert incumbents(table, plain) == (sixteen,)
+    assert incumbents(table, Shape(4096, 4096, 16, "fp16", "e4m3-b128")) == ()
+
+
 def _study_of(config, us: float) -> optuna.Study:
     """A study holding one measured trial of ``config`` at ``us`` (what confirm reads its top-k from)."""
     study = optuna.create_study()

@@ -41,14 +41,14 @@ class Basis:
     note: str = ""
 
 
-def plan_basis(models: Sequence[Any], gpu: str) -> Basis:
+def plan_basis(models: Sequence[Any], gpu: str, fp8: bool = False) -> Basis:
     """A model of this GPU: the warm curve (measured with held-out models of the same GPU) and ``OPTIMUM_SIGMA``. Only
     another GPU's model (the one gemvtune ships, say): it still warm-starts each search, but the plan counts on the
     cold curve and the wider ``FOREIGN_SIGMA`` (on an H100 with the H200's model, 2026-12-06, 5 warm-started trials
     left 1024x4096 at n = 2, 4 and 16 3-14% behind the H100 table). A model of this GPU continued from another's
     (``costmodel fit --prior``: one tune's searches over the other GPU's trees) counts as the other's: the warm curve
     was measured with models fitted on a GPU's whole data. No model: the cold curve, the read floor as a bound (no
-    spread)."""
+    spread). ``fp8``: the steps hold FP8 shapes, whose spread is at least ``FP8_SIGMA`` (``items_for``): the note says so."""
     have = [m for m in models if m is not None]
     if not have:
         return Basis(False, 0.0)
@@ -60,7 +60,8 @@ def plan_basis(models: Sequence[Any], gpu: str) -> Basis:
     mine = any(str(getattr(m, "gpu", "")) == gpu for m in have)
     none = "" if mine else f", none of {gpu or 'this GPU'}"
     return Basis(False, FOREIGN_SIGMA, f"cost model of {other}{none}: it warm-starts the searches, the plan counts on "
-                 f"the cold search curve and a spread of {FOREIGN_SIGMA:g}")
+                 f"the cold search curve and a spread of {FOREIGN_SIGMA:g}"
+                 + (f" ({max(FOREIGN_SIGMA, FP8_SIGMA):g} for the FP8 shapes)" if fp8 else ""))
 
 
 def curve_paths(gpu_slug: str, sampler: str) -> list[Path]:

@@ -162,7 +162,7 @@ def run_tune(runner: Any, steps: Sequence[Step], budget_s: float, opts: SearchOp
     have = _tables(out, dev.get("name", ""))
     models = {g: _model(out, dev.get("name", ""), g) for g in {model_group(s.shape.weights) for s in steps}}
     own = _own_entries(table)
-    basis = plan_basis(list(models.values()), str(dev.get("name", "")))
+    basis = plan_basis(list(models.values()), str(dev.get("name", "")), fp8=any(s.shape.weights for s in steps))
     if basis.note:
         echo(basis.note)
     slug = _slug(dev)
