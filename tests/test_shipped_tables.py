@@ -56,10 +56,13 @@ def test_the_h100_table_holds_llama_3_8b_at_every_n_it_bought():
     assert {(m, d) for m, d, _ in fp16} == {(4096, 4096), (1024, 4096), (14336, 4096), (4096, 14336), (128256, 4096)}
     assert {n for *_, n in fp16} == {1, 2, 4, 8, 16} and len(fp16) == 15
     # FP8: the same five shapes at every n (1024x4096 n = 16 since the retune of 2026-12-06 13:56), each routed to its
-    # kernel (measured faster than dequantize + F.linear); 4096x4096 at n = 8 and 16 on the tensor-core family
+    # kernel (measured faster than dequantize + F.linear); on the tensor-core family where the FP8_SIGMA re-tune of
+    # 2026-12-06 16:21 bought both families and fp8mma won (4096x4096 n = 4, 1024x4096 n = 16)
     every = {(m, d, n) for m, d, _ in fp16 for n in (1, 2, 4, 8, 16)}
     assert fp8 == every
-    assert all(t.route(4096, 4096, n, weights="e4m3-row").config.family == "fp8mma" for n in (8, 16))
+    mma = [(4096, 4096, 4), (4096, 4096, 8), (4096, 4096, 16), (1024, 4096, 16), (128256, 4096, 16)]
+    assert all(t.route(m, d, n, weights="e4m3-row").config.family == "fp8mma" for m, d, n in mma)
+    assert t.route(4096, 4096, 16, weights="e4m3-row").config.depth == 4   # the entry an FP8 re-tune once replaced
     assert all(t.route(m, d, n, weights="e4m3-row").tuned for m, d, n in fp8)
     assert t.route(1024, 4096, 16).tuned and not t.route(14336, 4096, 8).tuned   # the latter not bought: cuBLAS
     routes = [t.route(m, d, n) for m, d, n in sorted(fp16)]
