@@ -48,7 +48,8 @@ def plan_basis(models: Sequence[Any], gpu: str, fp8: bool = False) -> Basis:
     left 1024x4096 at n = 2, 4 and 16 3-14% behind the H100 table). A model of this GPU continued from another's
     (``costmodel fit --prior``: one tune's searches over the other GPU's trees) counts as the other's: the warm curve
     was measured with models fitted on a GPU's whole data. No model: the cold curve, the read floor as a bound (no
-    spread). ``fp8``: the steps hold FP8 shapes, whose spread is at least ``FP8_SIGMA`` (``items_for``): the note says so."""
+    spread). ``fp8``: the steps hold FP8 shapes, whose spread is at least ``FP8_SIGMA`` (``items_for``); the note
+    says so."""
     have = [m for m in models if m is not None]
     if not have:
         return Basis(False, 0.0)
