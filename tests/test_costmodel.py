@@ -343,7 +343,7 @@ def test_the_shipped_h100_model_continues_the_h200s():
 def test_the_fp8_spread_is_per_entry_and_family():
     """``costmodel spread --fp8``: each FP8 entry's families, each measured best against its own predicted optimum
     (the error the tune's plan prices per family, ``budget.FP8_SIGMA``); on the H100, fp8gemv at 1024x4096 n = 16 is
-    predicted 4.95 µs and measured 11.54 (log error +0.85), far beyond the 16-bit spread."""
+    predicted 4.95 µs and measured 11.46 (log error +0.84), far beyond the 16-bit spread, where fp8mma ran 7.21."""
     from gemvtune.cli.main import cli
     from gemvtune.runtime.table import load_table
     from gemvtune.tuning.budget import FP8_SIGMA, OPTIMUM_SIGMA
@@ -358,7 +358,10 @@ def test_the_fp8_spread_is_per_entry_and_family():
     assert "4096x4096x8.e4m3-row fp8gemv" in keys   # both families measured there: a row each
     e = table.entry(s)
     r = rows[keys.index("1024x4096x16.e4m3-row fp8gemv")]
-    assert r.best_us == min(c.us for c in e.candidates if (c.status or "ok") == "ok") and r.log_error > 0.5
+    assert r.best_us == min(c.us for c in e.candidates if (c.status or "ok") == "ok" and c.family == "fp8gemv")
+    assert r.log_error > 0.5
+    fp8mma = rows[keys.index("1024x4096x16.e4m3-row fp8mma")]   # both families measured since the FP8_SIGMA re-tune
+    assert fp8mma.best_us < r.best_us
     assert not optimum_errors(model, table, shapes=[s], fp8=False)   # the 16-bit rows skip FP8 entries
     assert summary(rows)["rms"] > OPTIMUM_SIGMA and FP8_SIGMA > OPTIMUM_SIGMA
     out = CliRunner().invoke(cli, ["costmodel", "spread", "--results", str(H100), "--fp8", "--min-mb", "0"])
