@@ -52,6 +52,13 @@ FOREIGN_SIGMA = 0.10
 # searches). With 0.10, the H100's plan bought fp8gemv alone at 1024x4096 n = 16 (predicted 4.95 µs, measured 11.54;
 # fp8mma's best searched was 6.36)
 FP8_SIGMA = 0.40
+
+
+def fp8_sigma(sigma: float) -> float:
+    """The spread an FP8 shape's predicted optima plan with where the plan's is ``sigma``: at least ``FP8_SIGMA``."""
+    return max(sigma, FP8_SIGMA)
+
+
 MIN_GAIN = 1e-4     # a purchase must be expected to save this share of the step's cuBLAS time at least
 # weights below this plan with ``allocate``'s ``small_curve``: the curves were measured on weights of 32 MB and more,
 # and the searches of 8 MB weights stay several % above them (`gemvtune convergence` over the H100's searches,
@@ -225,10 +232,10 @@ def allocate(items: Sequence[Item], budget_s: float, curve: Curve, trial_s: floa
              chunk: int = CHUNK, sigma: float = 0.0, small_curve: Curve | None = None) -> Plan:
     """Trials per item within ``budget_s`` seconds: a trial costs ``trial_s``, a searched shape ``shape_s`` once
     (its confirmation, its re-confirmation). Greedy by expected µs saved per second (the predicted optimum's error
-    spread ``sigma`` included, or a shape's own, ``Item.sigma``); a purchase expected to save less than ``MIN_GAIN`` of the step's cuBLAS time is never
-    bought (with ``sigma = 0``: a family predicted no faster than cuBLAS is not searched). Resumed trials
-    (``Item.done``) are counted as already bought and cost nothing. A shape whose weights are under
-    ``SMALL_WEIGHT_BYTES`` is valued on ``small_curve`` where one is given, every other on ``curve``."""
+    spread ``sigma`` included, or a shape's own, ``Item.sigma``); a purchase expected to save less than ``MIN_GAIN``
+    of the step's cuBLAS time is never bought (with ``sigma = 0``: a family predicted no faster than cuBLAS is not
+    searched). Resumed trials (``Item.done``) are counted as already bought and cost nothing. A shape whose weights
+    are under ``SMALL_WEIGHT_BYTES`` is valued on ``small_curve`` where one is given, every other on ``curve``."""
     if trial_s <= 0 or shape_s < 0:
         raise UsageError(f"trial cost {trial_s} s and shape cost {shape_s} s must be positive")
     by_shape: dict[Shape, list[Item]] = {}

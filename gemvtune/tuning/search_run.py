@@ -193,8 +193,8 @@ def incumbents(table: Path, shape: Shape) -> tuple[Any, ...]:
     at the same speed in both, measured on the H200 on 2026-12-02: runs/issue21d/probe). The entries of the
     shape's own weights only: an FP8 re-tune weighs the FP8 entry it would replace (keyed apart from the 16-bit
     one; without it, the H100's re-tune of 4096x4096 n = 16 e4m3-row on 2026-12-06 wrote 11.31 µs over 10.32).
-    Never a config only a model's chain may choose (``ConfigBase.chain_only``: a PDL winner of an earlier search). Nothing from a missing or
-    unreadable table or entry (a fresh table)."""
+    Never a config only a model's chain may choose (``ConfigBase.chain_only``: a PDL winner of an earlier search).
+    Nothing from a missing or unreadable table or entry (a fresh table)."""
     from ..kernels.families import FAMILIES, for_dtype
     from ..kernels.shapes import DTYPES
     from ..runtime.table import entry_key

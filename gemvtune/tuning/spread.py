@@ -31,7 +31,7 @@ def optimum_errors(model: Any, table: Any, min_bytes: float = 0.0, shapes: list[
     ``min_bytes`` of weights (``shapes``: only those), in the table's key order. ``fp8``: the FP8 entries instead, one
     row per (entry, family) with measured candidates, each family's best against its own predicted optimum (the
     error the plan prices per family: ``budget.expected_saving_min``)."""
-    from ..kernels.families import FAMILIES
+    from ..kernels.families import DEFAULT_FAMILY, FAMILIES
     from ..runtime.keys import entry_key
     from ..runtime.route import measured
     from .tuneplan import predict
@@ -46,7 +46,7 @@ def optimum_errors(model: Any, table: Any, min_bytes: float = 0.0, shapes: list[
         best: dict[str, float] = {}
         for c in (e.candidates if e is not None else ()):
             if (c.status or "ok") == "ok" and c.us:
-                f = c.config_object().family if fp8 else ""
+                f = (c.family or DEFAULT_FAMILY) if fp8 else ""
                 best[f] = min(best.get(f, math.inf), float(c.us))
         if not best:
             continue

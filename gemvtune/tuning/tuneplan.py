@@ -14,7 +14,7 @@ from typing import Any
 from ..errors import UsageError
 from ..kernels.families import FAMILIES
 from ..kernels.shapes import Shape
-from .budget import FOREIGN_SIGMA, FP8_SIGMA, OPTIMUM_SIGMA, Curve, Item
+from .budget import FOREIGN_SIGMA, OPTIMUM_SIGMA, Curve, Item, fp8_sigma
 
 CURVE_FILE = "study-curves.csv.gz"     # what ``gemvtune study`` writes: per sampler, seed and trial, the gap
 # Where a GPU's results keep the curves of each sampler the tune plans with: the search's default (TPE from its seed)
@@ -48,7 +48,7 @@ def plan_basis(models: Sequence[Any], gpu: str, fp8: bool = False) -> Basis:
     left 1024x4096 at n = 2, 4 and 16 3-14% behind the H100 table). A model of this GPU continued from another's
     (``costmodel fit --prior``: one tune's searches over the other GPU's trees) counts as the other's: the warm curve
     was measured with models fitted on a GPU's whole data. No model: the cold curve, the read floor as a bound (no
-    spread). ``fp8``: the steps hold FP8 shapes, whose spread is at least ``FP8_SIGMA`` (``items_for``); the note
+    spread). ``fp8``: the steps hold FP8 shapes, whose spread is at least ``FP8_SIGMA`` (``budget.fp8_sigma``); the note
     says so."""
     have = [m for m in models if m is not None]
     if not have:
@@ -62,7 +62,7 @@ def plan_basis(models: Sequence[Any], gpu: str, fp8: bool = False) -> Basis:
     none = "" if mine else f", none of {gpu or 'this GPU'}"
     return Basis(False, FOREIGN_SIGMA, f"cost model of {other}{none}: it warm-starts the searches, the plan counts on "
                  f"the cold search curve and a spread of {FOREIGN_SIGMA:g}"
-                 + (f" ({max(FOREIGN_SIGMA, FP8_SIGMA):g} for the FP8 shapes)" if fp8 else ""))
+                 + (f" ({fp8_sigma(FOREIGN_SIGMA):g} for the FP8 shapes)" if fp8 else ""))
 
 
 def curve_paths(gpu_slug: str, sampler: str) -> list[Path]:
@@ -201,8 +201,8 @@ def items_for(shape: Shape, calls: float, families: Sequence[str], cublas: float
               done: dict[str, int] | None = None, sigma: float = 0.0) -> list[Item]:
     """The searchable (shape, family) items: every template family with a prediction (none predicted: cuBLAS's time
     is the only guess, and nothing is expected from a search of it). FP8 weights, where the plan has a spread
-    (``sigma`` > 0: a model predicted them): at least ``FP8_SIGMA``, the FP8 model's wider error per family."""
+    (``sigma`` > 0: a model predicted them): ``budget.fp8_sigma``, the FP8 model's wider error per family."""
     done = done or {}
-    own = max(sigma, FP8_SIGMA) if shape.weights and sigma > 0 else None
+    own = fp8_sigma(sigma) if shape.weights and sigma > 0 else None
     return [Item(shape, f, calls, cublas, predictions[f].optimum_us, done=done.get(f, 0), sigma=own)
             for f in families if f in predictions]
